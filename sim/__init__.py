@@ -1,0 +1,1 @@
+"""Tabular turn-taking MDPs with exact occupancies, values and trust-region updates."""

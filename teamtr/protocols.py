@@ -1,0 +1,91 @@
+"""The three parts every backend supplies to the stage loop (ARCHITECTURE.md, "The core").
+
+A backend (the exact tabular world in ``sim/``, the language-model world in ``llm/``) implements
+a team policy, a sampler of decision points and an agent updater. ``teamtr.stage.run_stage``
+drives them identically for every scheme.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from teamtr.reports import AgentUpdate
+
+
+@runtime_checkable
+class TeamPolicy(Protocol):
+    """A factorized turn-taking team: pi(a|s) = pi^{agent(s)}(a|s) (THEORY.md §1).
+
+    Teams are values: ``with_agent`` returns a new team and never mutates ``self``, so the
+    intermediate teams pi_hat^0 .. pi_hat^n of a stage can all be kept and compared.
+    """
+
+    @property
+    def n_agents(self) -> int:
+        """Number of agents n."""
+        ...
+
+    def agent(self, index: int) -> Any:
+        """The policy of agent ``index`` (backend-specific object)."""
+        ...
+
+    def with_agent(self, index: int, policy: Any) -> TeamPolicy:
+        """A new team equal to this one except that agent ``index`` plays ``policy``."""
+        ...
+
+
+@runtime_checkable
+class Rollouts(Protocol):
+    """Decision points sampled (or, in ``sim``, computed exactly) under one behaviour team."""
+
+    @property
+    def behaviour(self) -> TeamPolicy:
+        """The team whose occupancy these decision points follow."""
+        ...
+
+
+@runtime_checkable
+class Sampler(Protocol):
+    """Produces rollouts of a team."""
+
+    def sample(
+        self,
+        team: TeamPolicy,
+        *,
+        previous: Rollouts | None = None,
+        updated_agent: int | None = None,
+    ) -> Rollouts:
+        """Fresh on-policy rollouts of ``team``.
+
+        ``previous`` and ``updated_agent`` allow prefix reuse: if ``team`` differs from
+        ``previous.behaviour`` only in agent ``updated_agent``, every turn before that agent's
+        first turn has the same distribution under both teams and may be kept. Implementations
+        must return exact on-policy samples of ``team`` either way.
+        """
+        ...
+
+    def importance_weighted(self, rollouts: Rollouts, team: TeamPolicy) -> Rollouts:
+        """``rollouts`` of their behaviour team, reweighted to stand for ``team`` (HAPPO-style).
+
+        ``team`` differs from ``rollouts.behaviour`` only in agents already updated this stage;
+        the weight of an episode is the product of those agents' probability ratios
+        new/old over the actions they took in it.
+        """
+        ...
+
+
+@runtime_checkable
+class AgentUpdater(Protocol):
+    """Improves one agent inside its trust region, using only the given rollouts."""
+
+    def update(
+        self, team: TeamPolicy, agent: int, rollouts: Rollouts, radius: float
+    ) -> AgentUpdate:
+        """Maximise agent ``agent``'s surrogate on ``rollouts`` s.t. its mean KL <= ``radius``.
+
+        ``team.agent(agent)`` is the agent's current (pre-update) policy. Advantages and the
+        occupancy come from ``rollouts`` only: for the stale scheme they are the stage-start ones,
+        which is the point of the comparison (Thm 3.7).
+        """
+        ...

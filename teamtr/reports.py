@@ -1,0 +1,85 @@
+"""Typed results of one agent update and of one stage (no integer status codes)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class AgentUpdate:
+    """What an ``AgentUpdater`` returns for one agent.
+
+    All expectations are under the occupancy of the rollouts the update was given.
+    """
+
+    policy: Any
+    """The new policy of the agent (backend-specific)."""
+    surrogate: float
+    """L_i: the surrogate gain in units of J (Thm 3.4; includes 1/(1-gamma) when discounted)."""
+    kl: float
+    """E_{s~d}[KL_i(s)], the trust-region statistic, in the direction the updater constrains."""
+    advantage_bound: float
+    """epsilon_i: bound on |E_{a~new} A(s,a)| over the agent's states (or the declared A_max)."""
+    accepted: bool = True
+    """False when the update could not be brought inside the radius (the old policy is kept)."""
+    backtracks: int = 0
+    """How many times the step was shrunk before acceptance or rejection."""
+    tv: float | None = None
+    """E_{s~d}[TV_i(s)] where the backend can compute it (tighter TV form of Thm 3.4)."""
+    kl_quantile: float | None = None
+    """A high quantile of the per-state (per-token) KL, where the backend monitors it."""
+    extras: dict[str, float] = field(default_factory=dict)
+    """Backend-specific diagnostics (losses, token counts, ...)."""
+
+
+@dataclass(frozen=True)
+class UpdateRecord:
+    """One update inside a stage, as the stage loop records it."""
+
+    position: int
+    """i: the position in the stage's order sigma (0-based)."""
+    agent: int
+    """sigma(i): the agent that was updated."""
+    radius: float
+    """delta_i: its KL radius."""
+    update: AgentUpdate
+    """The updater's result."""
+    kept: bool
+    """Whether the new policy entered the team (accepted and inside the radius)."""
+    penalty: float
+    """The Thm 3.4 penalty charged to this update (0 when not kept)."""
+    certificate: float
+    """L_i - penalty when kept, else 0: the update's certified lower bound on its gain."""
+    j_before: float | None = None
+    """J of the team before this update, where the backend can evaluate J exactly."""
+    j_after: float | None = None
+    """J of the team after this update, likewise."""
+
+    @property
+    def realised_gain(self) -> float | None:
+        """J(pi_hat^i) - J(pi_hat^{i-1}) where J is available."""
+        if self.j_before is None or self.j_after is None:
+            return None
+        return self.j_after - self.j_before
+
+
+@dataclass(frozen=True)
+class StageReport:
+    """One stage: one record per update plus the stage-level bound (Thm 3.6)."""
+
+    scheme: str
+    order: tuple[int, ...]
+    records: tuple[UpdateRecord, ...]
+    certificate: float
+    """Sum of the kept updates' certificates: the Thm 3.6 lower bound on J(pi_bar) - J(pi_cur)."""
+    j_start: float | None = None
+    j_end: float | None = None
+    teams: tuple[Any, ...] = ()
+    """pi_hat^0 .. pi_hat^n when the caller asked to keep them (for drift measurements)."""
+
+    @property
+    def realised_gain(self) -> float | None:
+        if self.j_start is None or self.j_end is None:
+            return None
+        return self.j_end - self.j_start
