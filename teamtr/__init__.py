@@ -1,0 +1,36 @@
+"""teamtr: certified trust-region training of turn-taking teams of agents.
+
+The shared core (numpy only, never torch). Public API:
+
+- protocols: ``TeamPolicy``, ``Rollouts``, ``Sampler``, ``AgentUpdater``
+- the stage loop: ``run_stage``, ``run_stages``, ``stage_order``, ``StageConfig``, ``SCHEMES``
+- reports: ``AgentUpdate``, ``UpdateRecord``, ``StageReport``
+- penalties of Thm 3.4: ``DiscountedPenalty``, ``EpisodicPenalty``
+- math modules: ``teamtr.divergence``, ``teamtr.surrogate``, ``teamtr.turns``,
+  ``teamtr.trust_region``, ``teamtr.bounds``, ``teamtr.alignment``
+"""
+
+from teamtr.config import SCHEMES, StageConfig
+from teamtr.penalty import DiscountedPenalty, EpisodicPenalty, PenaltyModel
+from teamtr.protocols import AgentUpdater, Rollouts, Sampler, TeamPolicy
+from teamtr.reports import AgentUpdate, StageReport, UpdateRecord
+from teamtr.stage import run_stage, run_stages, stage_order
+
+__all__ = [
+    "SCHEMES",
+    "AgentUpdate",
+    "AgentUpdater",
+    "DiscountedPenalty",
+    "EpisodicPenalty",
+    "PenaltyModel",
+    "Rollouts",
+    "Sampler",
+    "StageConfig",
+    "StageReport",
+    "TeamPolicy",
+    "UpdateRecord",
+    "run_stage",
+    "run_stages",
+    "stage_order",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,187 @@
+"""The stage loop, written once for every scheme and both backends (ARCHITECTURE.md).
+
+One stage of sequential trust-region training, THEORY.md §1–2:
+
+    pi_hat^0 = pi_cur
+    for i, k = sigma(i):
+        rollouts  <- fresh samples of pi_hat^{i-1}      (teamtr: intermediate occupancy)
+                     or the stage-start cache of pi_cur  (stale / joint; happo reweights it)
+        update    <- the updater's trust-region step for agent k on those rollouts
+        keep it only if accepted and E_d[KL_i] <= delta_i          (the radius is enforced)
+        certificate_i = L_i - C_i sqrt(KL_i)                         (Thm 3.4, KL form)
+        pi_hat^i  = pi_hat^{i-1} with agent k replaced               (joint: all at the end)
+    stage certificate = sum_i certificate_i                          (Thm 3.6)
+
+For `joint` the stage bound is Thm 3.4 applied to the whole team move: by Lemma 3.1 the team's
+divergence at s is that of the agent active in s, so the team's expected KL is the sum of the
+agents' and its surrogate the sum of theirs, all under d_{pi_cur}.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from teamtr.config import StageConfig
+from teamtr.penalty import PenaltyModel
+from teamtr.protocols import AgentUpdater, Sampler, TeamPolicy
+from teamtr.reports import AgentUpdate, StageReport, UpdateRecord
+from teamtr.schemes import RolloutSource
+
+Evaluator = Callable[[TeamPolicy], float]
+"""Exact J of a team, where the backend has it (sim); None for language models."""
+
+
+def stage_order(config: StageConfig, n_agents: int, stage_index: int = 0) -> tuple[int, ...]:
+    """The update order sigma of stage ``stage_index`` (Thm 3.6 holds for any order)."""
+    if isinstance(config.order, tuple):
+        if len(config.order) != n_agents:
+            raise ValueError(f"order {config.order} does not match a team of {n_agents} agents")
+        return config.order
+    if config.order == "random":
+        rng = np.random.default_rng([config.seed, stage_index])
+        return tuple(int(k) for k in rng.permutation(n_agents))
+    return tuple(range(n_agents))
+
+
+def update_penalty(update: AgentUpdate, penalty: PenaltyModel, form: str) -> float:
+    """The Thm 3.4 penalty of one update, in the configured form."""
+    if form == "tv":
+        if update.tv is None:
+            raise ValueError("penalty_form='tv' needs updates that report their expected TV")
+        return penalty.tv_penalty(update.advantage_bound, update.tv)
+    return penalty.kl_penalty(update.advantage_bound, update.kl)
+
+
+def inside_radius(update: AgentUpdate, radius: float, tolerance: float) -> bool:
+    """Whether an update may enter the team: accepted, finite, and E_d[KL_i] <= delta_i."""
+    finite = all(math.isfinite(x) for x in (update.kl, update.surrogate, update.advantage_bound))
+    return update.accepted and finite and update.kl <= radius * (1.0 + tolerance)
+
+
+@dataclass
+class _Evaluations:
+    """Caches J per team object so no team is evaluated twice."""
+
+    evaluator: Evaluator | None
+    _cache: dict[int, tuple[TeamPolicy, float]]
+
+    def __call__(self, team: TeamPolicy) -> float | None:
+        if self.evaluator is None:
+            return None
+        hit = self._cache.get(id(team))
+        if hit is None or hit[0] is not team:
+            hit = (team, float(self.evaluator(team)))
+            self._cache[id(team)] = hit
+        return hit[1]
+
+
+def run_stage(
+    team: TeamPolicy,
+    sampler: Sampler,
+    updater: AgentUpdater,
+    config: StageConfig,
+    penalty: PenaltyModel,
+    evaluator: Evaluator | None = None,
+    keep_teams: bool = False,
+    stage_index: int = 0,
+    on_update: Callable[[UpdateRecord], None] | None = None,
+) -> tuple[StageReport, TeamPolicy]:
+    """Run one stage of ``config.scheme`` from ``team``; return its report and pi_bar."""
+    order = stage_order(config, team.n_agents, stage_index)
+    evaluate = _Evaluations(evaluator, {})
+    source = RolloutSource(config.scheme, sampler)
+    source.start(team)
+    start_team = team
+    teams: list[TeamPolicy] = [team]
+    records: list[UpdateRecord] = []
+    last_updated: int | None = None
+
+    for position, agent in enumerate(order):
+        radius = config.radius_of(agent, team.n_agents)
+        base = start_team if source.simultaneous else team
+        rollouts = source.for_update(base, last_updated)
+        update = updater.update(base, agent, rollouts, radius)
+        kept = inside_radius(update, radius, config.kl_tolerance)
+        charged = update_penalty(update, penalty, config.penalty_form) if kept else 0.0
+        after = base.with_agent(agent, update.policy) if kept else base
+        record = UpdateRecord(
+            position=position,
+            agent=agent,
+            radius=radius,
+            update=update,
+            kept=kept,
+            penalty=charged,
+            certificate=update.surrogate - charged if kept else 0.0,
+            j_before=evaluate(base),
+            j_after=evaluate(after),
+        )
+        records.append(record)
+        if on_update is not None:
+            on_update(record)
+        if not source.simultaneous:
+            team = after
+            teams.append(team)
+        last_updated = agent if kept else None
+
+    if source.simultaneous:
+        team, certificate = _apply_jointly(start_team, records, penalty, config.penalty_form)
+        teams.append(team)
+    else:
+        certificate = sum(r.certificate for r in records)
+
+    report = StageReport(
+        scheme=config.scheme,
+        order=order,
+        records=tuple(records),
+        certificate=certificate,
+        j_start=evaluate(start_team),
+        j_end=evaluate(team),
+        teams=tuple(teams) if keep_teams else (),
+    )
+    return report, team
+
+
+def _apply_jointly(
+    start_team: TeamPolicy, records: Sequence[UpdateRecord], penalty: PenaltyModel, form: str
+) -> tuple[TeamPolicy, float]:
+    """Swap every kept update in at once; certify the team move with Thm 3.4 (Lemma 3.1)."""
+    team = start_team
+    kept = [r for r in records if r.kept]
+    for record in kept:
+        team = team.with_agent(record.agent, record.update.policy)
+    if not kept:
+        return team, 0.0
+    surrogate = sum(r.update.surrogate for r in kept)
+    epsilon = max(r.update.advantage_bound for r in kept)
+    joint = AgentUpdate(
+        policy=None,
+        surrogate=surrogate,
+        kl=sum(r.update.kl for r in kept),
+        advantage_bound=epsilon,
+        tv=None if form != "tv" else sum(r.update.tv or 0.0 for r in kept),
+    )
+    return team, surrogate - update_penalty(joint, penalty, form)
+
+
+def run_stages(
+    team: TeamPolicy,
+    sampler: Sampler,
+    updater: AgentUpdater,
+    config: StageConfig,
+    penalty: PenaltyModel,
+    n_stages: int,
+    evaluator: Evaluator | None = None,
+    keep_teams: bool = False,
+) -> Iterator[tuple[StageReport, TeamPolicy]]:
+    """Run ``n_stages`` consecutive stages, yielding each report and the team after it."""
+    if n_stages < 1:
+        raise ValueError(f"n_stages must be >= 1, got {n_stages}")
+    for stage_index in range(n_stages):
+        report, team = run_stage(
+            team, sampler, updater, config, penalty, evaluator, keep_teams, stage_index
+        )
+        yield report, team
