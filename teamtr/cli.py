@@ -19,6 +19,7 @@ TABULAR_COMMANDS: dict[str, tuple[str, str]] = {
     "verify": ("proofs_check.verify", "check every lemma and theorem on seeded random instances"),
     "scaling": ("sim.experiments.scaling", "measure the n^2 (stale) vs n (teamtr) drift scaling"),
     "sim-train": ("sim.experiments.sim_train", "multi-stage tabular training of every scheme"),
+    "swap-sim": ("sim.experiments.swap", "exact swap-shock study: direct versus aligned swaps"),
 }
 # Language-model commands live in llm/ (torch); argv is forwarded unparsed.
 LLM_COMMANDS: dict[str, str] = {
