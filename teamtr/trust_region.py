@@ -94,7 +94,9 @@ class TrustRegion:
             raise ValueError("weights must be finite, non-negative and not all zero")
         visited = w > 0
         # Zero-weight samples do not count, even with an infinite KL.
-        return float(np.sum(np.where(visited, w * kls, 0.0)) / w.sum())
+        with np.errstate(invalid="ignore"):
+            weighted = np.where(visited, w * kls, 0.0)
+        return float(np.sum(weighted) / w.sum())
 
     def admits(self, stat: float) -> bool:
         """Whether a measured statistic lies inside the region (``nan`` is never admitted)."""
