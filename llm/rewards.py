@@ -1,0 +1,43 @@
+"""Verifiable reward on the final answer, checked with math-verify and failing closed.
+
+An answer math-verify cannot parse scores 0 and is counted, so the parse-failure rate can be
+logged next to the accuracy (a policy that learns to emit unparsable text must not look good).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from math_verify import parse, verify
+
+
+@dataclass(frozen=True)
+class Grade:
+    """The verdict on one final answer."""
+
+    correct: bool
+    parsed: bool
+    """False when no answer could be extracted (then ``correct`` is False)."""
+    extracted: str | None
+    """The extracted answer, for majority voting."""
+
+    @property
+    def reward(self) -> float:
+        return 1.0 if self.correct else 0.0
+
+
+def grade(prediction: str, gold: str) -> Grade:
+    """Compare the last message of a dialogue with the reference answer."""
+    try:
+        extracted = parse(prediction)
+        if not extracted:
+            return Grade(correct=False, parsed=False, extracted=None)
+        gold_parsed = parse(gold)
+        if not gold_parsed:
+            raise ValueError(f"reference answer {gold!r} cannot be parsed")
+        correct = bool(verify(gold_parsed, extracted))
+    except ValueError:
+        raise
+    except Exception:  # math-verify raises assorted errors (timeouts, sympy); fail closed.
+        return Grade(correct=False, parsed=False, extracted=None)
+    return Grade(correct=correct, parsed=True, extracted=str(extracted[-1]))

@@ -1,0 +1,298 @@
+"""Batched dialogue rollouts of a team, with prefix reuse (THEORY.md §2, Lemma 3.1).
+
+``DialogueSampler.sample`` implements ``teamtr.protocols.Sampler``: it plays ``G`` dialogues per
+problem (a GRPO group), generating each turn for all episodes at once with the KV cache and
+the speaker's adapter, grades the final answer, and records every message's log-probs with the
+training forward pass (``llm.scoring``).
+
+Prefix reuse: when ``team`` differs from ``previous.behaviour`` only in agent k, each previous
+episode keeps its turns before agent k's first turn and only the rest is regenerated. Those
+turns were produced by agents other than k, routed by a rule that ignores parameters, so their
+distribution is the same under both teams; the regenerated suffix is drawn from the new team.
+Each episode is therefore an exact sample of the new team (checked in
+tests/llm/test_prefix_reuse.py against the exact distribution).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import torch
+from transformers import GenerationConfig
+
+from llm.agents import LoraTeam
+from llm.dialogue import ChatFormat, Episode, Turn
+from llm.losses import group_normalised_advantages
+from llm.rewards import grade
+from llm.router import Router
+from llm.scoring import chunks, message_logits
+from llm.tasks import Problem
+
+ProblemSource = Callable[[np.random.Generator, int], list[Problem]]
+
+
+@dataclass(frozen=True)
+class SamplerSettings:
+    """How many dialogues, how long, how random."""
+
+    prompts_per_batch: int = 4
+    """Distinct problems per rollout batch."""
+    group_size: int = 4
+    """G: dialogues per problem; advantages are normalised within each group (GRPO)."""
+    turns: int = 3
+    """H: turns per dialogue (the horizon of the turn-level episodic MDP)."""
+    max_new_tokens: int = 48
+    """Longest message a speaker may write (a message cut here gets a stop token appended)."""
+    temperature: float = 1.0
+    """The policy is softmax(logits / temperature), in sampling and in training alike."""
+    a_max: float = 2.0
+    """A_max: advantages are clipped to [-A_max, A_max] (the certificate's declared bound)."""
+    score_chunk: int = 8
+    """Episodes per training forward pass (memory/speed trade-off; no effect on results)."""
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("prompts_per_batch", "turns", "max_new_tokens", "score_chunk"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.group_size < 2:
+            raise ValueError(
+                f"group_size must be >= 2 (GRPO needs a baseline), got {self.group_size}"
+            )
+        if self.temperature <= 0:
+            raise ValueError(f"temperature must be > 0, got {self.temperature}")
+        if self.a_max <= 0:
+            raise ValueError(f"a_max must be > 0, got {self.a_max}")
+
+
+@dataclass(frozen=True)
+class DialogueRollouts:
+    """Episodes of one behaviour team with rewards, advantages and behaviour log-probs."""
+
+    behaviour: LoraTeam
+    episodes: tuple[Episode, ...]
+    rewards: np.ndarray
+    parsed: np.ndarray
+    """False where the final answer could not be parsed (scored 0: fail-closed)."""
+    advantages: np.ndarray
+    """Group-normalised, clipped to A_max; one per episode, shared by all its turns."""
+    old_logps: tuple[tuple[torch.Tensor, ...], ...]
+    """Per episode, per turn: the message's token log-probs under ``behaviour``."""
+    settings: SamplerSettings
+    weights: np.ndarray = field(default_factory=lambda: np.ones(0))
+    """Per-episode importance weights (HAPPO); ones for on-policy rollouts."""
+    generated_tokens: int = 0
+    """Tokens generated to produce these rollouts (reused turns cost nothing)."""
+    reused_turns: int = 0
+    wall_seconds: float = 0.0
+
+    @property
+    def horizon(self) -> int:
+        return self.settings.turns
+
+    @property
+    def parse_failure_rate(self) -> float:
+        return float(1.0 - self.parsed.mean())
+
+    @property
+    def mean_reward(self) -> float:
+        return float(self.rewards.mean())
+
+    def episode_weights(self) -> np.ndarray:
+        return self.weights if self.weights.size else np.ones(len(self.episodes))
+
+
+def generate_messages(
+    model: torch.nn.Module,
+    contexts: Sequence[Sequence[int]],
+    chat: ChatFormat,
+    max_new_tokens: int,
+    temperature: float,
+) -> list[tuple[int, ...]]:
+    """One message per context, sampled with the KV cache (temperature 0 = greedy).
+
+    Pure sampling from softmax(logits / temperature): no top-k/top-p/repetition warpers, so
+    the messages follow exactly the policy the updater trains.
+    """
+    length = max(len(c) for c in contexts)
+    input_ids = torch.full((len(contexts), length), chat.pad_id, dtype=torch.long)
+    attention = torch.zeros((len(contexts), length), dtype=torch.long)
+    for row, context in enumerate(contexts):  # left padding: generation continues on the right
+        input_ids[row, length - len(context) :] = torch.tensor(context)
+        attention[row, length - len(context) :] = 1
+    greedy = temperature == 0
+    config = GenerationConfig(
+        do_sample=not greedy,
+        temperature=None if greedy else temperature,
+        top_k=None if greedy else 0,
+        top_p=None if greedy else 1.0,
+        max_new_tokens=max_new_tokens,
+        eos_token_id=chat.stop_id,
+        pad_token_id=chat.pad_id,
+    )
+    with torch.no_grad():
+        output = model.generate(
+            input_ids=input_ids, attention_mask=attention, generation_config=config
+        )
+    messages = []
+    for row in output[:, length:].tolist():
+        cut = row.index(chat.stop_id) + 1 if chat.stop_id in row else len(row)
+        messages.append(tuple(row[:cut]))
+    return messages
+
+
+class DialogueSampler:
+    """Samples dialogues of a ``LoraTeam``; implements ``teamtr.protocols.Sampler``."""
+
+    def __init__(
+        self,
+        chat: ChatFormat,
+        router: Router,
+        problems: ProblemSource,
+        settings: SamplerSettings,
+    ) -> None:
+        self.chat = chat
+        self.router = router
+        self.problems = problems
+        self.settings = settings
+        self._rng = np.random.default_rng(settings.seed)
+
+    # -- generation ---------------------------------------------------------------------------
+    def new_episodes(self) -> list[Episode]:
+        """Fresh problems (each repeated G times, contiguously) and routing seeds."""
+        s = self.settings
+        problems = self.problems(self._rng, s.prompts_per_batch)
+        episodes = []
+        for problem in problems:
+            prompt = tuple(self.chat.encode_prompt(problem.question))
+            for _ in range(s.group_size):
+                route_seed = int(self._rng.integers(2**31))
+                episodes.append(Episode(problem, prompt, route_seed))
+        return episodes
+
+    def next_speaker(self, episode: Episode) -> int:
+        turn = len(episode.turns)
+        last = episode.turns[-1] if episode.turns else None
+        return self.router.speaker(
+            turn,
+            episode.route_seed,
+            self.chat.message_text(last) if last else None,
+            last.agent if last else None,
+        )
+
+    def play(self, team: LoraTeam, episodes: list[Episode]) -> tuple[list[Episode], int]:
+        """Complete every episode to H turns; returns them and the number of generated tokens."""
+        s = self.settings
+        episodes = list(episodes)
+        generated = 0
+        torch.manual_seed(int(self._rng.integers(2**31)))
+        while True:
+            pending: dict[int, list[int]] = {}
+            for index, episode in enumerate(episodes):
+                if len(episode.turns) < s.turns:
+                    pending.setdefault(self.next_speaker(episode), []).append(index)
+            if not pending:
+                return episodes, generated
+            for agent in sorted(pending):
+                indices = pending[agent]
+                model = team.use(agent)
+                contexts = [self.chat.context(episodes[i], agent) for i in indices]
+                messages = generate_messages(
+                    model, contexts, self.chat, s.max_new_tokens, s.temperature
+                )
+                for index, message in zip(indices, messages, strict=True):
+                    episode = episodes[index]
+                    episodes[index] = episode.with_turns([*episode.turns, Turn(agent, message)])
+                    generated += len(message)
+
+    def behaviour_logps(
+        self, team: LoraTeam, episodes: Sequence[Episode]
+    ) -> tuple[tuple[torch.Tensor, ...], ...]:
+        """Every message's token log-probs under its speaker, by the training forward pass."""
+        per_episode: list[list[torch.Tensor]] = [[torch.zeros(0)] * len(e.turns) for e in episodes]
+        for agent in range(team.n_agents):
+            model = team.use(agent)
+            for chunk in chunks(range(len(episodes)), self.settings.score_chunk):
+                with torch.no_grad():
+                    batch = message_logits(
+                        model, self.chat, episodes, agent, chunk, self.settings.temperature
+                    )
+                if batch is None:
+                    continue
+                logps = batch.token_logps()
+                for row, (e, t) in enumerate(batch.refs):
+                    per_episode[e][t] = logps[row][batch.mask[row]].clone()
+        return tuple(tuple(turns) for turns in per_episode)
+
+    def finish(
+        self, team: LoraTeam, episodes: list[Episode], generated: int, reused: int, started: float
+    ) -> DialogueRollouts:
+        grades = [grade(self.chat.message_text(e.turns[-1]), e.problem.answer) for e in episodes]
+        rewards = np.array([g.reward for g in grades])
+        advantages = group_normalised_advantages(
+            torch.tensor(rewards), self.settings.group_size, self.settings.a_max
+        ).numpy()
+        return DialogueRollouts(
+            behaviour=team,
+            episodes=tuple(episodes),
+            rewards=rewards,
+            parsed=np.array([g.parsed for g in grades]),
+            advantages=advantages,
+            old_logps=self.behaviour_logps(team, episodes),
+            settings=self.settings,
+            weights=np.ones(len(episodes)),
+            generated_tokens=generated,
+            reused_turns=reused,
+            wall_seconds=time.perf_counter() - started,
+        )
+
+    # -- the Sampler protocol -----------------------------------------------------------------
+    def sample(
+        self,
+        team: LoraTeam,
+        *,
+        previous: DialogueRollouts | None = None,
+        updated_agent: int | None = None,
+    ) -> DialogueRollouts:
+        """On-policy rollouts of ``team``, reusing prefixes of ``previous`` where exact."""
+        started = time.perf_counter()
+        reusable = (
+            previous is not None
+            and updated_agent is not None
+            and team.differing_agents(previous.behaviour) in ((updated_agent,), ())
+        )
+        if not reusable:
+            episodes, generated = self.play(team, self.new_episodes())
+            return self.finish(team, episodes, generated, 0, started)
+        assert previous is not None and updated_agent is not None
+        truncated = []
+        reused = 0
+        for episode in previous.episodes:
+            first = episode.first_turn_of(updated_agent)
+            keep = len(episode.turns) if first is None else first
+            truncated.append(episode.with_turns(episode.turns[:keep]))
+            reused += keep
+        episodes, generated = self.play(team, truncated)
+        return self.finish(team, episodes, generated, reused, started)
+
+    def importance_weighted(self, rollouts: DialogueRollouts, team: LoraTeam) -> DialogueRollouts:
+        """HAPPO: weight each episode by the product of the changed agents' message ratios."""
+        log_weights = np.zeros(len(rollouts.episodes))
+        for agent in team.differing_agents(rollouts.behaviour):
+            model = team.use(agent)
+            for chunk in chunks(range(len(rollouts.episodes)), self.settings.score_chunk):
+                with torch.no_grad():
+                    batch = message_logits(
+                        model, self.chat, rollouts.episodes, agent, chunk, self.settings.temperature
+                    )
+                if batch is None:
+                    continue
+                logps = batch.token_logps()
+                for row, (e, t) in enumerate(batch.refs):
+                    new = float(logps[row][batch.mask[row]].sum())
+                    old = float(rollouts.old_logps[e][t].sum())
+                    log_weights[e] += new - old
+        return replace(rollouts, weights=np.exp(log_weights))

@@ -1,0 +1,97 @@
+"""The training forward pass: logits and log-probs of one agent's messages in full transcripts.
+
+Both the sampler (to record the behaviour log-probs) and the updater (to compute the new ones)
+call ``message_logits`` with the same episodes in the same chunks, so before any update the
+ratio new/old is exactly 1 (issue 4; the updater asserts it). Only positions that predict the
+agent's own message tokens go through the output head, which keeps the ``V``-wide logits small.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from peft import PeftModel
+
+from llm.dialogue import ChatFormat, Episode
+
+
+@dataclass(frozen=True)
+class MessageBatch:
+    """One row per message of one agent: the tokens it sampled and the logits that scored them."""
+
+    refs: tuple[tuple[int, int], ...]
+    """(episode index, turn index) of each row."""
+    tokens: torch.Tensor
+    """(M, T) sampled token ids, 0 where masked."""
+    mask: torch.Tensor
+    """(M, T) True on real message tokens."""
+    logits: torch.Tensor
+    """(M, T, V) temperature-scaled logits that predicted each token."""
+
+    def token_logps(self) -> torch.Tensor:
+        """(M, T) log-probabilities of the sampled tokens (0 where masked)."""
+        logps = torch.log_softmax(self.logits, dim=-1)
+        picked = logps.gather(-1, self.tokens.unsqueeze(-1)).squeeze(-1)
+        return torch.where(self.mask, picked, torch.zeros_like(picked))
+
+
+def turns_of(
+    episodes: Sequence[Episode], agent: int, indices: Sequence[int]
+) -> list[tuple[int, int]]:
+    """(episode, turn) pairs of ``agent``'s non-empty messages among ``indices``."""
+    return [
+        (e, t)
+        for e in indices
+        for t, turn in enumerate(episodes[e].turns)
+        if turn.agent == agent and turn.message
+    ]
+
+
+def message_logits(
+    model: PeftModel,
+    chat: ChatFormat,
+    episodes: Sequence[Episode],
+    agent: int,
+    indices: Sequence[int],
+    temperature: float = 1.0,
+) -> MessageBatch | None:
+    """Score ``agent``'s messages in episodes ``indices`` with whatever adapter is active.
+
+    Returns None when the agent has no message there.
+    """
+    refs = turns_of(episodes, agent, indices)
+    if not refs:
+        return None
+    rows = sorted({e for e, _ in refs})
+    row_of = {e: r for r, e in enumerate(rows)}
+    assembled = {e: chat.assemble(episodes[e]) for e in rows}
+    length = max(len(ids) for ids, _ in assembled.values())
+    input_ids = torch.full((len(rows), length), chat.pad_id, dtype=torch.long)
+    attention = torch.zeros((len(rows), length), dtype=torch.long)
+    for e, (ids, _) in assembled.items():
+        input_ids[row_of[e], : len(ids)] = torch.tensor(ids)
+        attention[row_of[e], : len(ids)] = 1
+    causal_lm = model.get_base_model()
+    hidden = causal_lm.model(input_ids=input_ids, attention_mask=attention).last_hidden_state
+    longest = max(assembled[e][1][t][1] - assembled[e][1][t][0] for e, t in refs)
+    positions = torch.zeros((len(refs), longest), dtype=torch.long)
+    tokens = torch.zeros((len(refs), longest), dtype=torch.long)
+    mask = torch.zeros((len(refs), longest), dtype=torch.bool)
+    for m, (e, t) in enumerate(refs):
+        start, end = assembled[e][1][t]
+        n = end - start
+        # The logits at position p predict token p + 1.
+        positions[m, :n] = torch.arange(start - 1, end - 1)
+        tokens[m, :n] = torch.tensor(episodes[e].turns[t].message)
+        mask[m, :n] = True
+    row_index = torch.tensor([row_of[e] for e, _ in refs]).unsqueeze(-1).expand_as(positions)
+    selected = hidden[row_index, positions]
+    logits = causal_lm.lm_head(selected).float() / temperature
+    return MessageBatch(tuple(refs), tokens, mask, logits)
+
+
+def chunks(indices: Sequence[int], size: int) -> list[list[int]]:
+    """Deterministic consecutive chunks (the same for the sampler and the updater)."""
+    return [list(indices[i : i + size]) for i in range(0, len(indices), size)]
