@@ -41,6 +41,18 @@ def _nonneg_vector(name: str, values: ArrayLike) -> FloatArray:
     return arr
 
 
+def _kl_vector(name: str, values: ArrayLike) -> FloatArray:
+    """Measured KLs: finite; a slightly negative value (rounding, or a k1 estimate) counts as
+    0, exactly as ``teamtr.penalty`` treats it, since KL itself is never negative."""
+    arr = np.asarray(values, dtype=np.float64)
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be one-dimensional, got shape {arr.shape}")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name} must be finite, got {arr.tolist()}")
+    out: FloatArray = np.maximum(arr, 0.0)
+    return out
+
+
 def _per_update(name: str, values: float | ArrayLike, n: int) -> FloatArray:
     """A scalar broadcast to n updates, or a length-n vector."""
     arr = np.asarray(values, dtype=np.float64)
@@ -175,7 +187,8 @@ def theorem_3_4_lower_bound(
         _check_nonneg("mean_tv", mean_tv)
         bounds.append(surrogate - penalty_model.tv_penalty(advantage_bound, mean_tv))
     if mean_kl is not None:
-        _check_nonneg("mean_kl", mean_kl)
+        if not math.isfinite(mean_kl):
+            raise ValueError(f"mean_kl must be finite, got {mean_kl!r}")
         bounds.append(surrogate - penalty_model.kl_penalty(advantage_bound, mean_kl))
     return max(bounds)
 
@@ -279,7 +292,7 @@ def theorem_3_7_drift_bound(
     stage-start occupancy (the stale scheme) does not by itself satisfy this premise.
     With ``horizon`` (episodic, gamma ignored) the factor is 2 (H-1) for the average occupancy.
     """
-    radii = _nonneg_vector("radii_before", radii_before)
+    radii = _kl_vector("radii_before", radii_before)
     if horizon is None:
         _check_gamma(gamma)
         factor = 2.0 * gamma / (1.0 - gamma)
@@ -295,14 +308,14 @@ def stale_penalty_sum(coefficients: float | ArrayLike, radii: ArrayLike) -> floa
 
     Update i is charged for its own divergence and for the drift of every earlier update.
     """
-    r = _nonneg_vector("radii", radii)
+    r = _kl_vector("radii", radii)
     c = _per_update("coefficients", coefficients, r.size)
     return float(np.sum(c * np.cumsum(np.sqrt(r))))
 
 
 def intermediate_penalty_sum(coefficients: float | ArrayLike, radii: ArrayLike) -> float:
     """Theorem 3.6, intermediate occupancy: sum_i C_i sqrt(delta_i) = Theta(n sqrt(delta))."""
-    r = _nonneg_vector("radii", radii)
+    r = _kl_vector("radii", radii)
     c = _per_update("coefficients", coefficients, r.size)
     return float(np.sum(c * np.sqrt(r)))
 
@@ -331,7 +344,7 @@ def certificate_proxy(surrogates: ArrayLike, kls: ArrayLike, c: float | ArrayLik
     l_values = np.asarray(surrogates, dtype=np.float64)
     if l_values.ndim != 1:
         raise ValueError(f"surrogates must be one-dimensional, got shape {l_values.shape}")
-    kl_values = _nonneg_vector("kls", kls)
+    kl_values = _kl_vector("kls", kls)
     if kl_values.shape != l_values.shape:
         raise ValueError(
             f"kls must have the length of surrogates ({l_values.size}), got {kl_values.size}"

@@ -60,14 +60,16 @@ def kl(p: ArrayLike, q: ArrayLike, axis: int = -1) -> FloatArray:
     """Exact KL(p || q) along ``axis`` (per row), with ``0 log 0 = 0``.
 
     Returns ``+inf`` in rows where some ``q(a) = 0 < p(a)``. Inputs are probability vectors
-    (non-negative, summing to one along ``axis``); they are not renormalised.
+    (non-negative, summing to one along ``axis``); they are not renormalised. The result is
+    clipped at 0 from below (rounding only).
     """
     p_arr, q_arr = np.broadcast_arrays(_as_float(p), _as_float(q))
     positive = p_arr > 0
     with np.errstate(divide="ignore", invalid="ignore"):
         log_ratio = np.log(np.where(positive, p_arr, 1.0)) - np.log(q_arr)
         terms = np.where(positive, p_arr * log_ratio, 0.0)
-    out: FloatArray = np.sum(terms, axis=axis)
+    # KL >= 0; rounding can leave -1e-17 when p ~ q, which would break sqrt(KL/2) downstream.
+    out: FloatArray = np.maximum(np.sum(terms, axis=axis), 0.0)
     return out
 
 
@@ -105,7 +107,7 @@ def token_kl_from_logits(logits_p: ArrayLike, logits_q: ArrayLike) -> FloatArray
     with np.errstate(invalid="ignore"):
         # -inf - (-inf) is nan; such entries have p = 0 and contribute 0 (0 log 0 = 0).
         terms = np.where(positive, p * (logp - logq), 0.0)
-    out: FloatArray = np.sum(terms, axis=-1)
+    out: FloatArray = np.maximum(np.sum(terms, axis=-1), 0.0)
     return out
 
 
