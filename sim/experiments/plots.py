@@ -1,0 +1,220 @@
+"""Figures drawn from the JSON files of ``teamtr scaling`` and ``teamtr sim-train`` (no training).
+
+The scripts in ``figures/`` are thin command-line wrappers around these two functions.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+SCHEME_COLOURS = {
+    "stale": "tab:red",
+    "teamtr": "tab:blue",
+    "joint": "tab:green",
+    "happo": "tab:purple",
+    "single": "tab:gray",
+}
+SCHEME_LABELS = {"stale": "stale (Thm 3.7)", "teamtr": "TeamTR (Thm 3.6)"}
+
+Source = str | Path | dict[str, Any]
+
+
+def _load(source: Source) -> dict[str, Any]:
+    if isinstance(source, dict):
+        return source
+    loaded: dict[str, Any] = json.loads(Path(source).read_text())
+    return loaded
+
+
+def _fitted_panel(
+    axis: Any,
+    result: dict[str, Any],
+    series: list[tuple[str, str, str, str]],
+    title: str,
+    ylabel: str,
+) -> None:
+    """Means +- std against n on log-log axes with the fitted power law of each series.
+
+    ``series``: (scheme, metric, label, line style).
+    """
+    n = np.asarray(result["n"], dtype=float)
+    grid = np.linspace(n.min(), n.max(), 50)
+    for scheme, metric, label, style in series:
+        stats = result["metrics"][scheme][metric]
+        mean = np.asarray(stats["mean"], dtype=float)
+        std = np.asarray(stats["std"], dtype=float)
+        if not np.all(mean > 0):
+            continue
+        colour = SCHEME_COLOURS[scheme]
+        lower = np.minimum(std, mean * 0.999)  # keep the error bar inside the log axis
+        axis.errorbar(n, mean, yerr=[lower, std], fmt="o", color=colour, ms=4, capsize=2)
+        fit = result["alpha_all"][scheme][metric]
+        if fit["alpha"] is not None:
+            line = np.exp(fit["intercept"]) * grid ** fit["alpha"]
+            axis.plot(grid, line, style, color=colour, label=f"{label}: α = {fit['alpha']:.2f}")
+    axis.set_xscale("log")
+    axis.set_yscale("log")
+    axis.set_xticks(n)
+    axis.set_xticklabels([str(int(v)) for v in n])
+    axis.minorticks_off()
+    axis.set_xlabel("number of agents n")
+    axis.set_ylabel(ylabel)
+    axis.set_title(title, fontsize=10)
+    axis.grid(True, which="major", alpha=0.3)
+
+
+def plot_scaling(source: Source, png_path: str | Path) -> Path:
+    """Three log-log panels: drift, certified penalty, surrogate error, each against n."""
+    result = _load(source)
+    n = np.asarray(result["n"], dtype=float)
+    figure, axes = plt.subplots(1, 3, figsize=(15, 4.6))
+
+    drift_axis = axes[0]
+    _fitted_panel(
+        drift_axis,
+        result,
+        [
+            ("stale", "drift", "D_stale", "-"),
+            ("teamtr", "drift", "D_teamtr", "-"),
+        ],
+        "occupancy drift per stage",
+        "Σ_i ‖·‖₁ (see definitions)",
+    )
+    # The papers' exponents as reference slopes, anchored at each family's fitted value at n_min.
+    for scheme, paper_alpha in result["papers"].items():
+        fit = result["alpha_all"][scheme]["drift"]
+        if fit["alpha"] is None:
+            continue
+        anchor = np.exp(fit["intercept"]) * n.min() ** fit["alpha"]
+        drift_axis.plot(
+            n,
+            anchor * (n / n.min()) ** paper_alpha,
+            ":",
+            color=SCHEME_COLOURS[scheme],
+            alpha=0.7,
+            label=f"papers' slope {paper_alpha} ({scheme})",
+        )
+    drift_axis.legend(fontsize=8)
+
+    _fitted_panel(
+        axes[1],
+        result,
+        [
+            ("stale", "certified_penalty", "stale penalty Σ C_i Σ_{k≤i}√δ_k", "-"),
+            ("teamtr", "certified_penalty", "TeamTR penalty Σ C_i √δ_i", "-"),
+            ("stale", "drift_bound", "stale drift bound", "--"),
+            ("teamtr", "drift_bound", "TeamTR shift bound", "--"),
+        ],
+        "bounds (Thm 3.6 / 3.7)",
+        "penalty (units of J) / bound on Σ‖·‖₁",
+    )
+    axes[1].legend(fontsize=8)
+
+    _fitted_panel(
+        axes[2],
+        result,
+        [
+            ("stale", "surrogate_error", "stale Σ|e_i|", "-"),
+            ("teamtr", "surrogate_error", "TeamTR Σ|e_i|", "-"),
+            ("stale", "surrogate_error_aggregate", "stale |Σ e_i|", "--"),
+        ],
+        "surrogate error e_i = L_i − (J(π̂^i) − J(π̂^{i−1}))",
+        "units of J",
+    )
+    axes[2].legend(fontsize=8)
+
+    setup = result.get("setup", {})
+    figure.suptitle(
+        f"Scaling with the number of agents: δ = {setup.get('radius')}, "
+        f"{setup.get('seeds')} seeds per n, {setup.get('family', '')}",
+        fontsize=11,
+    )
+    figure.tight_layout()
+    return _save(figure, png_path)
+
+
+def plot_sim_train(source: Source, png_path: str | Path) -> Path:
+    """One row per family: mean J per stage for each sampler, and certificate vs realised gain."""
+    result = _load(source)
+    families = list(result["families"])
+    samplers = list(result["samplers"])
+    columns = len(samplers) + 1
+    figure, axes = plt.subplots(
+        len(families), columns, figsize=(4.6 * columns, 3.4 * len(families)), squeeze=False
+    )
+    rows = result["summary"]
+    for i, family in enumerate(families):
+        for j, sampler in enumerate(samplers):
+            axis = axes[i][j]
+            for row in rows:
+                if (row["family"], row["sampler"]) != (family, sampler):
+                    continue
+                curve = np.asarray(row["J_mean_curve"])
+                axis.plot(
+                    np.arange(curve.size),
+                    curve,
+                    "-",
+                    color=SCHEME_COLOURS[row["scheme"]],
+                    label=row["scheme"],
+                    lw=1.4,
+                )
+            axis.set_title(f"{family}: {sampler} advantages", fontsize=10)
+            axis.set_xlabel("stage")
+            axis.set_ylabel("J (mean over seeds)")
+            axis.grid(True, alpha=0.3)
+            if i == 0 and j == 0:
+                axis.legend(fontsize=8)
+        axis = axes[i][-1]
+        low, high = np.inf, -np.inf
+        for run in result["runs"]:
+            if run["family"] != family:
+                continue
+            certs = np.asarray([s["certificate"] for s in run["stages"]])
+            gains = np.asarray([s["realised_gain"] for s in run["stages"]])
+            exact = run["sampler"] == "exact"
+            axis.scatter(
+                certs,
+                gains,
+                s=10,
+                marker="o" if exact else "^",
+                facecolors=SCHEME_COLOURS[run["scheme"]] if exact else "none",
+                edgecolors=SCHEME_COLOURS[run["scheme"]],
+                linewidths=0.7,
+                alpha=0.7,
+            )
+            low = min(low, certs.min(), gains.min())
+            high = max(high, certs.max(), gains.max())
+        if np.isfinite(low):
+            axis.plot([low, high], [low, high], "k--", lw=0.8, label="gain = certificate")
+        axis.axhline(0.0, color="k", lw=0.5)
+        axis.axvline(0.0, color="k", lw=0.5)
+        axis.set_title(f"{family}: certificate vs realised gain", fontsize=10)
+        axis.set_xlabel("stage certificate (● exact, △ sampled)")
+        axis.set_ylabel("J_end − J_start")
+        axis.grid(True, alpha=0.3)
+        if i == 0:
+            axis.legend(fontsize=8)
+    settings = result.get("settings", {})
+    figure.suptitle(
+        f"Multi-stage training: δ = {settings.get('radius')}, {settings.get('seeds')} seeds, "
+        f"{settings.get('episodes')} episodes per sampled batch",
+        fontsize=11,
+    )
+    figure.tight_layout()
+    return _save(figure, png_path)
+
+
+def _save(figure: Any, png_path: str | Path) -> Path:
+    path = Path(png_path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return path
