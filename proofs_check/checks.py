@@ -47,6 +47,7 @@ from teamtr.divergence import (
     k1_estimator,
     k3_estimator,
     kl,
+    log_softmax,
     message_kl_from_token_kls,
     token_kl_from_logits,
     tv,
@@ -501,26 +502,53 @@ def stale_penalty_slacks(trace: Trace) -> list[float]:
 # --- Stage-0 alignment ---------------------------------------------------------------------------
 
 
+SCIPY_FEASIBILITY = 1e-8
+"""A scipy.optimize result counts only if it exceeds the radius by at most this much."""
+
+
 def _scipy_projection(pre: FloatArray, cur: FloatArray, radius: float) -> FloatArray:
-    """min KL(pi || pre) s.t. KL(pi || cur) <= radius, by SLSQP over softmax logits."""
+    """min KL(pi || pre) s.t. KL(pi || cur) <= radius, by SLSQP over softmax logits.
+
+    Several starts (pi_cur, a geometric mixture, pi_pre); every run that ends feasible to
+    SCIPY_FEASIBILITY counts (SLSQP often stops with "positive directional derivative" at the
+    limit of its precision; an unconverged point can only make the comparison more lenient
+    towards scipy, never flag a correct closed form), and the best of them is returned.
+    """
 
     def as_policy(z: FloatArray) -> FloatArray:
         e = np.exp(z - z.max())
         return e / e.sum()
 
-    best = None
-    for start in (np.log(cur), 0.5 * (np.log(cur) + np.log(pre))):
+    def kl_and_gradient(z: FloatArray, reference: FloatArray) -> tuple[float, FloatArray]:
+        # d/dz_j KL(softmax(z) || ref) = pi_j (log(pi_j / ref_j) - KL).
+        log_pi = log_softmax(z)
+        pi = np.exp(log_pi)
+        log_ratio = log_pi - np.log(reference)
+        value = float(np.dot(pi, log_ratio))
+        return value, pi * (log_ratio - value)
+
+    best: FloatArray | None = None
+    for start in (np.log(cur), 0.5 * (np.log(cur) + np.log(pre)), np.log(pre)):
         result = optimize.minimize(
-            lambda z: float(kl(as_policy(z), pre)),
+            lambda z: kl_and_gradient(z, pre),
             start,
+            jac=True,
             method="SLSQP",
-            constraints=[{"type": "ineq", "fun": lambda z: radius - float(kl(as_policy(z), cur))}],
-            options={"ftol": 1e-14, "maxiter": 500},
+            constraints=[
+                {
+                    "type": "ineq",
+                    "fun": lambda z: radius - kl_and_gradient(z, cur)[0],
+                    "jac": lambda z: -kl_and_gradient(z, cur)[1],
+                }
+            ],
+            options={"ftol": 1e-14, "maxiter": 1000},
         )
         candidate = as_policy(result.x)
-        if best is None or kl(candidate, pre) < kl(best, pre):
+        feasible = float(kl(candidate, cur)) <= radius + SCIPY_FEASIBILITY
+        if feasible and (best is None or kl(candidate, pre) < kl(best, pre)):
             best = candidate
-    assert best is not None
+    if best is None:
+        raise RuntimeError("scipy.optimize found no feasible solution from any start")
     return best
 
 
