@@ -50,9 +50,9 @@ def log_softmax(logits: ArrayLike, axis: int = -1) -> FloatArray:
     # through log(0) below rather than through inf - inf warnings.
     shift = np.where(np.isfinite(shift), shift, 0.0)
     shifted = x - shift
-    with np.errstate(divide="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore"):
         log_norm = np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
-    out: FloatArray = shifted - log_norm
+        out: FloatArray = shifted - log_norm
     return out
 
 
