@@ -63,8 +63,8 @@ FLOAT_SLACK = 1e-10
 IDENTITY_TOL = 1e-9
 """Tolerance of an exact identity, relative to the scale of its two sides."""
 UNBIASED_Z = 5.0
-"""Band of the unbiasedness checks: |sample mean - exact KL| <= 5 standard errors. Under the
-normal approximation a correct estimator leaves it with probability 5.7e-7 per instance."""
+"""Band of the unbiasedness checks: |sample mean - exact KL| <= 5 exact standard errors. Under
+the normal approximation a correct estimator leaves it with probability 5.7e-7 per instance."""
 UNBIASED_DRAWS = 4000
 """Messages drawn per unbiasedness check."""
 HOEFFDING_ETA = 0.1
@@ -195,6 +195,38 @@ def all_update_terms(trace: Trace) -> list[UpdateTerms]:
     return [update_terms(trace, i) for i in range(1, len(trace.tables))]
 
 
+def to_sim(mdp: TabularMDP, sparse: bool = False):
+    """The same MDP as a ``sim.TurnTakingMDP`` (P passed dense S x A x S or sparse (S*A) x S)."""
+    import scipy.sparse as sp
+
+    from sim.mdp import TurnTakingMDP
+
+    s, a = mdp.n_states, mdp.n_actions
+    P = sp.csr_matrix(mdp.P.reshape(s * a, s)) if sparse else mdp.P
+    return TurnTakingMDP(
+        P, mdp.R, mdp.rho0, mdp.gamma, mdp.agent_of_state, mdp.horizon, n_agents=mdp.n_agents
+    )
+
+
+def exact_proposal(mdp: TabularMDP, direction: Direction, radii: Sequence[float]) -> Proposal:
+    """Exact-optimal trust-region steps: ``sim.ExactUpdater`` on ``sim.ExactSampler`` rollouts
+    of the intermediate team (the maximiser of L_i s.t. E_d[KL_i] <= delta_i)."""
+    import sim
+
+    sim_mdp = to_sim(mdp)
+    updater = sim.ExactUpdater(sim_mdp, direction=direction)
+    sampler = sim.ExactSampler(sim_mdp)
+
+    def propose(agent: int, table: FloatArray, d: FloatArray) -> FloatArray:
+        team = sim.TabularTeam(table, mdp.agent_of_state, n_agents=mdp.n_agents)
+        update = updater.update(team, agent, sampler.sample(team), radii[agent])
+        if not update.accepted:
+            return table
+        return np.asarray(team.with_agent(agent, update.policy).table)
+
+    return propose
+
+
 # --- drawing the instances of a check from its seed ------------------------------------------
 
 
@@ -266,6 +298,27 @@ def marginal_shift_slack(mdp: TabularMDP, pi: FloatArray, pi_new: FloatArray) ->
     return float(np.min((limits - shifts)[1:])) + _allowance(2.0 * mdp.horizon)
 
 
+def sim_evaluation_slack(mdp: TabularMDP, pi: FloatArray, sparse: bool) -> float:
+    """THEORY §1 "all are exact in sim/": ``sim.evaluate`` agrees with the dense oracle on J,
+    V, Q, A, d (and the episodic marginals rho) to IDENTITY_TOL relative to R_max/(1-gamma)."""
+    from sim.evaluate import evaluate
+
+    got = evaluate(to_sim(mdp, sparse), pi)
+    if mdp.horizon is None:
+        want: oracle.Discounted | oracle.Episodic = oracle.discounted(mdp, pi)
+        pairs = [(got.V, want.V), (got.Q, want.Q), (got.A, want.A)]
+    else:
+        want = oracle.episodic(mdp, pi)
+        assert got.rho is not None
+        pairs = [(got.V, want.V[:-1]), (got.Q, want.Q), (got.A, want.A), (got.rho, want.rho)]
+    scale = max(1.0, value_scale(mdp))
+    worst = abs(got.J - want.J) / scale
+    for a, b in pairs:
+        worst = max(worst, float(np.max(np.abs(np.asarray(a) - b))) / scale)
+    worst = max(worst, float(np.max(np.abs(got.d - want.d))))
+    return IDENTITY_TOL - worst
+
+
 # --- Lemma 3.1 ----------------------------------------------------------------------------------
 
 
@@ -313,14 +366,8 @@ def message_chain_rule_slack(pair: MessagePair) -> float:
 # --- statistical checks of the sampled side ------------------------------------------------------
 
 
-def estimator_unbiased_slack(
-    pair: MessagePair, estimator: str, rng: np.random.Generator, n_draws: int = UNBIASED_DRAWS
-) -> float:
-    """THEORY §2: k1 and k3 (summed per token over y ~ p) are unbiased for the message KL.
-
-    Slack = UNBIASED_Z standard errors minus |sample mean - exact KL| over ``n_draws`` messages.
-    """
-    messages = sample_messages(rng, pair.logits_p, pair.vocab_size, n_draws)
+def _estimator_values(pair: MessagePair, estimator: str, messages: NDArray[np.int64]):
+    """Per-message value of the estimator: k1 or k3 summed over the message's tokens."""
     logp = token_log_probs(token_logits_along(pair.logits_p, messages, pair.vocab_size), messages)
     logq = token_log_probs(token_logits_along(pair.logits_q, messages, pair.vocab_size), messages)
     if estimator == "k1":
@@ -329,12 +376,43 @@ def estimator_unbiased_slack(
         values = k3_estimator(logp, logq).sum(axis=1)
     else:
         raise ValueError(f"estimator must be 'k1' or 'k3', got {estimator!r}")
+    return values, logp.sum(axis=1), logq.sum(axis=1)
+
+
+def _exact_moments(pair: MessagePair, estimator: str) -> tuple[float, float, float]:
+    """(exact message KL, exact mean of the estimator, its exact standard deviation), by
+    enumerating every message."""
     everything = all_messages(pair.vocab_size, pair.length)
-    lp = token_log_probs(token_logits_along(pair.logits_p, everything, pair.vocab_size), everything)
-    lq = token_log_probs(token_logits_along(pair.logits_q, everything, pair.vocab_size), everything)
-    exact = float(np.sum(np.exp(lp.sum(axis=1)) * (lp - lq).sum(axis=1)))
-    standard_error = float(np.std(values, ddof=1)) / math.sqrt(n_draws)
-    return UNBIASED_Z * standard_error - abs(float(np.mean(values)) - exact) + _allowance(exact)
+    values, logp, logq = _estimator_values(pair, estimator, everything)
+    p = np.exp(logp)
+    exact_kl = float(np.sum(p * (logp - logq)))
+    mean = float(np.sum(p * values))
+    return exact_kl, mean, math.sqrt(float(np.sum(p * (values - mean) ** 2)))
+
+
+def estimator_expectation_slack(pair: MessagePair, estimator: str) -> float:
+    """THEORY §2: E_{y~p}[k(y)] = KL(p || q) exactly (k1 or per-token k3 summed), by
+    enumerating all messages: an identity, to 1e-9."""
+    exact_kl, mean, _ = _exact_moments(pair, estimator)
+    return _identity_slack(mean, exact_kl, 1.0)
+
+
+def estimator_unbiased_slack(
+    pair: MessagePair, estimator: str, rng: np.random.Generator, n_draws: int = UNBIASED_DRAWS
+) -> float:
+    """THEORY §2: k1 and k3 (summed per token over y ~ p) are unbiased for the message KL.
+
+    Draws ``n_draws`` messages y ~ p; slack = UNBIASED_Z standard errors minus |sample mean -
+    exact KL|. The standard error uses the estimator's exact standard deviation (from the
+    enumeration), not the sample one, which rare high-ratio messages make unreliable.
+    """
+    messages = sample_messages(rng, pair.logits_p, pair.vocab_size, n_draws)
+    values, _, _ = _estimator_values(pair, estimator, messages)
+    exact_kl, _, std = _exact_moments(pair, estimator)
+    standard_error = std / math.sqrt(n_draws)
+    return (
+        UNBIASED_Z * standard_error - abs(float(np.mean(values)) - exact_kl) + _allowance(exact_kl)
+    )
 
 
 def hoeffding_coverage_slack(
@@ -643,6 +721,12 @@ def check_pinsker(instance_seed: int) -> float:
     return pinsker_slack(p, q)
 
 
+def check_sim_evaluate(instance_seed: int) -> float:
+    rng = _rng(instance_seed)
+    mdp = draw_tabular_mdp(rng, episodic=bool(rng.random() < 0.5))
+    return sim_evaluation_slack(mdp, draw_team(rng, mdp), sparse=bool(rng.random() < 0.5))
+
+
 def check_lemma_3_1_state(instance_seed: int) -> float:
     rng = _rng(instance_seed)
     mdp = draw_tabular_mdp(rng)
@@ -752,6 +836,7 @@ CHECKS: tuple[Check, ...] = (
     Check("occupancy_shift", "§2 occupancy shift, E_d[TV] form", check_occupancy_shift),
     Check("occupancy_shift_sup", "§2 occupancy shift, max_s TV form", check_occupancy_shift_sup),
     Check("pinsker", "§1 Pinsker, both directions", check_pinsker),
+    Check("sim_evaluate_exact", "§1 exact evaluation in sim/", check_sim_evaluate),
     Check("lemma_3_1_state", "§2 Lemma 3.1, state level", check_lemma_3_1_state),
     Check("lemma_3_1_token", "§2 Lemma 3.1, token chain rule", check_lemma_3_1_token),
     Check("k1_unbiased", "§2 k1 estimator unbiased", check_k1_unbiased),
