@@ -1,0 +1,296 @@
+"""One agent's trust-region update on dialogue rollouts (THEORY.md §2, Thm 3.4).
+
+The loss is the clipped surrogate (``llm.losses.clipped_surrogate``) on the agent's own message
+tokens, with the episode's group-normalised advantage (times its HAPPO weight, if any). After
+every optimiser step the KL to the agent's pre-update policy is measured on the batch; when the
+trust-region statistic exceeds delta_i, parameters and optimiser state are restored exactly and
+the step is retried with a smaller learning rate (``teamtr.trust_region.backtrack``). A step that
+cannot be brought inside ends the update at the last admitted iterate; if not even the first
+step can, the update is rejected and the old policy is kept.
+
+What is reported (``teamtr.reports.AgentUpdate``), on the turn-level episodic MDP of horizon H:
+- ``kl`` = E_{d̄}[KL_i] = (1/H) · mean over episodes of the sum of the agent's message KLs,
+  each message KL a sum of per-token terms (Lemma 3.1);
+- ``surrogate`` = L̂_i = mean over episodes of Σ_{agent's turns} (message ratio new/old) · Â,
+  an estimate of E_{new}[Â] since E_{y~old}[(new/old) Â] = E_{y~new}[Â];
+- ``advantage_bound`` = A_max, the clip applied to Â.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import torch
+
+from llm.agents import LoraTeam
+from llm.dialogue import ChatFormat
+from llm.losses import Direction, Estimator, clipped_surrogate, per_token_kl
+from llm.sampler import DialogueRollouts
+from llm.scoring import MessageBatch, chunks, message_logits
+from teamtr.reports import AgentUpdate
+from teamtr.trust_region import TrustRegion, backtrack
+
+
+class RatioCheckError(AssertionError):
+    """Before an update the new/old ratio must be 1: the rollouts' behaviour log-probs do not
+    match the agent's policy (stale rollouts, a different temperature, or dropout)."""
+
+
+@dataclass(frozen=True)
+class UpdaterSettings:
+    """Hyper-parameters of one agent update."""
+
+    learning_rate: float = 2e-4
+    """Adam step size before any backtracking."""
+    steps: int = 4
+    """Optimiser steps per update (full-batch; each one is checked against delta_i)."""
+    clip_eps: float = 0.2
+    """PPO clip range of the surrogate's ratio."""
+    estimator: Estimator = "exact"
+    """Per-token KL: "exact" over the vocabulary, or the sampled "k1"/"k3" estimators."""
+    direction: Direction = "reverse"
+    """"reverse" = KL(new || old), "forward" = KL(old || new)."""
+    statistic: Literal["mean", "quantile"] = "mean"
+    """Trust-region statistic: the mean E_d̄[KL] or, additionally, a quantile over episodes."""
+    quantile: float = 0.9
+    shrink: float = 0.5
+    """Learning-rate factor per backtrack."""
+    max_backtracks: int = 4
+    """Backtracks per step before the step is abandoned."""
+    ratio_tolerance: float = 1e-4
+    """Largest |log new - log old| allowed before the first step (numerical noise only)."""
+
+    def __post_init__(self) -> None:
+        if self.learning_rate <= 0 or self.steps < 1 or self.clip_eps <= 0:
+            raise ValueError("learning_rate and clip_eps must be > 0 and steps >= 1")
+        if self.estimator not in ("exact", "k1", "k3"):
+            raise ValueError(f"estimator must be exact, k1 or k3, got {self.estimator!r}")
+        if self.direction not in ("reverse", "forward"):
+            raise ValueError(f"direction must be reverse or forward, got {self.direction!r}")
+        if self.statistic not in ("mean", "quantile"):
+            raise ValueError(f"statistic must be mean or quantile, got {self.statistic!r}")
+        if not 0 < self.shrink < 1:
+            raise ValueError(f"shrink must lie in (0, 1), got {self.shrink}")
+
+
+@dataclass
+class _Reference:
+    """The pre-update policy on one chunk: what every KL and ratio is measured against."""
+
+    indices: list[int]
+    batch: MessageBatch
+    logps: torch.Tensor
+    advantages: torch.Tensor
+
+
+@dataclass(frozen=True)
+class _Measurement:
+    kl: float
+    kl_quantile: float
+    surrogate: float
+    statistic: float
+
+
+class TrustRegionUpdater:
+    """Implements ``teamtr.protocols.AgentUpdater`` for ``LoraTeam``s.
+
+    Keeps one Adam optimiser per agent across stages (its state is part of a checkpoint).
+    """
+
+    def __init__(
+        self,
+        chat: ChatFormat,
+        settings: UpdaterSettings,
+        temperature: float = 1.0,
+        score_chunk: int = 8,
+    ) -> None:
+        self.chat = chat
+        self.settings = settings
+        self.temperature = temperature
+        self.score_chunk = score_chunk
+        self.optimizers: dict[int, torch.optim.Optimizer] = {}
+
+    def optimizer_for(self, team: LoraTeam, agent: int) -> torch.optim.Optimizer:
+        if agent not in self.optimizers:
+            parameters = list(team.backbone.parameters_of(agent).values())
+            self.optimizers[agent] = torch.optim.Adam(parameters, lr=self.settings.learning_rate)
+        return self.optimizers[agent]
+
+    # -- measurements ---------------------------------------------------------------------------
+    def _references(
+        self, team: LoraTeam, agent: int, rollouts: DialogueRollouts
+    ) -> list[_Reference]:
+        model = team.use(agent)
+        weights = rollouts.episode_weights()
+        references = []
+        for chunk in chunks(range(len(rollouts.episodes)), self.score_chunk):
+            with torch.no_grad():
+                batch = message_logits(
+                    model, self.chat, rollouts.episodes, agent, chunk, self.temperature
+                )
+            if batch is None:
+                continue
+            logps = batch.token_logps()
+            for row, (e, t) in enumerate(batch.refs):
+                recorded = rollouts.old_logps[e][t]
+                gap = float((logps[row][batch.mask[row]] - recorded).abs().max())
+                if gap > self.settings.ratio_tolerance:
+                    raise RatioCheckError(
+                        f"agent {agent}, episode {e}, turn {t}: |log new - log old| = {gap:.3g} "
+                        "before the update (ratio must be 1)"
+                    )
+            advantages = torch.tensor(
+                [rollouts.advantages[e] * weights[e] for e, _ in batch.refs], dtype=torch.float32
+            )
+            references.append(_Reference(chunk, batch, logps, advantages))
+        return references
+
+    def _measure(
+        self,
+        team: LoraTeam,
+        agent: int,
+        rollouts: DialogueRollouts,
+        references: list[_Reference],
+        radius: float,
+    ) -> _Measurement:
+        model = team.backbone.model
+        n_episodes = len(rollouts.episodes)
+        episode_kl = np.zeros(n_episodes)
+        episode_gain = np.zeros(n_episodes)
+        for reference in references:
+            with torch.no_grad():
+                batch = message_logits(
+                    model, self.chat, rollouts.episodes, agent, reference.indices, self.temperature
+                )
+            assert batch is not None
+            terms = per_token_kl(
+                batch.logits,
+                reference.batch.logits,
+                batch.tokens,
+                batch.mask,
+                estimator=self.settings.estimator,
+                direction=self.settings.direction,
+            )
+            message_kl = terms.sum(dim=-1)
+            log_ratio = (batch.token_logps() - reference.logps).sum(dim=-1)
+            for row, (e, _) in enumerate(batch.refs):
+                episode_kl[e] += float(message_kl[row])
+                # E_{y~old}[(new/old) Â] = E_{y~new}[Â]: the surrogate of Thm 3.4 per message.
+                episode_gain[e] += float(log_ratio[row].exp()) * rollouts.advantages[e]
+        weights = rollouts.episode_weights()
+        turn_level_kl = (
+            episode_kl / rollouts.horizon
+        )  # E over the average occupancy d̄ = (1/H) Σ_t ρ_t
+        mean = TrustRegion(radius).statistic_of(turn_level_kl, weights)
+        quantile = TrustRegion(radius, "quantile", self.settings.quantile).statistic_of(
+            turn_level_kl, weights
+        )
+        surrogate = float(np.sum(weights * episode_gain) / np.sum(weights))
+        statistic = max(mean, quantile) if self.settings.statistic == "quantile" else mean
+        return _Measurement(mean, quantile, surrogate, statistic)
+
+    # -- the AgentUpdater protocol -------------------------------------------------------------------
+    def update(
+        self, team: LoraTeam, agent: int, rollouts: DialogueRollouts, radius: float
+    ) -> AgentUpdate:
+        s = self.settings
+        a_max = rollouts.settings.a_max
+        references = self._references(team, agent, rollouts)
+        n_tokens = sum(int(r.batch.mask.sum()) for r in references)
+        if n_tokens == 0:  # the agent never spoke: nothing to learn, nothing changes
+            return AgentUpdate(team.agent(agent), 0.0, 0.0, a_max, extras={"tokens": 0.0})
+        backbone = team.backbone
+        parameters = list(backbone.parameters_of(agent).values())
+        optimizer = self.optimizer_for(team, agent)
+        trust_region = TrustRegion(radius, tolerance=0.0)
+        backbone.mark_modified(agent)
+
+        def restore(saved: tuple[list[torch.Tensor], dict]) -> None:
+            with torch.no_grad():
+                for parameter, value in zip(parameters, saved[0], strict=True):
+                    parameter.copy_(value)
+            optimizer.load_state_dict(copy.deepcopy(saved[1]))
+
+        def propose(saved: tuple[list[torch.Tensor], dict], scale: float) -> _Measurement:
+            restore(saved)
+            for group in optimizer.param_groups:
+                group["lr"] = s.learning_rate * scale
+            optimizer.zero_grad(set_to_none=True)
+            loss_value = 0.0
+            for reference in references:
+                batch = message_logits(
+                    backbone.model,
+                    self.chat,
+                    rollouts.episodes,
+                    agent,
+                    reference.indices,
+                    self.temperature,
+                )
+                assert batch is not None
+                share = int(batch.mask.sum()) / n_tokens  # pooled token mean over all chunks
+                loss = (
+                    -clipped_surrogate(
+                        batch.token_logps(),
+                        reference.logps,
+                        reference.advantages,
+                        batch.mask,
+                        s.clip_eps,
+                    )
+                    * share
+                )
+                loss.backward()
+                loss_value += float(loss)
+            optimizer.step()
+            return self._measure(team, agent, rollouts, references, radius)
+
+        backtracks = 0
+        accepted_steps = 0
+        last: _Measurement | None = None
+        last_tried = float("nan")
+        for _ in range(s.steps):
+            saved = (
+                [p.detach().clone() for p in parameters],
+                copy.deepcopy(optimizer.state_dict()),
+            )
+            result = backtrack(
+                lambda scale, saved=saved: propose(saved, scale),
+                lambda measured: measured.statistic,
+                trust_region,
+                shrink=s.shrink,
+                max_backtracks=s.max_backtracks,
+            )
+            backtracks += result.backtracks
+            if not result.accepted or result.candidate is None:
+                restore(saved)  # never keep a step outside the region
+                last_tried = result.statistic
+                break
+            accepted_steps += 1
+            last = result.candidate
+        optimizer.zero_grad(set_to_none=True)
+        for group in optimizer.param_groups:
+            group["lr"] = s.learning_rate
+        extras = {"tokens": float(n_tokens), "steps": float(accepted_steps)}
+        if last is None:
+            backbone.load(agent, team.agent(agent))  # bit-identical already; marks the slot
+            return AgentUpdate(
+                team.agent(agent),
+                0.0,
+                last_tried,
+                a_max,
+                accepted=False,
+                backtracks=backtracks,
+                extras=extras,
+            )
+        return AgentUpdate(
+            policy=backbone.snapshot(agent),
+            surrogate=last.surrogate,
+            kl=last.kl,
+            advantage_bound=a_max,
+            accepted=True,
+            backtracks=backtracks,
+            kl_quantile=last.kl_quantile,
+            extras=extras,
+        )

@@ -1,0 +1,108 @@
+"""Prefix reuse yields exact on-policy samples of the intermediate team (issue 4, Sampler).
+
+Two agents speak in the order 0, 1, 0, one token each, over a 4-token vocabulary: 64 possible
+dialogues whose exact probabilities under a team come from the training forward pass. After
+agent 1 changes, dialogues sampled with prefix reuse (turn 0 kept, turns 1-2 regenerated) and
+with full resampling must both fit the new team's exact distribution (chi-square goodness of fit,
+p > 1e-3); the old dialogues kept whole must not (p < 1e-6), which shows the test has power.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+from llm_test_support import make_team, perturb_agent
+from scipy.stats import chisquare
+
+from llm.dialogue import ChatFormat, Episode, Turn
+from llm.router import FixedOrder
+from llm.sampler import DialogueSampler, SamplerSettings
+from llm.tasks import Problem
+
+VOCAB = 4
+EPISODES = 4000
+
+
+def token_chat() -> ChatFormat:
+    return ChatFormat(
+        headers=((2,), (3,)),
+        stop_id=1,
+        closing=(),
+        encode_prompt=lambda question: [0, 2],
+        decode=lambda ids: " ".join(map(str, ids)),
+        pad_id=0,
+    )
+
+
+def outcome(episode: Episode) -> tuple[int, ...]:
+    return tuple(turn.message[0] for turn in episode.turns)
+
+
+def exact_distribution(sampler: DialogueSampler, team, prompt: tuple[int, ...]) -> dict:
+    outcomes = list(itertools.product(range(VOCAB), repeat=3))
+    episodes = [
+        Episode(
+            Problem("q", "1"),
+            prompt,
+            0,
+            tuple(Turn(a, (y,)) for a, y in zip((0, 1, 0), ys, strict=True)),
+        )
+        for ys in outcomes
+    ]
+    logps = sampler.behaviour_logps(team, episodes)
+    probabilities = np.array([float(sum(t.sum() for t in turns).exp()) for turns in logps])
+    assert probabilities.sum() == pytest.approx(1.0, abs=1e-5)
+    return dict(zip(outcomes, probabilities, strict=True))
+
+
+def goodness_of_fit(episodes, distribution: dict) -> float:
+    keys = list(distribution)
+    index = {key: i for i, key in enumerate(keys)}
+    counts = np.zeros(len(keys))
+    for episode in episodes:
+        counts[index[outcome(episode)]] += 1
+    expected = np.array([distribution[k] for k in keys]) * len(episodes)
+    big = expected >= 5  # pool sparse cells so the chi-square approximation holds
+    observed, fitted = counts[big], expected[big]
+    if not big.all():
+        observed = np.append(observed, counts[~big].sum())
+        fitted = np.append(fitted, expected[~big].sum())
+    fitted *= observed.sum() / fitted.sum()
+    return float(chisquare(observed, fitted).pvalue)
+
+
+def test_prefix_reuse_matches_full_resampling():
+    old_team = make_team(VOCAB, 2, seed=3)
+    with torch.no_grad():  # a randomly initialised head is nearly uniform; sharpen it
+        old_team.backbone.model.get_base_model().lm_head.weight.mul_(40.0)
+    old_team = perturb_agent(old_team, 0, 0.5, seed=4)
+    old_team = perturb_agent(old_team, 1, 0.5, seed=5)
+    new_team = perturb_agent(old_team, 1, 5.0, seed=6)
+    settings = SamplerSettings(
+        prompts_per_batch=EPISODES // 2,
+        group_size=2,
+        turns=3,
+        max_new_tokens=1,
+        score_chunk=EPISODES,
+    )
+    sampler = DialogueSampler(
+        token_chat(), FixedOrder(2), lambda rng, n: [Problem("q", "1")] * n, settings
+    )
+    torch.manual_seed(0)
+    previous = sampler.sample(old_team)
+    reused = sampler.sample(new_team, previous=previous, updated_agent=1)
+    fresh = sampler.sample(new_team)
+
+    assert reused.reused_turns == EPISODES  # turn 0 of every episode was kept
+    assert all(
+        a.turns[0] == b.turns[0] for a, b in zip(previous.episodes, reused.episodes, strict=True)
+    )
+    assert reused.generated_tokens == 2 * EPISODES and fresh.generated_tokens == 3 * EPISODES
+
+    distribution = exact_distribution(sampler, new_team, previous.episodes[0].prompt)
+    assert goodness_of_fit(fresh.episodes, distribution) > 1e-3
+    assert goodness_of_fit(reused.episodes, distribution) > 1e-3
+    assert goodness_of_fit(previous.episodes, distribution) < 1e-6

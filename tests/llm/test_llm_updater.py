@@ -1,0 +1,96 @@
+"""The trust-region updater on a tiny three-agent team."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+
+import pytest
+import torch
+from llm_test_support import arithmetic_sampler, with_rewards
+
+from llm.updater import RatioCheckError, TrustRegionUpdater, UpdaterSettings
+
+REWARDS = [1.0, 0.0, 0.0, 1.0]
+
+
+@pytest.fixture
+def rollouts(char_team, char_chat):
+    torch.manual_seed(0)
+    return with_rewards(arithmetic_sampler(char_chat).sample(char_team), REWARDS)
+
+
+def live_weights(team, agent):
+    return {k: p.detach().clone() for k, p in team.backbone.parameters_of(agent).items()}
+
+
+def test_update_changes_only_the_updated_agent(char_team, char_chat, rollouts):
+    others_before = {k: live_weights(char_team, k) for k in (0, 2)}
+    updater = TrustRegionUpdater(char_chat, UpdaterSettings(learning_rate=1e-2, steps=2))
+    update = updater.update(char_team, 1, rollouts, radius=0.5)
+    assert update.accepted and 0 < update.kl <= 0.5
+    assert not update.policy.equal(char_team.agent(1))  # agent 1 really moved
+    for k in (0, 2):
+        after = live_weights(char_team, k)
+        assert all(torch.equal(after[key], others_before[k][key]) for key in after)
+        assert char_team.agent(k).equal(char_team.with_agent(1, update.policy).agent(k))
+
+
+def test_ratio_is_one_before_the_update_and_stale_logps_are_refused(char_team, char_chat, rollouts):
+    updater = TrustRegionUpdater(char_chat, UpdaterSettings())
+    references = updater._references(char_team, 0, rollouts)
+    assert sum(int(r.batch.mask.sum()) for r in references) > 0
+    for reference in references:
+        for row, (e, t) in enumerate(reference.batch.refs):
+            recorded = rollouts.old_logps[e][t]
+            assert torch.equal(reference.logps[row][reference.batch.mask[row]], recorded)
+    corrupted = [list(turns) for turns in rollouts.old_logps]
+    corrupted[0][0] = corrupted[0][0] + 0.1
+    bad = dataclasses.replace(rollouts, old_logps=tuple(tuple(t) for t in corrupted))
+    with pytest.raises(RatioCheckError, match="ratio must be 1"):
+        updater.update(char_team, 0, bad, radius=0.1)
+
+
+def test_backtracking_restores_parameters_and_optimiser_state_bit_identically(
+    char_team, char_chat, rollouts
+):
+    updater = TrustRegionUpdater(
+        char_chat, UpdaterSettings(learning_rate=1e-2, steps=1, max_backtracks=2)
+    )
+    first = updater.update(char_team, 0, rollouts, radius=1.0)  # gives Adam a non-empty state
+    assert first.accepted
+    team = char_team.with_agent(0, first.policy)
+    fresh = with_rewards(arithmetic_sampler(char_chat).sample(team), REWARDS)
+    params_before = live_weights(team, 0)
+    state_before = copy.deepcopy(updater.optimizers[0].state_dict())
+    rejected = updater.update(team, 0, fresh, radius=1e-12)
+    assert not rejected.accepted and rejected.backtracks == 2
+    assert rejected.policy is team.agent(0)
+    params_after = live_weights(team, 0)
+    assert all(torch.equal(params_after[k], params_before[k]) for k in params_before)
+    state_after = updater.optimizers[0].state_dict()
+    for key, values in state_before["state"].items():
+        for name, tensor in values.items():
+            assert torch.equal(state_after["state"][key][name], tensor), (key, name)
+    assert state_after["param_groups"] == state_before["param_groups"]
+
+
+@pytest.mark.parametrize("estimator", ["exact", "k1", "k3"])
+@pytest.mark.parametrize("direction", ["reverse", "forward"])
+def test_every_estimator_keeps_the_update_inside_the_radius(
+    char_team, char_chat, rollouts, estimator, direction
+):
+    settings = UpdaterSettings(
+        learning_rate=5e-2, steps=2, estimator=estimator, direction=direction
+    )
+    update = TrustRegionUpdater(char_chat, settings).update(char_team, 2, rollouts, radius=0.02)
+    assert update.kl <= 0.02 or not update.accepted
+    assert update.advantage_bound == rollouts.settings.a_max
+
+
+def test_quantile_statistic_bounds_the_quantile(char_team, char_chat, rollouts):
+    settings = UpdaterSettings(learning_rate=5e-2, steps=2, statistic="quantile", quantile=0.75)
+    update = TrustRegionUpdater(char_chat, settings).update(char_team, 0, rollouts, radius=0.02)
+    assert update.kl_quantile is not None
+    if update.accepted:
+        assert update.kl_quantile <= 0.02 and update.kl <= 0.02
