@@ -208,18 +208,41 @@ def to_sim(mdp: TabularMDP, sparse: bool = False):
     )
 
 
-def exact_proposal(mdp: TabularMDP, direction: Direction, radii: Sequence[float]) -> Proposal:
-    """Exact-optimal trust-region steps: ``sim.ExactUpdater`` on ``sim.ExactSampler`` rollouts
-    of the intermediate team (the maximiser of L_i s.t. E_d[KL_i] <= delta_i)."""
-    import sim
+@dataclass(frozen=True)
+class ExactRolloutsView:
+    """What ``sim.ExactUpdater`` reads from rollouts, filled from the independent oracle:
+    the occupancy d of pi_hat^{i-1}, its advantage (episodic: A_bar, the rho-weighted average
+    of A_t) and the surrogate scale (1/(1-gamma), or H)."""
 
-    sim_mdp = to_sim(mdp)
-    updater = sim.ExactUpdater(sim_mdp, direction=direction)
-    sampler = sim.ExactSampler(sim_mdp)
+    occupancy: FloatArray
+    advantage: FloatArray
+    surrogate_scale: float
+
+
+def exact_rollouts(mdp: TabularMDP, evaluation: oracle.Discounted | oracle.Episodic):
+    """The exact decision points of a team, in the form ``sim.ExactUpdater`` consumes."""
+    if isinstance(evaluation, oracle.Discounted):
+        return ExactRolloutsView(evaluation.d, evaluation.A, 1.0 / (1.0 - mdp.gamma))
+    mass = evaluation.rho.sum(axis=0)
+    weighted = np.einsum("ts,tsa->sa", evaluation.rho, evaluation.A)
+    a_bar = np.where(mass[:, None] > 0, weighted / np.where(mass > 0, mass, 1.0)[:, None], 0.0)
+    assert mdp.horizon is not None
+    return ExactRolloutsView(evaluation.d, a_bar, float(mdp.horizon))
+
+
+def exact_proposal(mdp: TabularMDP, direction: Direction, radii: Sequence[float]) -> Proposal:
+    """Exact-optimal trust-region steps: ``sim.ExactUpdater`` (the maximiser of L_i subject to
+    E_{d_{pi_hat^{i-1}}}[KL_i] <= delta_i) given the exact d and A of the intermediate team."""
+    from sim.team import TabularTeam
+    from sim.updates import ExactUpdater
+
+    updater = ExactUpdater(to_sim(mdp), direction=direction)
+    evaluate = oracle.discounted if mdp.horizon is None else oracle.episodic
 
     def propose(agent: int, table: FloatArray, d: FloatArray) -> FloatArray:
-        team = sim.TabularTeam(table, mdp.agent_of_state, n_agents=mdp.n_agents)
-        update = updater.update(team, agent, sampler.sample(team), radii[agent])
+        team = TabularTeam(table, mdp.agent_of_state, n_agents=mdp.n_agents)
+        rollouts = exact_rollouts(mdp, evaluate(mdp, table))
+        update = updater.update(team, agent, rollouts, radii[agent])
         if not update.accepted:
             return table
         return np.asarray(team.with_agent(agent, update.policy).table)
@@ -235,12 +258,16 @@ def draw_trace(
     episodic: bool = False,
     direction: Direction = "reverse",
     min_agents: int = 1,
+    exact: bool = False,
 ) -> Trace:
-    """A random MDP, team, random order and random trust-region steps of every agent."""
+    """A random MDP, team and order; every agent takes a trust-region step of radius delta_k:
+    a random one (``exact=False``) or the exact-optimal one of ``sim.ExactUpdater``."""
     mdp = draw_tabular_mdp(rng, episodic=episodic, min_agents=min_agents)
     start = draw_team(rng, mdp)
     radii = [draw_radius(rng) for _ in range(mdp.n_agents)]
     order = tuple(int(k) for k in rng.permutation(mdp.n_agents))
+    if exact:
+        return stage_trace(mdp, start, order, exact_proposal(mdp, direction, radii))
     return stage_trace(mdp, start, order, random_proposal(mdp, rng, direction, radii))
 
 
@@ -763,6 +790,22 @@ def check_theorem_3_4_kl_forward(instance_seed: int) -> float:
     return min(theorem_3_4_slacks(trace, "kl_forward"))
 
 
+def check_theorem_3_4_exact_reverse(instance_seed: int) -> float:
+    trace = draw_trace(_rng(instance_seed), direction="reverse", exact=True)
+    return min(theorem_3_4_slacks(trace, "kl_reverse") + theorem_3_4_slacks(trace, "tv"))
+
+
+def check_theorem_3_4_exact_forward(instance_seed: int) -> float:
+    trace = draw_trace(_rng(instance_seed), direction="forward", exact=True)
+    return min(theorem_3_4_slacks(trace, "kl_forward") + theorem_3_4_slacks(trace, "tv"))
+
+
+def check_theorem_3_6_exact(instance_seed: int) -> float:
+    rng = _rng(instance_seed)
+    direction: Direction = "reverse" if rng.random() < 0.5 else "forward"
+    return theorem_3_6_slack(draw_trace(rng, direction=direction, exact=True), direction)
+
+
 def check_theorem_3_4_hoeffding(instance_seed: int) -> float:
     rng = _rng(instance_seed)
     trace = draw_trace(rng)
@@ -844,8 +887,21 @@ CHECKS: tuple[Check, ...] = (
     Check("thm_3_4_tv", "§2 Thm 3.4, TV form", check_theorem_3_4_tv),
     Check("thm_3_4_kl_reverse", "§2 Thm 3.4, KL form, KL(new||old)", check_theorem_3_4_kl_reverse),
     Check("thm_3_4_kl_forward", "§2 Thm 3.4, KL form, KL(old||new)", check_theorem_3_4_kl_forward),
+    Check(
+        "thm_3_4_exact_reverse",
+        "§2 Thm 3.4, TV and KL forms, exact KL(new||old) updates",
+        check_theorem_3_4_exact_reverse,
+    ),
+    Check(
+        "thm_3_4_exact_forward",
+        "§2 Thm 3.4, TV and KL forms, exact KL(old||new) updates",
+        check_theorem_3_4_exact_forward,
+    ),
     Check("thm_3_4_hoeffding", "§2 Thm 3.4, finite-sample term", check_theorem_3_4_hoeffding),
     Check("thm_3_6_stage", "§2 Thm 3.6, random order", check_theorem_3_6),
+    Check(
+        "thm_3_6_stage_exact", "§2 Thm 3.6, random order, exact updates", check_theorem_3_6_exact
+    ),
     Check("thm_3_7_drift", "§2 Thm 3.7, occupancy drift", check_theorem_3_7_drift),
     Check("thm_3_7_stale_penalty", "§2 Thm 3.7, penalty sums", check_theorem_3_7_stale_penalty),
     Check(
