@@ -1,0 +1,111 @@
+"""``teamtr verify`` through the real console entry point: schema, coverage, exit codes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from proofs_check import checks, oracle, verify
+from proofs_check.instances import draw_tabular_mdp
+from teamtr import bounds
+from teamtr.cli import main
+
+REQUIRED_KEYS = {"name", "instances", "violations", "min_slack", "median_slack"}
+
+
+def _read_checks(path):
+    payload = json.loads(path.read_text())
+    assert set(payload) == {"checks"}
+    return payload["checks"]
+
+
+def test_verify_three_seeds_writes_schema_and_finds_no_violation(tmp_path, capsys):
+    out = tmp_path / "verify.json"
+    code = main(["verify", "--seeds", "3", "--json", str(out), "--no-progress"])
+    rows = _read_checks(out)
+
+    assert code == 0
+    assert len(rows) >= 12
+    assert len({row["name"] for row in rows}) == len(rows)
+    for row in rows:
+        assert REQUIRED_KEYS <= set(row)
+        assert row["instances"] == 3
+        assert row["violations"] == 0
+        assert row["min_slack"] >= 0
+        assert row["median_slack"] >= row["min_slack"]
+    printed = capsys.readouterr().out
+    for row in rows:
+        assert row["name"] in printed
+
+
+def _overstated_performance_difference(instance_seed: int) -> float:
+    """The performance-difference identity with a deliberately wrong constant: the right-hand
+    side doubled (2/(1-gamma) instead of 1/(1-gamma)). It must be reported as violated."""
+    rng = np.random.default_rng(instance_seed)
+    mdp = draw_tabular_mdp(rng)
+    pi, pi_new = checks.draw_policy_pair(rng, mdp)
+    old, new = oracle.discounted(mdp, pi), oracle.discounted(mdp, pi_new)
+    wrong_rhs = 2.0 * bounds.performance_difference_rhs(pi_new, old.A, new.d, mdp.gamma)
+    return checks.IDENTITY_TOL * max(1.0, abs(wrong_rhs)) - abs(new.J - old.J - wrong_rhs)
+
+
+def test_verify_exits_nonzero_when_a_check_is_violated(tmp_path, monkeypatch, capsys):
+    wrong = checks.Check(
+        "performance_difference_doubled",
+        "deliberately wrong constant",
+        _overstated_performance_difference,
+    )
+    monkeypatch.setattr(verify, "CHECKS", (*checks.CHECKS, wrong))
+    out = tmp_path / "verify.json"
+    code = main(
+        [
+            "verify",
+            "--seeds",
+            "3",
+            "--json",
+            str(out),
+            "--check",
+            "performance_difference",
+            "--check",
+            wrong.name,
+            "--no-progress",
+        ]
+    )
+    rows = {row["name"]: row for row in _read_checks(out)}
+
+    assert code == 1
+    assert rows["performance_difference"]["violations"] == 0
+    assert rows[wrong.name]["violations"] == 3
+    assert rows[wrong.name]["min_slack"] < 0
+    assert "VIOLATED: performance_difference_doubled" in capsys.readouterr().err
+
+
+def test_a_check_that_raises_counts_as_violated():
+    def broken(instance_seed: int) -> float:
+        raise FloatingPointError(f"instance {instance_seed}")
+
+    summary = verify.run_check(checks.Check("broken", "none", broken), range(2), lambda: None)
+    assert summary.violations == 2
+    assert verify.report([summary], None) == 1
+
+
+@pytest.mark.parametrize("seeds", ["0", "-1"])
+def test_verify_rejects_a_non_positive_seed_count(seeds):
+    assert main(["verify", "--seeds", seeds, "--no-progress"]) == 2
+
+
+def test_console_script_prints_progress_on_stderr_and_table_on_stdout():
+    result = subprocess.run(
+        [sys.executable, "-m", "teamtr.cli", "verify", "--seeds", "1", "--check", "pinsker"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "pinsker" in result.stdout and "min slack" in result.stdout
+    assert "teamtr verify" in result.stderr  # the tqdm bar
+    assert "teamtr verify" not in result.stdout
