@@ -68,10 +68,23 @@ class ResolventSolution:
 
 
 def relative_residual(operator: Callable[[Vector], Vector], solution: Vector, rhs: Vector) -> float:
-    scale = float(np.linalg.norm(rhs))
+    """||rhs - operator(solution)||_2 / ||rhs||_2, computed after scaling by max |rhs|.
+
+    The scaling keeps the norm from underflowing when rhs is tiny (e.g. rewards of 1e-200).
+    """
+    scale = float(np.abs(rhs).max(initial=0.0))
     if scale == 0.0:
-        return float(np.linalg.norm(solution))
-    return float(np.linalg.norm(rhs - operator(solution)) / scale)
+        return float(np.abs(solution).max(initial=0.0))
+    unit_rhs = rhs / scale
+    return float(np.linalg.norm(unit_rhs - operator(solution / scale)) / np.linalg.norm(unit_rhs))
+
+
+def _safe_norm(vector: Vector) -> float:
+    """||vector||_2 without underflow for tiny entries (scale by the largest first)."""
+    largest = float(np.abs(vector).max(initial=0.0))
+    if largest == 0.0:
+        return 0.0
+    return largest * float(np.linalg.norm(vector / largest))
 
 
 def _offdiagonal_pattern(kernel: sp.csr_matrix) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
@@ -170,7 +183,7 @@ def _gmres(
     enough"), so each step is one matrix-vector product plus two BLAS-2 sweeps. The true
     residual is recomputed at every restart and decides convergence.
     """
-    scale = float(np.linalg.norm(rhs))
+    scale = _safe_norm(rhs)
     if scale == 0.0:
         return np.zeros_like(rhs), 0, 0.0
     # Work on the unit-norm right-hand side: the tolerance is then relative whatever the size
@@ -237,7 +250,7 @@ def _deflated_richardson(
     observed contraction is poor (slowly mixing chains, grids), GMRES takes over from the
     current iterate.
     """
-    scale = float(np.linalg.norm(rhs))
+    scale = _safe_norm(rhs)
     if scale == 0.0:
         return np.zeros_like(rhs), 0, 0.0
     # Unit-norm right-hand side: the tolerance is relative whatever the size of rhs (a tiny

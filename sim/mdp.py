@@ -85,7 +85,7 @@ def _validate_transition_rows(P: sp.csr_matrix, n_actions: int) -> None:
         count = int((off > STOCHASTIC_ATOL).sum())
         raise MDPValidationError(
             f"P(.|s,a) must sum to 1 (to {STOCHASTIC_ATOL:g}); {count} row(s) do not, worst at "
-            f"{_state_action(worst, n_actions)}: sum = {row_sums[worst]!r}"
+            f"{_state_action(worst, n_actions)}: sum = {float(row_sums[worst])!r}"
         )
 
 
@@ -103,7 +103,7 @@ def _as_agent_ids(agent_of_state: ArrayLike, n_states: int, n_agents: int | None
         if not integral.all():
             state = int(np.flatnonzero(~integral)[0])
             raise MDPValidationError(
-                f"agent_of_state must hold integers; state {state} has {raw[state]!r}"
+                f"agent_of_state must hold integers; state {state} has {raw[state].item()!r}"
             )
     ids = raw.astype(np.int64)
     if n_states and ids.min() < 0:
@@ -184,7 +184,7 @@ class TurnTakingMDP:
             raise MDPValidationError(f"rho0 is negative at state {state}: {start[state]:.3g}")
         if abs(start.sum() - 1.0) > STOCHASTIC_ATOL:
             raise MDPValidationError(
-                f"rho0 must sum to 1 (to {STOCHASTIC_ATOL:g}), sums to {start.sum()!r}"
+                f"rho0 must sum to 1 (to {STOCHASTIC_ATOL:g}), sums to {float(start.sum())!r}"
             )
         start /= start.sum()
 

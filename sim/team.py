@@ -39,7 +39,7 @@ def validate_policy(table: ArrayLike, n_states: int, n_actions: int) -> NDArray[
     if off.max(initial=0.0) > POLICY_ATOL:
         s = int(np.argmax(off))
         raise PolicyValidationError(
-            f"policy rows must sum to 1 (to {POLICY_ATOL:g}); state {s} sums to {pi[s].sum()!r}"
+            f"policy rows must sum to 1 (to {POLICY_ATOL:g}); state {s} sums to {float(pi[s].sum())!r}"
         )
     return pi
 
