@@ -49,11 +49,13 @@ class Rollouts(Protocol):
 class Sampler(Protocol):
     """Produces rollouts of a team."""
 
+    # Parameters are typed Any: each backend accepts its own team and rollouts types (a protocol
+    # parameter typed TeamPolicy would forbid that narrowing).
     def sample(
         self,
-        team: TeamPolicy,
+        team: Any,
         *,
-        previous: Rollouts | None = None,
+        previous: Any = None,
         updated_agent: int | None = None,
     ) -> Rollouts:
         """Fresh on-policy rollouts of ``team``.
@@ -65,7 +67,7 @@ class Sampler(Protocol):
         """
         ...
 
-    def importance_weighted(self, rollouts: Rollouts, team: TeamPolicy) -> Rollouts:
+    def importance_weighted(self, rollouts: Any, team: Any) -> Rollouts:
         """``rollouts`` of their behaviour team, reweighted to stand for ``team`` (HAPPO-style).
 
         ``team`` differs from ``rollouts.behaviour`` only in agents already updated this stage;
@@ -79,9 +81,7 @@ class Sampler(Protocol):
 class AgentUpdater(Protocol):
     """Improves one agent inside its trust region, using only the given rollouts."""
 
-    def update(
-        self, team: TeamPolicy, agent: int, rollouts: Rollouts, radius: float
-    ) -> AgentUpdate:
+    def update(self, team: Any, agent: int, rollouts: Any, radius: float) -> AgentUpdate:
         """Maximise agent ``agent``'s surrogate on ``rollouts`` s.t. its mean KL <= ``radius``.
 
         ``team.agent(agent)`` is the agent's current (pre-update) policy. Advantages and the

@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import TypeVar, cast
 
 import numpy as np
 
@@ -30,6 +31,9 @@ from teamtr.penalty import PenaltyModel
 from teamtr.protocols import AgentUpdater, Sampler, TeamPolicy
 from teamtr.reports import AgentUpdate, StageReport, UpdateRecord
 from teamtr.schemes import RolloutSource
+
+TeamT = TypeVar("TeamT", bound=TeamPolicy)
+"""The backend's own team type: a stage returns the same type it was given."""
 
 Evaluator = Callable[[TeamPolicy], float]
 """Exact J of a team, where the backend has it (sim); None for language models."""
@@ -80,7 +84,7 @@ class _Evaluations:
 
 
 def run_stage(
-    team: TeamPolicy,
+    team: TeamT,
     sampler: Sampler,
     updater: AgentUpdater,
     config: StageConfig,
@@ -89,14 +93,14 @@ def run_stage(
     keep_teams: bool = False,
     stage_index: int = 0,
     on_update: Callable[[UpdateRecord], None] | None = None,
-) -> tuple[StageReport, TeamPolicy]:
+) -> tuple[StageReport, TeamT]:
     """Run one stage of ``config.scheme`` from ``team``; return its report and pi_bar."""
     order = stage_order(config, team.n_agents, stage_index)
     evaluate = _Evaluations(evaluator, {})
     source = RolloutSource(config.scheme, sampler)
     source.start(team)
     start_team = team
-    teams: list[TeamPolicy] = [team]
+    teams: list[TeamT] = [team]
     records: list[UpdateRecord] = []
     last_updated: int | None = None
 
@@ -107,7 +111,7 @@ def run_stage(
         update = updater.update(base, agent, rollouts, radius)
         kept = inside_radius(update, radius, config.kl_tolerance)
         charged = update_penalty(update, penalty, config.penalty_form) if kept else 0.0
-        after = base.with_agent(agent, update.policy) if kept else base
+        after = cast(TeamT, base.with_agent(agent, update.policy)) if kept else base
         record = UpdateRecord(
             position=position,
             agent=agent,
@@ -146,13 +150,13 @@ def run_stage(
 
 
 def _apply_jointly(
-    start_team: TeamPolicy, records: Sequence[UpdateRecord], penalty: PenaltyModel, form: str
-) -> tuple[TeamPolicy, float]:
+    start_team: TeamT, records: Sequence[UpdateRecord], penalty: PenaltyModel, form: str
+) -> tuple[TeamT, float]:
     """Swap every kept update in at once; certify the team move with Thm 3.4 (Lemma 3.1)."""
     team = start_team
     kept = [r for r in records if r.kept]
     for record in kept:
-        team = team.with_agent(record.agent, record.update.policy)
+        team = cast(TeamT, team.with_agent(record.agent, record.update.policy))
     if not kept:
         return team, 0.0
     surrogate = sum(r.update.surrogate for r in kept)
@@ -168,7 +172,7 @@ def _apply_jointly(
 
 
 def run_stages(
-    team: TeamPolicy,
+    team: TeamT,
     sampler: Sampler,
     updater: AgentUpdater,
     config: StageConfig,
@@ -176,7 +180,7 @@ def run_stages(
     n_stages: int,
     evaluator: Evaluator | None = None,
     keep_teams: bool = False,
-) -> Iterator[tuple[StageReport, TeamPolicy]]:
+) -> Iterator[tuple[StageReport, TeamT]]:
     """Run ``n_stages`` consecutive stages, yielding each report and the team after it."""
     if n_stages < 1:
         raise ValueError(f"n_stages must be >= 1, got {n_stages}")
