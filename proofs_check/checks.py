@@ -390,6 +390,34 @@ def message_chain_rule_slack(pair: MessagePair) -> float:
     return _identity_slack(message_kl, float(np.sum(p * summed)), pair.length)
 
 
+def dialogue_chain_rule_slack(
+    n_agents: int, vocab_size: int, length: int, logit_scale: float, closeness: float, seed: int
+) -> float:
+    """Lemma 3.1, token level, on ``sim.dialogue_mdp``: at every state of the dialogue, the
+    KL between two teams' message distributions (actions = all V^T messages, enumerated)
+    equals E_{y~p}[sum_t KL(p(.|y_<t) || q(.|y_<t))] computed with
+    ``teamtr.divergence.token_kl_from_logits`` along every message's prefixes; and
+    ``sim.dialogue.per_token_kl_sum`` agrees. Identity slack (1e-9), min over states."""
+    from sim.dialogue import TokenFactorisation, dialogue_mdp, message_probs_from_token_logits
+
+    rng = np.random.default_rng(seed)
+    mdp = dialogue_mdp(n_agents, vocab_size, length, seed=rng)
+    tokens = TokenFactorisation(vocab_size, length)
+    shape = (mdp.n_states, tokens.n_prefixes, vocab_size)
+    logits_p = logit_scale * rng.standard_normal(shape)
+    logits_q = logits_p + closeness * rng.standard_normal(shape)
+    p = message_probs_from_token_logits(logits_p, vocab_size, length)  # (S, V^T): team tables
+    q = message_probs_from_token_logits(logits_q, vocab_size, length)
+    prefixes = tokens.message_prefixes  # (V^T, T)
+    per_token = token_kl_from_logits(logits_p[:, prefixes], logits_q[:, prefixes])  # (S, M, T)
+    summed = message_kl_from_token_kls(per_token, np.ones(per_token.shape, dtype=bool))
+    chain = np.sum(p * summed, axis=1)
+    message = kl(p, q)
+    from_sim = tokens.per_token_kl_sum(p, q)
+    worst = max(float(np.max(np.abs(message - chain))), float(np.max(np.abs(message - from_sim))))
+    return IDENTITY_TOL * max(1.0, length) - worst
+
+
 # --- statistical checks of the sampled side ------------------------------------------------------
 
 
@@ -604,6 +632,51 @@ def stale_penalty_slacks(trace: Trace) -> list[float]:
     return slacks
 
 
+def stage_loop_slacks(
+    mdp: TabularMDP,
+    start: FloatArray,
+    direction: Direction,
+    radius: float,
+    penalty_form: str = "kl",
+    order_seed: int = 0,
+) -> list[float]:
+    """Thm 3.6 as the library runs it: one ``teamtr.run_stage`` of the ``teamtr`` scheme with
+    ``sim``'s exact sampler and updater in a random order. Slacks: realised gain minus
+    certificate for every kept update (Thm 3.4), and for the stage (Thm 3.6), J exact."""
+    from sim.rollouts import ExactSampler
+    from sim.team import TabularTeam
+    from sim.updates import ExactUpdater
+    from teamtr.config import StageConfig
+    from teamtr.stage import run_stage
+
+    sim_mdp = to_sim(mdp)
+    evaluate = oracle.discounted if mdp.horizon is None else oracle.episodic
+    config = StageConfig(
+        scheme="teamtr",
+        radius=radius,
+        order="random",
+        seed=order_seed,
+        penalty_form=penalty_form,  # type: ignore[arg-type]
+    )
+    report, _ = run_stage(
+        TabularTeam(start, mdp.agent_of_state, n_agents=mdp.n_agents),
+        ExactSampler(sim_mdp),
+        ExactUpdater(sim_mdp, direction=direction),
+        config,
+        sim_mdp.penalty_model(),
+        evaluator=lambda team: evaluate(mdp, np.asarray(team.table)).J,
+    )
+    allowance = _allowance(value_scale(mdp) * len(report.records))
+    slacks = []
+    for record in report.records:
+        if record.kept:
+            assert record.realised_gain is not None
+            slacks.append(record.realised_gain - record.certificate + allowance)
+    assert report.realised_gain is not None
+    slacks.append(report.realised_gain - report.certificate + allowance)
+    return slacks
+
+
 # --- Stage-0 alignment ---------------------------------------------------------------------------
 
 
@@ -766,6 +839,18 @@ def check_lemma_3_1_token(instance_seed: int) -> float:
     return message_chain_rule_slack(draw_message_pair(_rng(instance_seed)))
 
 
+def check_lemma_3_1_dialogue(instance_seed: int) -> float:
+    rng = _rng(instance_seed)
+    return dialogue_chain_rule_slack(
+        n_agents=int(rng.integers(1, 4)),
+        vocab_size=int(rng.integers(2, 4)),
+        length=int(rng.integers(1, 4)),
+        logit_scale=float(rng.choice([rng.uniform(0.1, 3.0), rng.uniform(8.0, 14.0)])),
+        closeness=float(rng.uniform(0.01, 1.5)),
+        seed=int(rng.integers(2**32)),
+    )
+
+
 def check_k1_unbiased(instance_seed: int) -> float:
     rng = _rng(instance_seed)
     return estimator_unbiased_slack(draw_message_pair(rng), "k1", rng)
@@ -804,6 +889,26 @@ def check_theorem_3_6_exact(instance_seed: int) -> float:
     rng = _rng(instance_seed)
     direction: Direction = "reverse" if rng.random() < 0.5 else "forward"
     return theorem_3_6_slack(draw_trace(rng, direction=direction, exact=True), direction)
+
+
+def _stage_loop_check(instance_seed: int, episodic: bool) -> float:
+    rng = _rng(instance_seed)
+    mdp = draw_tabular_mdp(rng, episodic=episodic)
+    direction: Direction = "reverse" if rng.random() < 0.5 else "forward"
+    form = "tv" if rng.random() < 0.5 else "kl"
+    return min(
+        stage_loop_slacks(
+            mdp, draw_team(rng, mdp), direction, draw_radius(rng), form, int(rng.integers(1000))
+        )
+    )
+
+
+def check_stage_loop_certificate(instance_seed: int) -> float:
+    return _stage_loop_check(instance_seed, episodic=False)
+
+
+def check_episodic_stage_loop_certificate(instance_seed: int) -> float:
+    return _stage_loop_check(instance_seed, episodic=True)
 
 
 def check_theorem_3_4_hoeffding(instance_seed: int) -> float:
@@ -882,6 +987,11 @@ CHECKS: tuple[Check, ...] = (
     Check("sim_evaluate_exact", "§1 exact evaluation in sim/", check_sim_evaluate),
     Check("lemma_3_1_state", "§2 Lemma 3.1, state level", check_lemma_3_1_state),
     Check("lemma_3_1_token", "§2 Lemma 3.1, token chain rule", check_lemma_3_1_token),
+    Check(
+        "lemma_3_1_dialogue",
+        "§2 Lemma 3.1, token chain rule on sim.dialogue_mdp",
+        check_lemma_3_1_dialogue,
+    ),
     Check("k1_unbiased", "§2 k1 estimator unbiased", check_k1_unbiased),
     Check("k3_unbiased", "§2 k3 estimator unbiased", check_k3_unbiased),
     Check("thm_3_4_tv", "§2 Thm 3.4, TV form", check_theorem_3_4_tv),
@@ -902,6 +1012,11 @@ CHECKS: tuple[Check, ...] = (
     Check(
         "thm_3_6_stage_exact", "§2 Thm 3.6, random order, exact updates", check_theorem_3_6_exact
     ),
+    Check(
+        "stage_loop_certificate",
+        "§2 Thm 3.4/3.6 as teamtr.run_stage certifies them",
+        check_stage_loop_certificate,
+    ),
     Check("thm_3_7_drift", "§2 Thm 3.7, occupancy drift", check_theorem_3_7_drift),
     Check("thm_3_7_stale_penalty", "§2 Thm 3.7, penalty sums", check_theorem_3_7_stale_penalty),
     Check(
@@ -917,6 +1032,11 @@ CHECKS: tuple[Check, ...] = (
     ),
     Check("episodic_thm_3_4_kl", "§2 episodic Thm 3.4, KL form", check_episodic_theorem_3_4_kl),
     Check("episodic_thm_3_7_drift", "§2 episodic drift", check_episodic_theorem_3_7_drift),
+    Check(
+        "episodic_stage_loop_certificate",
+        "§2 episodic Thm 3.4/3.6 as teamtr.run_stage certifies them",
+        check_episodic_stage_loop_certificate,
+    ),
     Check("certificate_proxy", "§2 certificate proxy, exact inputs", check_certificate_proxy),
     Check("stage0_closed_form", "§2 Stage-0 closed form vs scipy", check_stage0_closed_form),
     Check("stage0_inside_radius", "§2 Stage-0 projection feasible", check_stage0_inside_radius),
