@@ -1,0 +1,661 @@
+"""``teamtr swap-sim``: the exact swap-shock study (THEORY.md §2, "Stage-0 alignment").
+
+Per seed, on one instance of a built-in family (exact values throughout):
+
+1. train a team pi_A with a few exact TeamTR stages from a random start;
+2. train a donor team pi_B the same way from another random start, for more stages: its agents
+   are plausibly good but were trained against other teammates, the tabular analogue of a
+   model from another run (or a larger model) that is dropped into the team;
+3. replace agent k of pi_A by pi_B's agent k directly, and after Stage-0 alignment with radius
+   delta0 (``sim.alignment.align_agent``); record J right after each swap (the swap shock) and
+   after further TeamTR stages from each team, next to pi_A trained on without any swap;
+4. check that the Thm 3.4 certificate of the aligned swap (an update of agent k with
+   KL(pi_new || pi_cur)(s) <= delta0) lies below its realised change, on every seed and for
+   every delta0 of the sweep;
+5. SAT-style upgrade: replace agents 0..n-2 of pi_A by pi_B's, then all n, directly versus one
+   aligned swap after another (each certified by Thm 3.4; the sum telescopes as in Thm 3.6).
+
+Scores are also reported normalised, (J - J_uniform) / (J_max - J_uniform): 0 for the team that
+plays uniformly at random, 1 for the optimal policy (like accuracy above chance), so that
+relative improvements read like the papers' accuracy ratios (TeamTR: aligned swap +27% over direct; SAT:
+56.5 -> 66.9 -> 70.4 after upgrading two agents, then all three).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import math
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+from tqdm import tqdm
+
+import sim
+from sim.alignment import COVER_TOLERANCE, SwapCertificate, align_agent, swap_certificate
+from sim.experiments.sim_train import FAMILIES, build_family, check_certified_improvement
+from teamtr import StageConfig, run_stages
+
+REPLACEMENTS: dict[str, str] = {
+    "other-run": (
+        "agent k of a donor team trained with TeamTR from another random start for "
+        "--donor-stages stages (another run, trained longer)"
+    ),
+    "other-team": (
+        "agent k trained alone for --donor-stages trust-region updates as a best response to a "
+        "different, frozen team of peaked random policies (good for other teammates)"
+    ),
+}
+OTHER_TEAM_CONCENTRATION = 0.3
+"""Dirichlet concentration of the frozen teammates an ``other-team`` replacement is trained with:
+small, so that those teammates have decided habits that differ from the trained team's."""
+PAPER_CLAIMS: dict[str, str] = {
+    "teamtr": "aligned swap +27% over the direct swap (1.5B agent replaced by an 8B agent)",
+    "sat": "composite score 56.5 (trained team) -> 66.9 (two agents upgraded) -> 70.4 (all three)",
+}
+DEFINITIONS: dict[str, str] = {
+    "J": "exact J of a team (sim.evaluate)",
+    "score": (
+        "(J - J_uniform) / (J_max - J_uniform): 0 for the uniform random team, 1 for the best "
+        "policy (value iteration); negative below chance"
+    ),
+    "shock": "J(trained team) - J(team right after the swap); positive means the swap hurt",
+    "further": "J after each of the further TeamTR stages trained from the swapped team",
+    "relative_improvement": (
+        "mean score(aligned) / mean score(direct) - 1 over seeds (the papers' +27% is such a "
+        "ratio); per_seed_mean is the mean of the per-seed ratios"
+    ),
+    "certificate": (
+        "Thm 3.4 for the swap as an update of agent k from the trained team: "
+        "L - penalty(eps, E_d[KL]); covers = realised change >= every form of the bound"
+    ),
+}
+
+
+@dataclass(frozen=True)
+class StudySettings:
+    """The options of one study, validated once."""
+
+    family: str
+    seeds: int
+    train_stages: int
+    donor_stages: int
+    further_stages: int
+    radius: float
+    delta0: float
+    sweep: tuple[float, ...]
+    agent: int | None
+    concentration: float
+    replacement: str
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> StudySettings:
+        if args.replacement not in REPLACEMENTS:
+            raise ValueError(
+                f"--replacement must be one of {sorted(REPLACEMENTS)}, got {args.replacement!r}"
+            )
+        if args.family not in FAMILIES:
+            raise ValueError(f"--family must be one of {sorted(FAMILIES)}, got {args.family!r}")
+        for flag in ("seeds", "train_stages", "donor_stages", "further_stages"):
+            if getattr(args, flag) < 1:
+                raise ValueError(f"--{flag.replace('_', '-')} must be >= 1")
+        sweep = tuple(float(x) for x in args.delta0_sweep.split(",") if x.strip())
+        for value in (args.radius, args.delta0, args.concentration, *sweep):
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(
+                    f"--radius, --delta0, --delta0-sweep and --concentration must be > 0, "
+                    f"got {value}"
+                )
+        return cls(
+            family=args.family,
+            seeds=args.seeds,
+            train_stages=args.train_stages,
+            donor_stages=args.donor_stages,
+            further_stages=args.further_stages,
+            radius=args.radius,
+            delta0=args.delta0,
+            sweep=tuple(sorted({*sweep, float(args.delta0)})),
+            agent=args.agent,
+            concentration=args.concentration,
+            replacement=args.replacement,
+        )
+
+
+REPLACEMENT_UNIFORM_MIX = 1e-3
+"""The replacement is the donor's agent mixed with this much of the uniform policy. A softmax
+model never gives an action probability 0, and the Stage-0 problem needs it: where pi_pre is a
+point mass on an action pi_cur rarely takes, no policy inside supp(pi_pre) meets the radius."""
+
+
+def replacement_table(donor: sim.TabularTeam) -> NDArray[np.float64]:
+    """The donor team's table as the replacement model for any of its agents (full support)."""
+    n_actions = donor.table.shape[1]
+    table: NDArray[np.float64] = (
+        1.0 - REPLACEMENT_UNIFORM_MIX
+    ) * donor.table + REPLACEMENT_UNIFORM_MIX / n_actions
+    return table
+
+
+SEED_KEYS: tuple[str, ...] = (
+    "seed",
+    "agent",
+    "states",
+    "J_uniform",
+    "J_max",
+    "J_trained_curve",
+    "J_donor_curve",
+    "J_trained",
+    "J_donor",
+    "J_replacement_team",
+    "no_swap",
+    "direct",
+    "aligned",
+    "sweep",
+    "upgrade",
+)
+"""The fields of one seed's record in the JSON output (``study_seed``)."""
+TIE_TOLERANCE = 1e-9
+"""Scores closer than this count as a tie (both teams converged to the same optimum)."""
+
+
+class SwapCertificateViolation(AssertionError):
+    """An aligned swap changed J by less than its exact Thm 3.4 certificate (never tolerated)."""
+
+
+def optimal_value(mdp: sim.TurnTakingMDP, tolerance: float = 1e-12) -> float:
+    """J_max, the best J of any policy, by value iteration.
+
+    Discounted: V <- max_a [R + gamma P V] (a gamma-contraction) until the update is below
+    ``tolerance`` (1 - gamma); episodic: H steps of backward induction (the best time-dependent
+    policy, an upper bound for the stationary teams trained here).
+    """
+    n_states, n_actions = mdp.n_states, mdp.n_actions
+    values = np.zeros(n_states)
+    steps = mdp.horizon if mdp.horizon is not None else 100_000
+    for _ in range(steps):
+        q = mdp.R + mdp.gamma * (mdp.P @ values).reshape(n_states, n_actions)
+        updated = q.max(axis=1)
+        change = float(np.max(np.abs(updated - values)))
+        values = updated
+        if mdp.horizon is None and change < tolerance * (1.0 - mdp.gamma):
+            break
+    return float(mdp.rho0 @ values)
+
+
+@dataclass
+class Trainer:
+    """Exact TeamTR stages on one MDP; every stage is checked against its certificate."""
+
+    mdp: sim.TurnTakingMDP
+    radius: float
+    seed: int
+
+    def value(self, team: Any) -> float:
+        return float(sim.evaluate(self.mdp, team.table).J)
+
+    def train_alone(
+        self, team: sim.TabularTeam, agent: int, updates: int
+    ) -> tuple[sim.TabularTeam, list[float]]:
+        """``updates`` exact trust-region updates of ``agent`` only, the others frozen.
+
+        Each update is certified by Thm 3.4 (gain >= L - penalty); raises if one is not.
+        """
+        sampler, updater = sim.ExactSampler(self.mdp), sim.ExactUpdater(self.mdp)
+        penalty = self.mdp.penalty_model()
+        curve = [self.value(team)]
+        for index in range(updates):
+            update = updater.update(team, agent, sampler.sample(team), self.radius)
+            if not update.accepted or update.kl > self.radius * (1.0 + 1e-6):
+                continue
+            team = team.with_agent(agent, update.policy)
+            curve.append(self.value(team))
+            certificate = update.surrogate - penalty.kl_penalty(update.advantage_bound, update.kl)
+            slack = COVER_TOLERANCE * max(1.0, abs(curve[-2]))
+            if curve[-1] - curve[-2] < certificate - slack:
+                raise SwapCertificateViolation(
+                    f"seed {self.seed}: update {index} of agent {agent} gained "
+                    f"{curve[-1] - curve[-2]:.6g} < certificate {certificate:.6g}"
+                )
+        return team, curve
+
+    def train(self, team: sim.TabularTeam, stages: int, label: str) -> tuple[Any, list[float]]:
+        """``stages`` TeamTR stages from ``team``; return the final team and J before/after each."""
+        config = StageConfig(scheme="teamtr", radius=self.radius, order="fixed", seed=self.seed)
+        curve = [self.value(team)]
+        for index, (report, trained) in enumerate(
+            run_stages(
+                team,
+                sim.ExactSampler(self.mdp),
+                sim.ExactUpdater(self.mdp),
+                config,
+                self.mdp.penalty_model(),
+                stages,
+                self.value,
+            )
+        ):
+            check_certified_improvement(report, f"seed {self.seed}, {label}, stage {index}")
+            assert report.j_end is not None
+            curve.append(report.j_end)
+            team = trained
+        return team, curve
+
+
+def _certificate_record(certificate: SwapCertificate) -> dict[str, Any]:
+    record = certificate.as_dict()
+    # JSON has no infinity: a direct swap onto an action the current agent never takes has
+    # KL = inf and a vacuous certificate; write those as null.
+    return {
+        k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()
+    }
+
+
+def _check_covers(certificate: SwapCertificate, where: str) -> None:
+    if not certificate.covers:
+        raise SwapCertificateViolation(
+            f"{where}: aligned swap changed J by {certificate.realised_gain:.6g} < certificate "
+            f"{certificate.certificate:.6g}"
+        )
+
+
+def upgrade_team(
+    mdp: sim.TurnTakingMDP,
+    team: sim.TabularTeam,
+    replacement: NDArray[np.float64],
+    agents: Sequence[int],
+    delta0: float | None,
+) -> tuple[sim.TabularTeam, list[SwapCertificate]]:
+    """Replace ``agents`` of ``team`` by ``replacement``'s one by one, aligned when ``delta0``.
+
+    Each swap is certified by Thm 3.4 against the team it starts from, so the certificates add
+    up to a lower bound on the whole upgrade (the telescoping of Thm 3.6).
+    """
+    certificates = []
+    for agent in agents:
+        if delta0 is None:
+            certificates.append(swap_certificate(mdp, team, agent, replacement))
+            team = team.with_agent(agent, replacement)
+        else:
+            aligned = align_agent(mdp, team, agent, replacement, delta0)
+            certificates.append(aligned.certificate)
+            team = aligned.team(team)
+    return team, certificates
+
+
+def study_seed(settings: StudySettings, seed: int) -> dict[str, Any]:
+    """The whole study on one seeded instance; raises if a certificate fails."""
+    mdp = build_family(settings.family, seed)
+    j_uniform = sim.evaluate(mdp, sim.uniform_team(mdp).table).J
+    j_max = optimal_value(mdp)
+    trainer = Trainer(mdp, settings.radius, seed)
+    agent = settings.agent if settings.agent is not None else seed % mdp.n_agents
+    if not 0 <= agent < mdp.n_agents:
+        raise ValueError(f"--agent must lie in [0, {mdp.n_agents}), got {agent}")
+    further = settings.further_stages
+
+    start = sim.random_team(mdp, np.random.default_rng([seed, 0]), settings.concentration)
+    donor_start = sim.random_team(mdp, np.random.default_rng([seed, 1]), settings.concentration)
+    trained, trained_curve = trainer.train(start, settings.train_stages, "trained team")
+    donor, donor_curve = trainer.train(donor_start, settings.donor_stages, "donor team")
+    upgrade_replacement = replacement_table(donor)
+    if settings.replacement == "other-run":
+        replacement, replacement_team_j = upgrade_replacement, donor_curve[-1]
+    else:
+        teammates = sim.random_team(
+            mdp, np.random.default_rng([seed, 2]), OTHER_TEAM_CONCENTRATION
+        ).with_agent(agent, donor_start.table)
+        other_team, other_curve = trainer.train_alone(teammates, agent, settings.donor_stages)
+        replacement, replacement_team_j = replacement_table(other_team), other_curve[-1]
+    current = sim.evaluate(mdp, trained.table)
+    _, no_swap_curve = trainer.train(trained, further, "no swap")
+
+    direct = swap_certificate(mdp, trained, agent, replacement, current=current)
+    _, direct_curve = trainer.train(trained.with_agent(agent, replacement), further, "direct")
+
+    def aligned_run(delta0: float) -> dict[str, Any]:
+        result = align_agent(mdp, trained, agent, replacement, delta0, current=current)
+        _check_covers(result.certificate, f"seed {seed}, delta0 {delta0}")
+        _, curve = trainer.train(result.team(trained), further, f"aligned delta0={delta0}")
+        return {
+            "delta0": delta0,
+            "J_swap": result.certificate.j_after,
+            "J_further": curve[1:],
+            "active_fraction": float(result.active.sum() / mdp.states_of(agent).sum()),
+            "expected_kl_to_pre": result.expected_kl_to_pre,
+            "expected_kl_to_cur": result.expected_kl_to_cur,
+            "max_kl_to_cur": result.max_kl_to_cur,
+            "certificate": _certificate_record(result.certificate),
+        }
+
+    sweep = [aligned_run(delta0) for delta0 in settings.sweep if delta0 != settings.delta0]
+    aligned = aligned_run(settings.delta0)
+    sweep = sorted([*sweep, aligned], key=lambda row: row["delta0"])
+
+    upgrade: dict[str, Any] = {}
+    all_but_last = list(range(mdp.n_agents - 1))
+    for mode, delta0 in (("direct", None), ("aligned", settings.delta0)):
+        team_partial, certs_partial = upgrade_team(
+            mdp, trained, upgrade_replacement, all_but_last, delta0
+        )
+        team_full, certs_last = upgrade_team(
+            mdp, team_partial, upgrade_replacement, [mdp.n_agents - 1], delta0
+        )
+        certificates = certs_partial + certs_last
+        if delta0 is not None:
+            for step, certificate in enumerate(certificates):
+                _check_covers(certificate, f"seed {seed}, aligned upgrade step {step}")
+        _, curve = trainer.train(team_full, further, f"{mode} upgrade")
+        certificate_sum = float(sum(c.certificate for c in certificates))
+        upgrade[mode] = {
+            "J": [current.J, certs_partial[-1].j_after, certs_last[-1].j_after],
+            "J_further": curve[1:],
+            "certificate_sum": certificate_sum if math.isfinite(certificate_sum) else None,
+            "covers": all(c.covers for c in certificates),
+        }
+
+    return {
+        "seed": seed,
+        "agent": agent,
+        "states": mdp.n_states,
+        "J_uniform": j_uniform,
+        "J_max": j_max,
+        "J_trained_curve": trained_curve,
+        "J_donor_curve": donor_curve,
+        "J_trained": current.J,
+        "J_donor": donor_curve[-1],
+        "J_replacement_team": replacement_team_j,
+        "no_swap": {"J_further": no_swap_curve[1:]},
+        "direct": {
+            "J_swap": direct.j_after,
+            "J_further": direct_curve[1:],
+            "expected_kl_to_cur": direct.expected_kl if math.isfinite(direct.expected_kl) else None,
+            "certificate": _certificate_record(direct),
+        },
+        "aligned": aligned,
+        "sweep": sweep,
+        "upgrade": upgrade,
+    }
+
+
+def _stats(values: Sequence[float] | NDArray[np.float64]) -> dict[str, float]:
+    array = np.asarray(values, dtype=float)
+    return {"mean": float(array.mean()), "std": float(array.std())}
+
+
+def _ratio(aligned: np.ndarray, direct: np.ndarray) -> dict[str, float | None]:
+    """Relative improvement of aligned over direct scores, as a ratio of means and per seed."""
+    per_seed = [a / d - 1.0 for a, d in zip(aligned, direct, strict=True) if d > 0]
+    direct_mean = float(direct.mean())
+    return {
+        "ratio_of_means": float(aligned.mean() / direct_mean - 1.0) if direct_mean > 0 else None,
+        "per_seed_mean": float(np.mean(per_seed)) if per_seed else None,
+    }
+
+
+def _sweep_j(run: dict[str, Any], position: int, final: bool) -> float:
+    """J right after the aligned swap of sweep entry ``position``, or after further stages."""
+    row = run["sweep"][position]
+    return float(row["J_further"][-1] if final else row["J_swap"])
+
+
+def summarise(runs: list[dict[str, Any]], settings: StudySettings) -> dict[str, Any]:
+    """Aggregates over seeds: J and scores at the swap and after further stages, win rates."""
+
+    def score(run: dict[str, Any], j: float) -> float:
+        return float((j - run["J_uniform"]) / (run["J_max"] - run["J_uniform"]))
+
+    def column(pick: Callable[[dict[str, Any]], float], normalised: bool) -> np.ndarray:
+        return np.asarray([score(r, pick(r)) if normalised else pick(r) for r in runs])
+
+    moments: dict[str, Callable[[dict[str, Any]], float]] = {
+        "trained": lambda r: r["J_trained"],
+        "donor_team": lambda r: r["J_donor"],
+        "direct_swap": lambda r: r["direct"]["J_swap"],
+        "aligned_swap": lambda r: r["aligned"]["J_swap"],
+        "no_swap_final": lambda r: r["no_swap"]["J_further"][-1],
+        "direct_final": lambda r: r["direct"]["J_further"][-1],
+        "aligned_final": lambda r: r["aligned"]["J_further"][-1],
+    }
+    summary: dict[str, Any] = {
+        "J": {name: _stats(column(pick, False)) for name, pick in moments.items()},
+        "score": {name: _stats(column(pick, True)) for name, pick in moments.items()},
+    }
+    shock_direct = column(lambda r: r["J_trained"] - r["direct"]["J_swap"], False)
+    shock_aligned = column(lambda r: r["J_trained"] - r["aligned"]["J_swap"], False)
+    summary["shock"] = {"direct": _stats(shock_direct), "aligned": _stats(shock_aligned)}
+    for when, direct_key, aligned_key in (
+        ("at_swap", "direct_swap", "aligned_swap"),
+        ("after_further_stages", "direct_final", "aligned_final"),
+    ):
+        direct = column(moments[direct_key], True)
+        aligned = column(moments[aligned_key], True)
+        summary[when] = {
+            "aligned_beats_direct_fraction": float(np.mean(aligned > direct + TIE_TOLERANCE)),
+            "tie_fraction": float(np.mean(np.abs(aligned - direct) <= TIE_TOLERANCE)),
+            "relative_improvement": _ratio(aligned, direct),
+            "score_difference": _stats(aligned - direct),
+        }
+    summary["certificate"] = {
+        "aligned_covers_every_seed": all(r["aligned"]["certificate"]["covers"] for r in runs),
+        "sweep_covers_every_seed": all(
+            row["certificate"]["covers"] for r in runs for row in r["sweep"]
+        ),
+        "aligned_certificate": _stats([r["aligned"]["certificate"]["certificate"] for r in runs]),
+        "aligned_realised_gain": _stats(
+            [r["aligned"]["certificate"]["realised_gain"] for r in runs]
+        ),
+        "direct_certificate_vacuous_fraction": float(
+            np.mean(
+                [
+                    (r["direct"]["certificate"]["certificate"] or -math.inf)
+                    < r["direct"]["certificate"]["realised_gain"] - 1.0
+                    for r in runs
+                ]
+            )
+        ),
+    }
+    direct_swap = column(moments["direct_swap"], True)
+    direct_final = column(moments["direct_final"], True)
+    summary["sweep"] = []
+    for position, delta0 in enumerate(settings.sweep):
+        at_swap = column(partial(_sweep_j, position=position, final=False), True)
+        final = column(partial(_sweep_j, position=position, final=True), True)
+        summary["sweep"].append(
+            {
+                "delta0": delta0,
+                "score_swap": _stats(at_swap),
+                "score_final": _stats(final),
+                "aligned_beats_direct_fraction_at_swap": float(
+                    np.mean(at_swap > direct_swap + TIE_TOLERANCE)
+                ),
+                "aligned_beats_direct_fraction_final": float(
+                    np.mean(final > direct_final + TIE_TOLERANCE)
+                ),
+                "relative_improvement_at_swap": _ratio(at_swap, direct_swap)["ratio_of_means"],
+                "relative_improvement_final": _ratio(final, direct_final)["ratio_of_means"],
+                "covers_every_seed": all(
+                    r["sweep"][position]["certificate"]["covers"] for r in runs
+                ),
+            }
+        )
+    summary["upgrade"] = {}
+    for mode in ("direct", "aligned"):
+        scores = np.asarray(
+            [[score(r, j) for j in r["upgrade"][mode]["J"]] for r in runs], dtype=float
+        )
+        final = np.asarray([score(r, r["upgrade"][mode]["J_further"][-1]) for r in runs])
+        summary["upgrade"][mode] = {
+            "score_trained_two_all": [float(x) for x in 100.0 * scores.mean(axis=0)],
+            "score_final": float(100.0 * final.mean()),
+            "covers_every_seed": all(r["upgrade"][mode]["covers"] for r in runs),
+        }
+    return summary
+
+
+def print_summary(summary: dict[str, Any], settings: StudySettings) -> None:
+    score = summary["score"]
+    print(
+        f"{settings.family}: {settings.seeds} seeds, delta0 = {settings.delta0}, "
+        f"{settings.further_stages} further stages (scores x100, mean ± std)"
+    )
+    for name in (
+        "trained",
+        "donor_team",
+        "direct_swap",
+        "aligned_swap",
+        "no_swap_final",
+        "direct_final",
+        "aligned_final",
+    ):
+        print(f"  {name:<15}{100 * score[name]['mean']:8.2f} ± {100 * score[name]['std']:.2f}")
+    for when in ("at_swap", "after_further_stages"):
+        row = summary[when]
+        ratio = row["relative_improvement"]["ratio_of_means"]
+        ratio_text = "n/a" if ratio is None else f"{100 * ratio:+.1f}%"
+        print(
+            f"  {when}: aligned beats direct on {100 * row['aligned_beats_direct_fraction']:.0f}% "
+            f"of seeds (ties {100 * row['tie_fraction']:.0f}%); relative improvement {ratio_text} (paper: +27%)"
+        )
+    print("  delta0 sweep (score at swap / after further stages, % seeds aligned > direct):")
+    for row in summary["sweep"]:
+        print(
+            f"    {row['delta0']:<8g}{100 * row['score_swap']['mean']:8.2f}"
+            f"{100 * row['score_final']['mean']:8.2f}"
+            f"{100 * row['aligned_beats_direct_fraction_at_swap']:6.0f}%"
+            f"{100 * row['aligned_beats_direct_fraction_final']:6.0f}%"
+        )
+    for mode in ("direct", "aligned"):
+        row = summary["upgrade"][mode]
+        path = " -> ".join(f"{x:.1f}" for x in row["score_trained_two_all"])
+        print(f"  upgrade {mode:<8}{path} -> {row['score_final']:.1f} after further stages")
+    print(f"  (SAT: {PAPER_CLAIMS['sat']})")
+    certificate = summary["certificate"]
+    print(
+        f"  certificate covers the aligned swap on every seed: "
+        f"{certificate['aligned_covers_every_seed']} (sweep: {certificate['sweep_covers_every_seed']})"
+    )
+
+
+def _plotter() -> Callable[[Any, Any], Path]:
+    """``plot_swap_sim`` from ``figures/plot_swap_sim.py`` (figures are scripts, not a package)."""
+    path = Path(__file__).resolve().parents[2] / "figures" / "plot_swap_sim.py"
+    spec = importlib.util.spec_from_file_location("plot_swap_sim", path)
+    if spec is None or spec.loader is None:
+        raise FileNotFoundError(f"cannot load the plotting script {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    plot: Callable[[Any, Any], Path] = module.plot_swap_sim
+    return plot
+
+
+def build_parser(prog: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description=(
+            "Exact swap-shock study: replace one agent of a trained team by an agent trained in "
+            "another run, directly or after Stage-0 alignment, then train on with TeamTR."
+        ),
+    )
+    parser.add_argument("--seeds", type=int, default=20, help="seeded instances (one study each)")
+    parser.add_argument("--json", type=Path, default=None, help="write the results here")
+    parser.add_argument("--plot", type=Path, default=None, help="draw the figure here (PNG)")
+    parser.add_argument(
+        "--family",
+        default="ring",
+        help=f"built-in MDP family, one of {', '.join(FAMILIES)}",
+    )
+    parser.add_argument(
+        "--train-stages", type=int, default=4, help="TeamTR stages that train the team pi_A"
+    )
+    parser.add_argument(
+        "--donor-stages",
+        type=int,
+        default=8,
+        help="TeamTR stages that train the donor team pi_B (the replacement's own run)",
+    )
+    parser.add_argument(
+        "--further-stages", type=int, default=4, help="TeamTR stages trained after the swap"
+    )
+    parser.add_argument(
+        "--radius", type=float, default=0.05, help="delta_i, the per-agent KL radius of Thm 3.4"
+    )
+    parser.add_argument(
+        "--delta0",
+        type=float,
+        default=0.05,
+        help="delta0, the Stage-0 radius: KL(pi_new || pi_cur)(s) <= delta0 on agent k's states",
+    )
+    parser.add_argument(
+        "--delta0-sweep",
+        default="0.01,0.05,0.2,1,5",
+        help="comma-separated delta0 values, each also aligned and trained on",
+    )
+    parser.add_argument(
+        "--agent",
+        type=int,
+        default=None,
+        help="the replaced agent k (default: seed mod n, so every agent is replaced on some seed)",
+    )
+    parser.add_argument(
+        "--replacement",
+        choices=sorted(REPLACEMENTS),
+        default="other-team",
+        help="; ".join(f"{k}: {v}" for k, v in REPLACEMENTS.items()),
+    )
+    parser.add_argument(
+        "--concentration",
+        type=float,
+        default=1.0,
+        help="Dirichlet concentration of the random start teams",
+    )
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        settings = StudySettings.from_args(args)
+    except ValueError as error:
+        print(f"teamtr swap-sim: {error}", file=sys.stderr)
+        return 2
+    began = time.perf_counter()
+    runs = [
+        study_seed(settings, seed)
+        for seed in tqdm(range(settings.seeds), desc="swap-sim", unit="seed", file=sys.stderr)
+    ]
+    summary = summarise(runs, settings)
+    result = {
+        "family": {settings.family: FAMILIES[settings.family]},
+        "settings": {
+            "seeds": settings.seeds,
+            "train_stages": settings.train_stages,
+            "donor_stages": settings.donor_stages,
+            "further_stages": settings.further_stages,
+            "radius": settings.radius,
+            "delta0": settings.delta0,
+            "delta0_sweep": list(settings.sweep),
+            "agent": "seed mod n" if settings.agent is None else settings.agent,
+            "concentration": settings.concentration,
+            "replacement": {settings.replacement: REPLACEMENTS[settings.replacement]},
+            "upgrade_donor": REPLACEMENTS["other-run"],
+            "seconds": round(time.perf_counter() - began, 2),
+        },
+        "paper_claims": PAPER_CLAIMS,
+        "definitions": DEFINITIONS,
+        "summary": summary,
+        "runs": runs,
+    }
+    print_summary(summary, settings)
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=2, allow_nan=False) + "\n")
+        print(f"wrote {args.json}")
+    if args.plot is not None:
+        print(f"wrote {_plotter()(result, args.plot)}")
+    return 0
