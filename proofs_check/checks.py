@@ -164,30 +164,34 @@ def update_terms(trace: Trace, i: int) -> UpdateTerms:
     ev_before, ev_after = trace.evaluations[i - 1], trace.evaluations[i]
     d0 = trace.evaluations[0].d
     tv_s, kl_rev_s, kl_fwd_s = tv(after, before), kl(after, before), kl(before, after)
-    common = {
-        "gain": ev_after.J - ev_before.J,
-        "mean_tv": expected(tv_s, ev_before.d),
-        "mean_kl_reverse": expected(kl_rev_s, ev_before.d),
-        "mean_kl_forward": expected(kl_fwd_s, ev_before.d),
-    }
+    gain = ev_after.J - ev_before.J
+    mean_tv = expected(tv_s, ev_before.d)
+    mean_kl_reverse = expected(kl_rev_s, ev_before.d)
+    mean_kl_forward = expected(kl_fwd_s, ev_before.d)
     if isinstance(ev_before, oracle.Discounted):
         scale = 1.0 / (1.0 - trace.mdp.gamma)
         return UpdateTerms(
+            gain=gain,
             surrogate=exact_surrogate(after, ev_before.A, ev_before.d, scale),
             surrogate_stage_start_occupancy=exact_surrogate(after, ev_before.A, d0, scale),
             advantage_bound=float(np.max(np.abs(np.sum(after * ev_before.A, axis=1)))),
-            **common,
+            mean_tv=mean_tv,
+            mean_kl_reverse=mean_kl_reverse,
+            mean_kl_forward=mean_kl_forward,
         )
     assert isinstance(ev_before, oracle.Episodic)
     gains_per_state = np.sum(after[None] * ev_before.A, axis=2)  # (H, S)
     rho0_steps = trace.evaluations[0]
     assert isinstance(rho0_steps, oracle.Episodic)
     return UpdateTerms(
+        gain=gain,
         surrogate=float(np.sum(ev_before.rho * gains_per_state)),
         surrogate_stage_start_occupancy=float(np.sum(rho0_steps.rho * gains_per_state)),
         advantage_bound=float(np.max(np.abs(gains_per_state))),
+        mean_tv=mean_tv,
+        mean_kl_reverse=mean_kl_reverse,
+        mean_kl_forward=mean_kl_forward,
         tv_per_step=ev_before.rho @ tv_s,
-        **common,
     )
 
 
@@ -664,7 +668,7 @@ def stage_loop_slacks(
         ExactUpdater(sim_mdp, direction=direction),
         config,
         sim_mdp.penalty_model(),
-        evaluator=lambda team: evaluate(mdp, np.asarray(team.table)).J,
+        evaluator=lambda team: evaluate(mdp, np.asarray(team.table)).J,  # type: ignore[attr-defined]
     )
     allowance = _allowance(value_scale(mdp) * len(report.records))
     slacks = []

@@ -12,13 +12,12 @@ import os
 
 from hypothesis import HealthCheck, settings
 
-_COMMON = {
-    "deadline": None,
-    "suppress_health_check": (HealthCheck.too_slow, HealthCheck.data_too_large),
-    "derandomize": False,
-    "print_blob": True,
-}
+_COMMON = settings(
+    deadline=None,
+    suppress_health_check=(HealthCheck.too_slow, HealthCheck.data_too_large),
+    print_blob=True,
+)
 
-settings.register_profile("quick", max_examples=25, **_COMMON)
-settings.register_profile("thorough", max_examples=2000, **_COMMON)
+settings.register_profile("quick", _COMMON, max_examples=25)
+settings.register_profile("thorough", _COMMON, max_examples=2000)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "quick"))

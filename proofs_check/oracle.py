@@ -63,7 +63,7 @@ def discounted(mdp: TabularMDP, pi: FloatArray) -> Discounted:
     system = np.eye(s) - mdp.gamma * transition_under(mdp, pi)
     V = np.linalg.solve(system, np.sum(pi * mdp.R, axis=1))
     Q = mdp.R + mdp.gamma * mdp.P @ V
-    d = (1.0 - mdp.gamma) * np.linalg.solve(system.T, mdp.rho0)
+    d = np.asarray((1.0 - mdp.gamma) * np.linalg.solve(system.T, mdp.rho0), dtype=np.float64)
     return Discounted(J=float(mdp.rho0 @ V), V=V, Q=Q, A=Q - V[:, None], d=d)
 
 
