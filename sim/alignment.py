@@ -16,7 +16,7 @@ it (Lemma 3.1: the team divergence is agent k's where k acts, 0 elsewhere):
                                             >= L - C sqrt(delta0),
 
 L = scale * E_{s~d_{pi_cur}, a~pi_new}[A_{pi_cur}(s, a)], eps = max_s |E_{a~pi_new} A_{pi_cur}(s, a)|
-over agent k's states, C sqrt(delta) the KL-form penalty of ``teamtr.penalty`` (scale and
+over agent k's states (per step t when episodic), C sqrt(delta) the KL-form penalty of ``teamtr.penalty`` (scale and
 penalty are those of the MDP's setting, discounted or episodic). ``swap_certificate`` evaluates
 this bound and the realised change exactly, for any replacement, aligned or not.
 """
@@ -149,6 +149,19 @@ def _surrogate_scale(mdp: TurnTakingMDP) -> float:
     return 1.0 / (1.0 - mdp.gamma)
 
 
+def _advantage_bound(before: Evaluation, moved: FloatArray, mine: NDArray[np.bool_]) -> float:
+    """eps of Thm 3.4: max |E_{a~pi_new} A(s, a)| over agent k's states.
+
+    Episodic: the per-step advantages A_t at the states reached at step t (the bound needs
+    eps >= max_{t,s} |E_{a~pi'} A_t(s, a)|; the time-averaged A_bar can be smaller).
+    """
+    if before.rho is None:
+        return float(np.max(np.abs(np.sum(moved * before.A, axis=1))[mine], initial=0.0))
+    per_step = np.abs(np.einsum("sa,tsa->ts", moved, before.A))
+    reached = (before.rho > 0) & mine[None, :]
+    return float(np.max(per_step[reached], initial=0.0))
+
+
 def swap_certificate(
     mdp: TurnTakingMDP,
     team: TabularTeam,
@@ -172,8 +185,7 @@ def swap_certificate(
     # Lemma 3.1: the swapped team equals pi_cur off agent k's states, so only its rows move.
     moved = after_team.table
     surrogate = exact_surrogate(moved, advantage, before.d, _surrogate_scale(mdp))
-    expected_advantage = np.sum(moved * advantage, axis=1)
-    epsilon = float(np.max(np.abs(expected_advantage[mine]), initial=0.0))
+    epsilon = _advantage_bound(before, moved, mine)
     kl_per_state = np.where(mine, kl(moved, team.table), 0.0)
     tv_per_state = np.where(mine, tv(moved, team.table), 0.0)
     mean_kl = expected(kl_per_state, before.d)

@@ -176,3 +176,20 @@ def test_rejects_bad_inputs_with_a_clear_message() -> None:
         align_agent(mdp, team, 5, team.table, delta0=0.1)
     with pytest.raises(ValueError, match="pi_pre_table"):
         align_agent(mdp, team, 0, team.table[:2], delta0=0.1)
+
+
+def test_episodic_advantage_bound_uses_the_per_step_advantages() -> None:
+    mdp = _small_mdp(3, episodic=True)
+    team = sim.random_team(mdp, 4, concentration=0.5)
+    new = _dirichlet_table(mdp, 8, concentration=0.3)
+    evaluation = sim.evaluate(mdp, team.table)
+    assert evaluation.rho is not None
+    mine = mdp.states_of(0)
+    moved = team.with_agent(0, new).table
+    per_step = np.abs(np.einsum("sa,tsa->ts", moved, evaluation.A))
+    expected_bound = per_step[(evaluation.rho > 0) & mine[None, :]].max()
+    averaged_bound = np.abs(np.sum(moved * evaluation.surrogate_advantage, axis=1))[mine].max()
+    certificate = swap_certificate(mdp, team, 0, new)
+    assert certificate.advantage_bound == pytest.approx(expected_bound, rel=1e-12)
+    # Thm 3.4 needs max over t of |E A_t|; the time-averaged advantage never exceeds it.
+    assert certificate.advantage_bound >= averaged_bound - 1e-12
