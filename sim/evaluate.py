@@ -48,6 +48,8 @@ class Evaluation:
     """How the linear systems were solved ('backward-induction' when episodic)."""
     residual: float = 0.0
     """Largest relative residual ||rhs - M x|| / ||rhs|| of the equations solved."""
+    matvecs: int = 0
+    """Sparse matrix-vector products the iterative solver used (0 for direct solves)."""
 
     @property
     def surrogate_advantage(self) -> Array:
@@ -118,6 +120,7 @@ def _evaluate_discounted(mdp: TurnTakingMDP, pi: Array, rtol: float, method: str
         A_bar=advantage,
         method=solution.method,
         residual=solution.residual,
+        matvecs=solution.matvecs,
     )
 
 

@@ -102,8 +102,8 @@ def test_episodic_performance_difference_identity(seed: int) -> None:
 
 
 def test_krylov_agrees_with_direct_solve() -> None:
-    mdp = sim.random_mdp(1500, 4, 3, gamma=0.99, seed=3)
-    pi = random_policy(np.random.default_rng(3), 1500, 4)
+    mdp = sim.random_mdp(800, 4, 3, gamma=0.99, seed=3)
+    pi = random_policy(np.random.default_rng(3), 800, 4)
     direct = sim.evaluate(mdp, pi, method="direct-lu")
     krylov = sim.evaluate(mdp, pi, method="krylov-gmres")
     assert (direct.method, krylov.method) == ("direct-lu", "krylov-gmres")
@@ -233,3 +233,11 @@ def test_policy_is_validated() -> None:
         sim.evaluate(mdp, np.ones((3, 2)) / 2)
     with pytest.raises(sim.PolicyValidationError, match="negative at state 0, action 1"):
         sim.evaluate(mdp, np.array([[1.5, -0.5], [0.5, 0.5]]))
+
+
+def test_slowly_mixing_chain_is_handed_to_a_direct_solve() -> None:
+    mdp = slow_ring(2000, 0.999)
+    pi = np.ones((2000, 1))
+    result = sim.evaluate(mdp, pi)
+    assert result.method == "direct-lu"
+    assert result.residual <= 1e-10
