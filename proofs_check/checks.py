@@ -691,7 +691,8 @@ SCIPY_FEASIBILITY = 1e-8
 def _scipy_projection(pre: FloatArray, cur: FloatArray, radius: float) -> FloatArray:
     """min KL(pi || pre) s.t. KL(pi || cur) <= radius, by SLSQP over softmax logits.
 
-    Several starts (pi_cur, a geometric mixture, pi_pre); every run that ends feasible to
+    Several SLSQP starts (pi_cur, a geometric mixture, pi_pre), then trust-constr if none of
+    them ends feasible; every run that ends feasible to
     SCIPY_FEASIBILITY counts (SLSQP often stops with "positive directional derivative" at the
     limit of its precision; an unconverged point can only make the comparison more lenient
     towards scipy, never flag a correct closed form), and the best of them is returned.
@@ -728,6 +729,27 @@ def _scipy_projection(pre: FloatArray, cur: FloatArray, radius: float) -> FloatA
         candidate = as_policy(result.x)
         feasible = float(kl(candidate, cur)) <= radius + SCIPY_FEASIBILITY
         if feasible and (best is None or kl(candidate, pre) < kl(best, pre)):
+            best = candidate
+    if best is None:
+        # SLSQP's least-squares subproblem can go singular next to a near-deterministic pi_pre;
+        # the interior-point method is slower but stays feasible there.
+        result = optimize.minimize(
+            lambda z: kl_and_gradient(z, pre),
+            np.log(cur),
+            jac=True,
+            method="trust-constr",
+            constraints=[
+                optimize.NonlinearConstraint(
+                    lambda z: kl_and_gradient(z, cur)[0],
+                    -np.inf,
+                    radius,
+                    jac=lambda z: kl_and_gradient(z, cur)[1][None, :],
+                )
+            ],
+            options={"xtol": 1e-14, "gtol": 1e-14, "maxiter": 3000},
+        )
+        candidate = as_policy(result.x)
+        if float(kl(candidate, cur)) <= radius + SCIPY_FEASIBILITY:
             best = candidate
     if best is None:
         raise RuntimeError("scipy.optimize found no feasible solution from any start")

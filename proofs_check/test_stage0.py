@@ -2,13 +2,23 @@
 is the minimiser of KL(pi || pi_pre) s.t. KL(pi || pi_cur) <= delta0 (against scipy.optimize on
 the same instance) and lies inside the radius."""
 
-from hypothesis import given
+import numpy as np
+from hypothesis import example, given
 
 from proofs_check.checks import stage0_feasibility_slack, stage0_optimality_slack
 from proofs_check.strategies import stage0_instances
 
+# SLSQP found no feasible point here (singular subproblem next to a near-deterministic
+# pi_pre); the comparison now falls back to trust-constr.
+NEAR_DETERMINISTIC_PRE = (
+    np.array([[9.99998974e-01, 1.02609165e-06], [9.50621710e-01, 4.93782895e-02]]),
+    np.array([[0.47040312, 0.52959688], [0.29027952, 0.70972048]]),
+    0.4375587020570997,
+)
+
 
 @given(stage0_instances())
+@example(NEAR_DETERMINISTIC_PRE)
 def test_closed_form_is_no_worse_than_scipy(instance):
     assert stage0_optimality_slack(*instance) >= 0
 
