@@ -59,13 +59,16 @@ class RecordingUpdater:
     starts: list[TeamPolicy] = field(default_factory=list)
     """pi_hat^{i-1}: the team each update was applied to."""
     behaviours: list[TeamPolicy] = field(default_factory=list)
-    """The team whose occupancy each update was trained under (``rollouts.behaviour``)."""
+    """The team whose occupancy each update was trained under (``rollouts.behaviour``, or the
+    team the rollouts were importance-weighted for)."""
 
     def update(
         self, team: TeamPolicy, agent: int, rollouts: Rollouts, radius: float
     ) -> AgentUpdate:
         self.starts.append(team)
-        self.behaviours.append(rollouts.behaviour)
+        # HAPPO-weighted rollouts keep their behaviour team but follow the reweighted-for one.
+        reweighted_for = getattr(rollouts, "reweighted_for", None)
+        self.behaviours.append(reweighted_for if reweighted_for is not None else rollouts.behaviour)
         return self.inner.update(team, agent, rollouts, radius)
 
 

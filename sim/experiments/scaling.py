@@ -31,8 +31,9 @@ from sim.experiments.measure import (
     run_recorded_stage,
 )
 from teamtr import StageConfig
+from teamtr.config import SchemeName
 
-SCHEMES = ("stale", "teamtr")
+SCHEMES: tuple[SchemeName, ...] = ("stale", "teamtr")
 PAPERS_ALPHA = {"stale": 1.94, "teamtr": 1.07}
 
 DEFINITIONS: dict[str, str] = {
@@ -52,6 +53,11 @@ DEFINITIONS: dict[str, str] = {
         "step_shift / (kept updates): the occupancy shift of one update. A fixed per-agent radius "
         "spreads an agent's KL over its 1/n share of the occupancy, so this shrinks with n; "
         "alpha(drift) = alpha(count of terms) + alpha(mean_update_shift) when shifts are coherent."
+    ),
+    "drift_in_update_shifts": (
+        "drift / mean_update_shift: the drift counted in units of one update's own shift. It "
+        "removes the shrinking size of a single update and keeps the combinatorics: exactly n "
+        "for teamtr; n(n-1)/2 times the coherence of the earlier shifts for stale."
     ),
     "net_shift": "||d_{pi_bar} - d_{pi_cur}||_1, the stage's total occupancy change.",
     "coherence": (
@@ -97,6 +103,7 @@ METRICS = (
     "train_true_mismatch",
     "step_shift",
     "mean_update_shift",
+    "drift_in_update_shifts",
     "net_shift",
     "coherence",
     "surrogate_error",
@@ -195,6 +202,11 @@ def metric_values(scheme: str, measurement: StageMeasurement) -> dict[str, float
             if measurement.kept_updates
             else math.nan
         ),
+        "drift_in_update_shifts": (
+            drift * measurement.kept_updates / measurement.step_shift
+            if measurement.step_shift > 0
+            else math.nan
+        ),
         "net_shift": measurement.net_shift,
         "coherence": measurement.coherence,
         "surrogate_error": measurement.surrogate_error,
@@ -288,6 +300,9 @@ def summarise(
         ),
         "drift_ratio_stale_over_teamtr": [finite_or_none(float(r)) for r in ratio],
         "term_count_alpha": term_counts,
+        "alpha_in_update_shifts": {
+            scheme: alpha_all[scheme]["drift_in_update_shifts"]["alpha"] for scheme in SCHEMES
+        },
         "metrics": metrics,
         "alpha_all": alpha_all,
         "aggregate_stale_error": aggregate,

@@ -35,6 +35,7 @@ from tqdm import tqdm
 import sim
 from sim.experiments.families import turn_taking_ring
 from teamtr import StageConfig, StageReport, run_stages
+from teamtr.config import SchemeName
 
 SCHEMES = ("teamtr", "stale", "joint", "happo", "single")
 SAMPLERS = ("exact", "sampled")
@@ -99,10 +100,22 @@ def check_certified_improvement(report: StageReport, where: str) -> None:
 
 @dataclass(frozen=True)
 class RunSpec:
+    """One training run: a family instance, the advantages, the per-agent radius, a scheme."""
+
     family: str
     seed: int
     sampler: str
+    radius: float
     scheme: str
+
+    @property
+    def setting(self) -> str:
+        return setting_label(self.sampler, self.radius)
+
+
+def setting_label(sampler: str, radius: float) -> str:
+    """How a column of results is named: the advantages and the per-agent radius."""
+    return f"{sampler} δ={radius:g}"
 
 
 def train_one(
@@ -112,14 +125,15 @@ def train_one(
     args: argparse.Namespace,
 ) -> dict[str, Any]:
     """Train ``args.stages`` stages of one scheme from ``start``; return the per-stage record."""
-    radius = args.radius
+    radius = spec.radius
     scheme = spec.scheme
     if scheme == "single":
-        radius = args.radius * mdp.n_agents
+        radius = spec.radius * mdp.n_agents
         mdp = as_single_agent(mdp)
         start = sim.TabularTeam(start.table, mdp.agent_of_state)
-        scheme = "teamtr"
-    config = StageConfig(scheme=scheme, radius=radius, order=args.order, seed=spec.seed)  # type: ignore[arg-type]
+    # ``single`` is one agent, for which teamtr, stale and joint coincide; run it as teamtr.
+    core_scheme: SchemeName = "teamtr" if scheme == "single" else scheme  # type: ignore[assignment]
+    config = StageConfig(scheme=core_scheme, radius=radius, order=args.order, seed=spec.seed)
     if spec.sampler == "exact":
         sampler: Any = sim.ExactSampler(mdp)
     else:
@@ -150,6 +164,8 @@ def train_one(
         "family": spec.family,
         "seed": spec.seed,
         "sampler": spec.sampler,
+        "radius": spec.radius,
+        "setting": spec.setting,
         "scheme": spec.scheme,
         "J": j_values,
         "stages": stages,
@@ -180,6 +196,12 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         "--radius", type=float, default=0.05, help="delta_i, the per-agent KL radius of Thm 3.4"
     )
     parser.add_argument(
+        "--large-radius",
+        type=float,
+        default=1.0,
+        help="a second, near-greedy radius run with exact advantages only (0 to skip)",
+    )
+    parser.add_argument(
         "--order", choices=("fixed", "random"), default="fixed", help="update order sigma"
     )
     parser.add_argument(
@@ -202,19 +224,19 @@ def _split(text: str, allowed: tuple[str, ...] | dict[str, str], flag: str) -> l
 
 
 def summarise(
-    runs: list[dict[str, Any]], families: list[str], samplers: list[str]
+    runs: list[dict[str, Any]], families: list[str], settings: list[str]
 ) -> dict[str, Any]:
-    """Per (family, sampler, scheme): J curve, final J, regressions, certificate vs realised gain;
+    """Per (family, setting, scheme): J curve, final J, regressions, certificate vs realised gain;
     and how far every scheme ends from teamtr on the same instances."""
     table: list[dict[str, Any]] = []
     differences: list[dict[str, Any]] = []
     for family in families:
-        for sampler in samplers:
+        for setting in settings:
             by_scheme = {
                 scheme: [
                     r
                     for r in runs
-                    if (r["family"], r["sampler"], r["scheme"]) == (family, sampler, scheme)
+                    if (r["family"], r["setting"], r["scheme"]) == (family, setting, scheme)
                 ]
                 for scheme in SCHEMES
             }
@@ -229,7 +251,9 @@ def summarise(
                 table.append(
                     {
                         "family": family,
-                        "sampler": sampler,
+                        "setting": setting,
+                        "sampler": group[0]["sampler"],
+                        "radius": group[0]["radius"],
                         "scheme": scheme,
                         "J_start": float(curves[:, 0].mean()),
                         "J_final_mean": float(curves[:, -1].mean()),
@@ -261,7 +285,7 @@ def summarise(
                 differences.append(
                     {
                         "family": family,
-                        "sampler": sampler,
+                        "setting": setting,
                         "scheme": scheme,
                         "final_J_minus_teamtr_mean": float(final.mean()),
                         "final_J_minus_teamtr_std": float(final.std()),
@@ -277,12 +301,12 @@ def summarise(
 
 def print_table(summary: dict[str, Any]) -> None:
     print(
-        f"{'family':<13}{'sampler':<9}{'scheme':<8}{'J_start':>9}{'J_final':>10}{'±':>8}"
+        f"{'family':<13}{'setting':<16}{'scheme':<8}{'J_start':>9}{'J_final':>10}{'±':>8}"
         f"{'regr':>6}{'cert>0':>8}{'viol':>6}{'mean_cert':>11}{'mean_gain':>11}"
     )
     for row in summary["table"]:
         print(
-            f"{row['family']:<13}{row['sampler']:<9}{row['scheme']:<8}{row['J_start']:>9.4f}"
+            f"{row['family']:<13}{row['setting']:<16}{row['scheme']:<8}{row['J_start']:>9.4f}"
             f"{row['J_final_mean']:>10.4f}{row['J_final_std']:>8.4f}"
             f"{row['regressions']:>3}/{row['stages']:<3}{row['positive_certificates']:>7}"
             f"{row['certificate_violations']:>6}{row['mean_certificate']:>11.4g}"
@@ -292,7 +316,7 @@ def print_table(summary: dict[str, Any]) -> None:
     for row in summary["differences"]:
         gap = row["largest_gap"]
         print(
-            f"  {row['family']:<13}{row['sampler']:<9}{row['scheme']:<8}"
+            f"  {row['family']:<13}{row['setting']:<16}{row['scheme']:<8}"
             f"{row['final_J_minus_teamtr_mean']:+.4g} ± {row['final_J_minus_teamtr_std']:.2g}; "
             f"largest {gap['J_minus_teamtr']:+.4g} (seed {gap['seed']}, stage {gap['stage']})"
         )
@@ -311,12 +335,19 @@ def run(args: argparse.Namespace) -> int:
     if not (math.isfinite(args.radius) and args.radius > 0):
         print(f"teamtr sim-train: --radius must be > 0, got {args.radius}", file=sys.stderr)
         return 2
+    if not (math.isfinite(args.large_radius) and args.large_radius >= 0):
+        print("teamtr sim-train: --large-radius must be >= 0 (0 skips it)", file=sys.stderr)
+        return 2
     began = time.perf_counter()
+    pairs = [(sampler, args.radius) for sampler in samplers]
+    if args.large_radius > 0 and "exact" in samplers:
+        pairs.append(("exact", args.large_radius))
+    settings = [setting_label(sampler, radius) for sampler, radius in pairs]
     specs = [
-        RunSpec(family, seed, sampler, scheme)
+        RunSpec(family, seed, sampler, radius, scheme)
         for family in families
         for seed in range(args.seeds)
-        for sampler in samplers
+        for sampler, radius in pairs
         for scheme in SCHEMES
     ]
     runs: list[dict[str, Any]] = []
@@ -329,15 +360,17 @@ def run(args: argparse.Namespace) -> int:
             instances[key] = (mdp, sim.random_team(mdp, rng, args.concentration))
         mdp, start = instances[key]
         runs.append(train_one(spec, mdp, start, args))
-    summary = summarise(runs, families, samplers)
+    summary = summarise(runs, families, settings)
     result = {
         "families": {name: FAMILIES[name] for name in families},
         "schemes": list(SCHEMES),
         "samplers": samplers,
+        "columns": settings,
         "settings": {
             "stages": args.stages,
             "seeds": args.seeds,
             "radius": args.radius,
+            "large_radius": args.large_radius,
             "single_radius": "n * radius (the team's summed per-agent budget, Lemma 3.1)",
             "order": args.order,
             "episodes": args.episodes,
