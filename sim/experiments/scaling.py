@@ -148,7 +148,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     parser.add_argument(
         "--plot", type=Path, default=None, help="draw the log-log figure here (PNG)"
     )
-    parser.add_argument("--seeds", type=int, default=16, help="seeded MDPs (one stage each) per n")
+    parser.add_argument("--seeds", type=int, default=24, help="seeded MDPs (one stage each) per n")
     parser.add_argument(
         "--agents",
         type=parse_agents,
