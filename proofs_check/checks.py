@@ -784,7 +784,7 @@ def stage0_optimality_slack(pre: FloatArray, cur: FloatArray, radius: float) -> 
 def stage0_feasibility_slack(pre: FloatArray, cur: FloatArray, radius: float) -> float:
     """Stage-0: the projected policy lies in the trust region, KL(pi_new || pi_cur) <= delta0."""
     projection = stage0_projection(pre, cur, radius)
-    return radius - float(np.max(kl(projection.policy, cur)))
+    return radius - float(np.max(kl(projection.policy, cur))) + _allowance(radius)
 
 
 def draw_stage0(rng: np.random.Generator) -> tuple[FloatArray, FloatArray, float]:
