@@ -219,7 +219,6 @@ class TrustRegionUpdater:
             for group in optimizer.param_groups:
                 group["lr"] = s.learning_rate * scale
             optimizer.zero_grad(set_to_none=True)
-            loss_value = 0.0
             for reference in references:
                 batch = message_logits(
                     backbone.model,
@@ -242,7 +241,6 @@ class TrustRegionUpdater:
                     * share
                 )
                 loss.backward()
-                loss_value += float(loss)
             optimizer.step()
             return self._measure(team, agent, rollouts, references, radius)
 
