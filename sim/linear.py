@@ -32,6 +32,7 @@ import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 from numpy.typing import NDArray
+from scipy.sparse.csgraph import reverse_cuthill_mckee
 
 DIRECT_MAX_STATES = 300
 """Up to this many states a sparse LU is cheap whatever the structure. Beyond, a random MDP
@@ -39,7 +40,11 @@ fills the factors in: at S = 4000 (16 entries per row) splu takes ~10 s, the Kry
 DAG_MAX_LEVELS = 4096
 """Topological peeling gives up after this many levels (a long chain stored out of order)."""
 SLOW_MIXING_DIRECT_MAX_STATES = 50_000
-"""Up to this size a slowly mixing MDP is handed from Richardson to a sparse LU."""
+"""Up to this size a slowly mixing MDP is handed from Richardson to a sparse LU..."""
+SLOW_MIXING_DIRECT_MAX_FILL = 10_000_000
+"""... provided its LU stays sparse: S times the bandwidth after a reverse Cuthill-McKee
+ordering (a bound on the fill of a banded LU) is at most this. Rings and grids pass; a random
+MDP (bandwidth ~ S) never does, whatever Richardson observes, so it is never factorised."""
 GMRES_RESTART = 20
 GMRES_MAX_MATVECS = 20000
 RICHARDSON_MAX_MATVECS = 2000
@@ -365,7 +370,9 @@ def solve_resolvent_pair(
                 )
                 return ResolventSolution(x, y, method, residual, matvecs)
             except _SlowMixing:
-                method = "direct-lu"
+                # The choice depends on the kernel's structure only, never on timing.
+                if _banded_fill(kernel) <= SLOW_MIXING_DIRECT_MAX_FILL:
+                    method = "direct-lu"
     if method == "direct-lu":
         lu = spla.splu(sp.csc_matrix(_resolvent_matrix(kernel, gamma)))
         x = lu.solve(values_rhs)
@@ -402,6 +409,20 @@ def solve_resolvent_pair(
     return ResolventSolution(
         np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64), method, residual, matvecs
     )
+
+
+def _banded_fill(kernel: sp.csr_matrix) -> int:
+    """S times the bandwidth of I - gamma K after a reverse Cuthill-McKee ordering."""
+    n = kernel.shape[0]
+    rows, cols = _offdiagonal_pattern(kernel)
+    if rows.size == 0:
+        return n
+    pattern = sp.csr_matrix((np.ones(rows.size), (rows, cols)), shape=(n, n))
+    order = reverse_cuthill_mckee(pattern, symmetric_mode=False)
+    position = np.empty(n, dtype=np.int64)
+    position[order] = np.arange(n)
+    bandwidth = int(np.abs(position[rows] - position[cols]).max())
+    return n * bandwidth
 
 
 def _choose_method(kernel: sp.csr_matrix) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import gymnasium
 import numpy as np
 import pytest
@@ -115,6 +117,28 @@ def test_krylov_agrees_with_direct_solve() -> None:
 def test_large_random_mdp_uses_krylov_with_tight_residual() -> None:
     mdp = sim.random_mdp(8_000, 4, 3, gamma=0.99, seed=0)
     result = sim.evaluate(mdp, sim.uniform_team(mdp))
+    assert result.method == "krylov-gmres"
+    assert result.residual <= 1e-10
+    assert result.d.sum() == pytest.approx(1.0, abs=1e-12) and result.d.min() >= 0
+    again = sim.evaluate(mdp, sim.uniform_team(mdp))
+    assert (again.method, again.matvecs, again.residual) == (
+        result.method,
+        result.matvecs,
+        result.residual,
+    )
+
+
+def test_large_random_mdp_is_never_factorised_even_if_richardson_looks_slow(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Whatever contraction Richardson observes, a random MDP's LU would fill in (a sparse LU
+    at S = 8000 takes tens of seconds): the hand-over to a direct solve is decided by the
+    kernel's structure, so it goes to GMRES instead."""
+    monkeypatch.setattr(sim.linear, "RICHARDSON_SLOW_RATE", 0.0)  # every window looks slow
+    mdp = sim.random_mdp(8_000, 4, 3, gamma=0.99, seed=0)
+    start = time.perf_counter()
+    result = sim.evaluate(mdp, sim.uniform_team(mdp))
+    assert time.perf_counter() - start < 5.0
     assert result.method == "krylov-gmres"
     assert result.residual <= 1e-10
     assert result.d.sum() == pytest.approx(1.0, abs=1e-12) and result.d.min() >= 0
