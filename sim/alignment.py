@@ -149,19 +149,6 @@ def _surrogate_scale(mdp: TurnTakingMDP) -> float:
     return 1.0 / (1.0 - mdp.gamma)
 
 
-def _advantage_bound(before: Evaluation, moved: FloatArray, mine: NDArray[np.bool_]) -> float:
-    """eps of Thm 3.4: max |E_{a~pi_new} A(s, a)| over agent k's states.
-
-    Episodic: the per-step advantages A_t at the states reached at step t (the bound needs
-    eps >= max_{t,s} |E_{a~pi'} A_t(s, a)|; the time-averaged A_bar can be smaller).
-    """
-    if before.rho is None:
-        return float(np.max(np.abs(np.sum(moved * before.A, axis=1))[mine], initial=0.0))
-    per_step = np.abs(np.einsum("sa,tsa->ts", moved, before.A))
-    reached = (before.rho > 0) & mine[None, :]
-    return float(np.max(per_step[reached], initial=0.0))
-
-
 def swap_certificate(
     mdp: TurnTakingMDP,
     team: TabularTeam,
@@ -185,7 +172,8 @@ def swap_certificate(
     # Lemma 3.1: the swapped team equals pi_cur off agent k's states, so only its rows move.
     moved = after_team.table
     surrogate = exact_surrogate(moved, advantage, before.d, _surrogate_scale(mdp))
-    epsilon = _advantage_bound(before, moved, mine)
+    # eps per step t at the states reached then when episodic (Evaluation.advantage_bound).
+    epsilon = before.advantage_bound(moved, mine)
     kl_per_state = np.where(mine, kl(moved, team.table), 0.0)
     tv_per_state = np.where(mine, tv(moved, team.table), 0.0)
     mean_kl = expected(kl_per_state, before.d)

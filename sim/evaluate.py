@@ -56,6 +56,32 @@ class Evaluation:
         """The S x A advantage the surrogate uses: A (discounted) or A_bar (episodic)."""
         return self.A if self.A_bar is None else self.A_bar  # A_bar is A when discounted
 
+    def advantage_bound(self, policy: Array, states: NDArray[np.bool_]) -> float:
+        """eps of Thm 3.4 for moving this team to ``policy`` (S x A) on ``states``.
+
+        Discounted: max over ``states`` of |E_{a~policy} A(s, a)|. Episodic: max over t and
+        the states of ``states`` reached at step t (rho_t(s) > 0) of |E_{a~policy} A_t(s, a)|,
+        as the episodic penalty needs; the time-averaged A_bar can be smaller.
+        """
+        return advantage_bound(policy, self.A, states, self.rho)
+
+
+def advantage_bound(
+    policy: Array, advantage: Array, states: NDArray[np.bool_], rho: Array | None = None
+) -> float:
+    """max |E_{a~policy} A(s, a)| over ``states`` (0 when there are none).
+
+    ``advantage`` is S x A, or H x S x A (episodic A_t) with ``rho`` (H x S) the per-step state
+    marginals: then the max runs over t and the states with rho_t(s) > 0.
+    """
+    expected = np.einsum("sa,...sa->...s", policy, advantage)
+    if expected.ndim == 1:
+        return float(np.max(np.abs(expected[states]), initial=0.0))
+    if rho is None:
+        raise ValueError("per-step advantages (H x S x A) need the per-step marginals rho")
+    reached = (rho > 0) & states[None, :]
+    return float(np.max(np.abs(expected[reached]), initial=0.0))
+
 
 def policy_kernel(mdp: TurnTakingMDP, pi: Array) -> sp.csr_matrix:
     """P_pi(s'|s) = sum_a pi(a|s) P(s'|s,a) as an S x S CSR matrix (duplicates not summed).

@@ -16,6 +16,12 @@ that the expected KL equals delta:
 
 Both are invariant to adding a constant to A-hat(s, .), so advantages are centred per state at
 their maximum. Actions outside the support of pi keep probability 0 in both directions.
+
+``advantage_bound`` (eps of Thm 3.4) is exact when the rollouts carry an exact evaluation:
+max over agent k's reached states of |E_{pi'} A(s, .)| (discounted), or of |E_{pi'} A_t(s, .)|
+over t and the states reached at step t (episodic, as ``teamtr.penalty.EpisodicPenalty`` needs).
+For sampled rollouts it is max_s |E_{pi'} A-hat(s, .)| with the estimated A-hat (the estimate of
+A_bar when episodic): an estimate, not a bound.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from numpy.typing import NDArray
 from scipy.optimize import brentq
 from scipy.special import logsumexp
 
+from sim.evaluate import advantage_bound
 from sim.mdp import TurnTakingMDP
 from sim.team import TabularTeam
 from teamtr.reports import AgentUpdate
@@ -135,7 +142,10 @@ class ExactUpdater:
 
     Implements ``teamtr.protocols.AgentUpdater`` for ``TabularTeam`` and the rollouts of
     ``sim.ExactSampler`` / ``sim.SampledSampler`` (anything with ``occupancy``, ``advantage``
-    and ``surrogate_scale``). Uses only the rollouts' d and A-hat, never the MDP's dynamics.
+    and ``surrogate_scale``). Uses only the rollouts' d and A-hat, never the MDP's dynamics;
+    for eps it also reads the per-step advantages of an exact episodic ``evaluation`` (module
+    docstring). With sampled rollouts (no evaluation) the reported ``advantage_bound`` is an
+    estimate computed from the sampled A-hat, and the certificate built on it is a proxy.
     """
 
     def __init__(self, mdp: TurnTakingMDP, direction: Direction = "reverse") -> None:
@@ -177,7 +187,17 @@ class ExactUpdater:
 
         new_table = old.copy()
         new_table[mine] = new_rows
-        return self._report(old, new_table, mine, occupancy, advantage, scale, temperature, greedy)
+        evaluation = getattr(rollouts, "evaluation", None)
+        if evaluation is not None and np.ndim(evaluation.A) == 3:
+            # Episodic with exact per-step advantages (those of the team the rollouts
+            # evaluate): the episodic penalty needs eps = max over t and reached s of
+            # |E_{pi'} A_t(s, .)|, which the time-averaged A_bar can understate.
+            epsilon = evaluation.advantage_bound(new_table, mine)
+        else:
+            epsilon = advantage_bound(new_table, advantage, mine)
+        return self._report(
+            old, new_table, mine, occupancy, advantage, scale, epsilon, temperature, greedy
+        )
 
     def _solve(self, rows: _Rows, radius: float) -> tuple[Array, float, bool]:
         solve_rows = _reverse_tilt if self.direction == "reverse" else _forward_solution
@@ -206,6 +226,7 @@ class ExactUpdater:
         occupancy: Array,
         advantage: Array,
         scale: float,
+        epsilon: float,
         temperature: float,
         greedy: bool,
     ) -> AgentUpdate:
@@ -224,7 +245,7 @@ class ExactUpdater:
             # L_i of Thm 3.4 restricted to agent k's states (elsewhere pi' = pi).
             surrogate=scale * float(weights @ expected_advantage),
             kl=float(weights @ kl),
-            advantage_bound=float(np.abs(expected_advantage).max(initial=0.0)),
+            advantage_bound=epsilon,
             tv=float(weights @ tv),
             kl_quantile=None,
             extras={"temperature": temperature, "greedy": float(greedy)},

@@ -192,3 +192,44 @@ def test_bad_arguments_are_rejected() -> None:
         sim.ExactUpdater(mdp, "sideways")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="radius"):
         sim.ExactUpdater(mdp).update(team, 0, rollouts, -1.0)
+
+
+def averaged_eps_instance() -> tuple[sim.TurnTakingMDP, sim.TabularTeam]:
+    """One agent, 2 states, H = 4, deterministic moves: A_bar is much flatter than A_t."""
+    P = np.array([[[1.0, 0.0], [0.0, 1.0]], [[0.0, 1.0], [0.0, 1.0]]])
+    mdp = sim.TurnTakingMDP(
+        P,
+        np.array([[-0.4, 0.81], [-0.6, -0.46]]),
+        np.array([0.09, 0.91]),
+        1.0,
+        np.array([0, 0]),
+        horizon=4,
+    )
+    team = sim.TabularTeam(np.array([[0.29, 0.71], [0.09, 0.91]]), mdp.agent_of_state)
+    return mdp, team
+
+
+def test_episodic_advantage_bound_is_the_max_over_steps_and_covers_the_gain() -> None:
+    mdp, team = averaged_eps_instance()
+    rollouts = sim.ExactSampler(mdp).sample(team)
+    update = sim.ExactUpdater(mdp, "reverse").update(team, 0, rollouts, 0.24)
+    evaluation = rollouts.evaluation
+    assert evaluation is not None and evaluation.rho is not None
+    per_step = np.abs(np.einsum("sa,tsa->ts", update.policy, evaluation.A))
+    assert update.advantage_bound == pytest.approx(per_step[evaluation.rho > 0].max(), rel=1e-12)
+    averaged = np.abs(np.sum(update.policy * rollouts.advantage, axis=1)).max()
+    assert update.advantage_bound > averaged  # A_bar would understate eps here
+    # The episodic Thm 3.4 (TV form) holds with this eps; with the averaged one it did not.
+    gain = sim.evaluate(mdp, team.with_agent(0, update.policy)).J - evaluation.J
+    penalty = mdp.penalty_model()
+    assert gain >= update.surrogate - penalty.tv_penalty(update.advantage_bound, update.tv or 0.0)
+    assert gain < update.surrogate - penalty.tv_penalty(averaged, update.tv or 0.0)
+
+
+def test_sampled_episodic_advantage_bound_uses_the_estimated_advantages() -> None:
+    mdp, team = averaged_eps_instance()
+    rollouts = sim.SampledSampler(mdp, 200, seed=0).sample(team)
+    update = sim.ExactUpdater(mdp, "reverse").update(team, 0, rollouts, 0.05)
+    mine = team.states_of(0) & (rollouts.occupancy > 0)
+    estimate = np.abs(np.sum(update.policy * rollouts.advantage, axis=1))[mine].max()
+    assert update.advantage_bound == pytest.approx(estimate, rel=1e-12)
