@@ -4,7 +4,6 @@ L_i - sqrt(2) gamma eps_i/(1-gamma)^2 sqrt(delta_i) with delta_i = E_d[KL_i] (KL
 both KL directions; checked on every update of a stage by exact evaluation."""
 
 import numpy as np
-import pytest
 from hypothesis import given
 
 from proofs_check.checks import exact_proposal, stage_trace, theorem_3_4_slacks
@@ -45,12 +44,6 @@ def test_exact_optimal_forward_kl_updates(trace):
         assert min(theorem_3_4_slacks(trace, form)) >= 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=ValueError,
-    reason="sim.ExactUpdater (forward) has no fallback when every finite temperature keeps "
-    "E_d[KL] below the radius: brentq meets NaN and raises",
-)
 def test_exact_forward_update_when_the_radius_exceeds_every_attainable_kl():
     """Minimal instance found by the thorough profile: one state, gamma = 0, the only action
     with a different advantage has probability 1e-8, so the forward KL of the KL-constrained

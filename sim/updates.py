@@ -17,6 +17,12 @@ that the expected KL equals delta:
 Both are invariant to adding a constant to A-hat(s, .), so advantages are centred per state at
 their maximum. Actions outside the support of pi keep probability 0 in both directions.
 
+When the radius does not bind, the limit is returned: the greedy policy (reverse, whose KL
+stays below -log pi(T|s) with T the argmax set), or, forward, whose KL grows only like
+pi(a) log(1/lambda) for the actions it empties, the solution at the smallest lambda at which
+every pi'(a) is still a normal float (the maximiser to working precision). ``extras["greedy"]``
+is 1 in both cases.
+
 ``advantage_bound`` (eps of Thm 3.4) is exact when the rollouts carry an exact evaluation:
 max over agent k's reached states of |E_{pi'} A(s, .)| (discounted), or of |E_{pi'} A_t(s, .)|
 over t and the states reached at step t (episodic, as ``teamtr.penalty.EpisodicPenalty`` needs).
@@ -45,6 +51,11 @@ Direction = Literal["reverse", "forward"]
 
 KL_RELATIVE_TOL = 1e-9
 """The expected KL of a constrained update equals the radius to this relative accuracy."""
+
+_TINY = float(np.finfo(np.float64).tiny)
+_LOG_TEMPERATURE_FLOOR = -700.0
+"""The smallest log-temperature searched: below exp(-700) ~ 1e-304 the temperature itself
+leaves the normal floats."""
 
 
 @dataclass(frozen=True)
@@ -82,37 +93,62 @@ def _reverse_tilt(rows: _Rows, log_temperature: float) -> tuple[Array, Array]:
     return new, np.maximum(kl, 0.0)
 
 
-def _forward_roots(rows: _Rows, lam: float) -> Array:
-    """c_s with sum_a lam pi(a) / (c_s - A(a)) = 1 for each state (A centred, max 0).
+def _forward_log_gaps(rows: _Rows, log_lambda: float, k: Array) -> Array:
+    """log(k_s + b(a)) with b(a) = -A(a)/lambda >= 0 (A centred), computed without overflow."""
+    with np.errstate(divide="ignore"):
+        log_b = np.log(-rows.centred) - log_lambda  # -inf on the greedy set and off the support
+    return np.logaddexp(np.log(k)[:, None], log_b)
 
-    g(c) = sum_a lam pi(a)/(c - A(a)) is convex and decreasing on c > 0, and g(lam pi(T)) >= 1
-    with T the greedy set, so Newton's iteration started there increases monotonically to the
-    root (the tangent of a convex decreasing function lies below it).
+
+def _forward_roots(rows: _Rows, log_lambda: float) -> Array:
+    """k_s = c_s / lambda with sum_a pi(a) / (k_s + b(a)) = 1, b(a) = -A(a)/lambda (A centred).
+
+    g(k) = sum_a pi(a)/(k + b(a)) is convex and decreasing on k > 0, g(pi(T)) >= 1 with T the
+    greedy set (b = 0 there) and g(1) <= 1, so Newton's iteration started at pi(T) increases
+    monotonically to the root in (pi(T), 1] (the tangent of a convex decreasing function lies
+    below it). Every term is evaluated in log space, so no temperature overflows or divides by
+    zero, however small lambda is.
     """
-    c = lam * rows.greedy_mass
-    mass = np.where(rows.support, lam * rows.policy, 0.0)
+    with np.errstate(divide="ignore"):
+        log_policy = np.where(rows.support, np.log(rows.policy), -np.inf)
+    k = rows.greedy_mass
     for _ in range(200):
-        gaps = c[:, None] - rows.centred
-        g = np.sum(mass / gaps, axis=1)
-        slope = -np.sum(mass / gaps**2, axis=1)
-        step = (g - 1.0) / slope
-        c_next = np.minimum(c - step, lam)  # c <= lam always holds at the root
-        done = np.abs(c_next - c) <= 4e-16 * c_next
-        c = c_next
+        log_gaps = _forward_log_gaps(rows, log_lambda, k)
+        g = np.sum(np.exp(log_policy - log_gaps), axis=1)
+        slope = -np.sum(np.exp(log_policy - 2.0 * log_gaps), axis=1)
+        k_next = np.minimum(k - (g - 1.0) / slope, 1.0)  # k <= 1 always holds at the root
+        done = np.abs(k_next - k) <= 4e-16 * k_next
+        k = k_next
         if done.all():
             break
-    return c
+    return k
 
 
 def _forward_solution(rows: _Rows, log_lambda: float) -> tuple[Array, Array]:
-    """pi' = lambda pi / (c_s - A) and KL(pi || pi') per state."""
-    lam = np.exp(log_lambda)
-    c = _forward_roots(rows, lam)
-    new = np.where(rows.support, lam * rows.policy / (c[:, None] - rows.centred), 0.0)
-    new /= new.sum(axis=1, keepdims=True)  # removes the root's last rounding error
-    with np.errstate(divide="ignore", invalid="ignore"):
-        terms = np.where(rows.support, rows.policy * np.log(rows.policy / new), 0.0)
-    return new, np.maximum(terms.sum(axis=1), 0.0)
+    """pi' = lambda pi / (c_s - A) = pi / (k_s + b) and KL(pi || pi') per state, in log space."""
+    k = _forward_roots(rows, log_lambda)
+    log_gaps = _forward_log_gaps(rows, log_lambda, k)
+    with np.errstate(divide="ignore"):
+        log_new = np.where(rows.support, np.log(rows.policy) - log_gaps, -np.inf)
+    # Normalising removes the root's last rounding error; KL(pi || pi') per state is then
+    # sum_a pi(a) log(k + b(a)) + log(normaliser), finite even where pi'(a) underflows.
+    log_normaliser = logsumexp(log_new, axis=1)
+    new = np.exp(log_new - log_normaliser[:, None])
+    kl = np.sum(np.where(rows.support, rows.policy * log_gaps, 0.0), axis=1) + log_normaliser
+    return new, np.maximum(kl, 0.0)
+
+
+def _forward_floor(rows: _Rows) -> float:
+    """The smallest log(lambda) at which every supported pi'(a) stays a normal float.
+
+    pi'(a) >= pi(a) / (1 + b(a)) since k <= 1, and that is >= 2 * tiny once
+    b(a) = -A(a)/lambda <= pi(a) / (4 tiny). Below this lambda the forward maximiser moves
+    mass that a float cannot hold (pi'(a) would round to 0 and KL(pi || pi') to infinity).
+    """
+    below = rows.support & (rows.centred < 0) & (rows.policy >= 4.0 * _TINY)
+    with np.errstate(divide="ignore"):
+        bounds = np.log(-rows.centred) - np.log(rows.policy) + np.log(4.0 * _TINY)
+    return float(np.max(bounds[below], initial=_LOG_TEMPERATURE_FLOOR))
 
 
 def _greedy(rows: _Rows) -> Array:
@@ -121,20 +157,33 @@ def _greedy(rows: _Rows) -> Array:
     return best / best.sum(axis=1, keepdims=True)
 
 
-def _solve_temperature(expected_kl: Callable[[float], float], radius: float, guess: float) -> float:
-    """log-temperature u with expected_kl(u) = radius; expected_kl decreases in u."""
+def _solve_temperature(
+    expected_kl: Callable[[float], float], radius: float, guess: float, floor: float
+) -> tuple[float, bool]:
+    """log-temperature u >= floor with expected_kl(u) = radius; expected_kl decreases in u.
+
+    Returns (u, False), or (floor, True) when even expected_kl(floor) <= radius: the radius does
+    not bind down to the smallest temperature the update can represent. The bracket is grown
+    by doubling steps, so a root far from the guess costs a few dozen evaluations.
+    """
 
     def gap(u: float) -> float:
         return expected_kl(u) - radius
 
-    low = high = guess
+    low = high = max(guess, floor)
+    step = 2.0
     while gap(high) > 0:
-        high += 2.0
+        high += step
+        step *= 2.0
+    step = 2.0
     while gap(low) < 0:
-        low -= 2.0
+        if low <= floor:
+            return floor, True
+        low = max(low - step, floor)
+        step *= 2.0
     if low == high:
-        return low
-    return float(brentq(gap, low, high, xtol=1e-14, rtol=1e-15, maxiter=500))
+        return low, False
+    return float(brentq(gap, low, high, xtol=1e-14, rtol=1e-15, maxiter=500)), False
 
 
 class ExactUpdater:
@@ -200,6 +249,7 @@ class ExactUpdater:
         )
 
     def _solve(self, rows: _Rows, radius: float) -> tuple[Array, float, bool]:
+        """(policy rows, temperature, limit): limit when the radius does not bind."""
         solve_rows = _reverse_tilt if self.direction == "reverse" else _forward_solution
 
         def expected_kl(u: float) -> float:
@@ -211,12 +261,19 @@ class ExactUpdater:
             if rows.weights @ greedy_kl <= radius:
                 # Even the limit beta -> 0 is inside the trust region: it is the maximiser.
                 return greedy, 0.0, True
+            floor = _LOG_TEMPERATURE_FLOOR
+        else:
+            # The forward KL grows without bound as lambda -> 0, but only like
+            # pi(a) log(1/lambda) for the actions it empties: when those are rare the radius
+            # is met at a lambda that no float holds. The policy at the floor is then the
+            # maximiser to working precision (it differs from it by < 1e-300 per action).
+            floor = _forward_floor(rows)
         # Second-order start: both KLs are ~ Var_pi(A) / (2 t^2) for a large temperature t.
         mean = np.sum(rows.policy * rows.centred, axis=1, keepdims=True)
         variance = float(rows.weights @ np.sum(rows.policy * (rows.centred - mean) ** 2, axis=1))
         guess = 0.5 * np.log(max(variance, 1e-300) / (2.0 * radius))
-        u = _solve_temperature(expected_kl, radius, guess)
-        return solve_rows(rows, u)[0], float(np.exp(u)), False
+        u, limit = _solve_temperature(expected_kl, radius, guess, floor)
+        return solve_rows(rows, u)[0], float(np.exp(u)), limit
 
     def _report(
         self,

@@ -233,3 +233,44 @@ def test_sampled_episodic_advantage_bound_uses_the_estimated_advantages() -> Non
     mine = team.states_of(0) & (rollouts.occupancy > 0)
     estimate = np.abs(np.sum(update.policy * rollouts.advantage, axis=1))[mine].max()
     assert update.advantage_bound == pytest.approx(estimate, rel=1e-12)
+
+
+@pytest.mark.filterwarnings("error")
+def test_forward_radius_above_every_representable_kl_returns_the_limit() -> None:
+    """One state, gamma = 0: the only worse action has probability 1e-8, so the forward KL of
+    the maximiser reaches 0.5 only at lambda ~ exp(-5e7); the update returns the limit."""
+    pi = np.array([[9.9999e-01, 5.6048e-06, 7.9354e-14, 9.6723e-09]])
+    pi /= pi.sum()
+    rewards = np.array([[0.0, 0.0, 0.0, -0.0117]])
+    mdp = sim.TurnTakingMDP(np.ones((1, 4, 1)), rewards, np.array([1.0]), 0.0, np.array([0]))
+    team = sim.TabularTeam(pi, mdp.agent_of_state)
+    rollouts = sim.ExactSampler(mdp).sample(team)
+    update = sim.ExactUpdater(mdp, "forward").update(team, 0, rollouts, 0.5)
+    assert update.extras["greedy"] == 1.0
+    assert 0.0 < update.kl <= 0.5
+    one = np.array([True])
+    assert update.kl == pytest.approx(expected_kl("forward", update.policy, pi, np.ones(1), one))
+    new = update.policy[0]
+    assert 0.0 < new[3] < 1e-300  # emptied as far as a normal float allows
+    np.testing.assert_allclose(new[:3], pi[0, :3] / pi[0, :3].sum(), rtol=1e-12)
+    # The surrogate's supremum (pi restricted to the greedy set) to working precision.
+    greedy = np.r_[pi[0, :3] / pi[0, :3].sum(), 0.0][None, :]
+    assert update.surrogate == pytest.approx(rollouts.surrogate(greedy), rel=1e-12, abs=1e-300)
+
+
+@pytest.mark.filterwarnings("error")
+@pytest.mark.parametrize("radius", [1e-4, 0.004322038820040048, 0.05, 3.0])
+def test_forward_update_of_a_nearly_deterministic_state_raises_no_warnings(radius: float) -> None:
+    """pi(worse action) = 3e-12: the temperature search visits lambdas whose squares underflow
+    (the Newton step divided by zero and overflowed there before)."""
+    pi = np.array([[3.0693343538519377e-12, 1.0 - 3.0693343538519377e-12]])
+    advantage = np.array([[-8.6103321518527032e-01, 2.6427748878177226e-12]])
+    mdp = sim.TurnTakingMDP(np.ones((1, 2, 1)), advantage, np.array([1.0]), 0.0, np.array([0]))
+    team = sim.TabularTeam(pi, mdp.agent_of_state)
+    rollouts = sim.ExactSampler(mdp).sample(team)
+    update = sim.ExactUpdater(mdp, "forward").update(team, 0, rollouts, radius)
+    assert update.kl <= radius * (1 + 1e-9)
+    one = np.array([True])
+    recomputed = expected_kl("forward", update.policy, pi, np.ones(1), one)
+    assert recomputed == pytest.approx(update.kl, rel=1e-9)
+    assert update.surrogate >= rollouts.surrogate(pi)
