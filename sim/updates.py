@@ -15,7 +15,9 @@ that the expected KL equals delta:
               the row sums to 1 (one root per state, found by a vectorised Newton iteration).
 
 Both are invariant to adding a constant to A-hat(s, .), so advantages are centred per state at
-their maximum. Actions outside the support of pi keep probability 0 in both directions.
+their maximum, and both depend on A-hat / temperature only, so they are solved on advantages
+scaled to max |A-hat| = 1. Actions outside the support of pi keep probability 0 in both
+directions.
 
 When the radius does not bind, the limit is returned: the greedy policy (reverse, whose KL
 stays below -log pi(T|s) with T the argmax set), or, forward, whose KL grows only like
@@ -54,8 +56,9 @@ KL_RELATIVE_TOL = 1e-9
 
 _TINY = float(np.finfo(np.float64).tiny)
 _LOG_TEMPERATURE_FLOOR = -700.0
-"""The smallest log-temperature searched: below exp(-700) ~ 1e-304 the temperature itself
-leaves the normal floats."""
+"""The smallest log-temperature searched. The centred advantages are rescaled to max |A| = 1
+first, so down to exp(-700) ~ 1e-304 the tilt is a normal float computation; below, the reverse
+tilt is the greedy policy to working precision."""
 
 
 @dataclass(frozen=True)
@@ -225,13 +228,19 @@ class ExactUpdater:
         temperature = np.inf
         greedy = False
         if radius > 0 and varies.any():
+            centred = np.where(support[varies], adv[varies] - top[varies], 0.0)
+            # Both maximisers depend on A / temperature only: solving on advantages scaled to
+            # max |A| = 1 keeps the temperature search in normal floats whatever their size
+            # (advantage spreads of 1e-308, from a subnormal gamma, included).
+            spread = float(-centred.min())
             rows = _Rows(
                 weights=occupancy[mine][varies],
                 policy=policy[varies],
-                centred=np.where(support[varies], adv[varies] - top[varies], 0.0),
+                centred=centred / spread,
                 support=support[varies],
             )
             solution, temperature, greedy = self._solve(rows, radius)
+            temperature *= spread
             new_rows[varies] = solution
 
         new_table = old.copy()

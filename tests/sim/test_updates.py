@@ -274,3 +274,23 @@ def test_forward_update_of_a_nearly_deterministic_state_raises_no_warnings(radiu
     recomputed = expected_kl("forward", update.policy, pi, np.ones(1), one)
     assert recomputed == pytest.approx(update.kl, rel=1e-9)
     assert update.surrogate >= rollouts.surrogate(pi)
+
+
+@pytest.mark.filterwarnings("error")
+@pytest.mark.parametrize("direction", DIRECTIONS)
+@pytest.mark.parametrize("gamma", [1e-308, 5e-320])
+def test_subnormal_advantage_spreads_still_hit_the_radius(
+    direction: Direction, gamma: float
+) -> None:
+    """gamma ~ 1e-308 with zero rewards on agent 0's states: advantages there are ~gamma."""
+    base = sim.random_mdp(6, 3, 2, gamma=0.5, seed=0)
+    rewards = np.where(base.agent_of_state == 0, 0.0, np.arange(6.0) + 1)
+    mdp = sim.TurnTakingMDP(
+        base.P, np.repeat(rewards[:, None], 3, axis=1), base.rho0, gamma, base.agent_of_state
+    )
+    team = sim.random_team(mdp, 1)
+    rollouts = sim.ExactSampler(mdp).sample(team)
+    assert 0 < np.ptp(rollouts.advantage[team.states_of(0)]) < 1e-300
+    update = sim.ExactUpdater(mdp, direction).update(team, 0, rollouts, 0.1)
+    assert update.extras["greedy"] == 0.0
+    assert abs(update.kl - 0.1) <= 1e-9 * 0.1
