@@ -30,7 +30,10 @@ def _parser() -> argparse.ArgumentParser:
     source.add_argument("--run", help="run directory of `teamtr train`")
     source.add_argument("--config", help="TOML config: evaluate the untrained team")
     evaluate.add_argument("--step", type=int, help="checkpoint stage (default: the latest)")
-    evaluate.add_argument("--data", required=True, help='JSONL of {"question", "answer"}')
+    evaluate.add_argument(
+        "--data",
+        help='JSONL of {"question", "answer"} (default: the config\'s built-in held-out set)',
+    )
     evaluate.add_argument("--json", required=True, help="where to write the results")
     evaluate.add_argument("--samples", type=int, default=1, help="K: adds pass@K and majority vote")
     commands.add_parser("swap", help="plug-and-play model swap (not available for LLM teams yet)")
@@ -54,7 +57,6 @@ def _eval(args: argparse.Namespace) -> int:
     from llm.evaluation import evaluate_team
     from llm.train import build, checkpoint_directory, load_team_from_checkpoint
 
-    problems = load_jsonl(args.data)
     if args.run:
         run_dir = Path(args.run)
         config = load_config(run_dir / "config.json")
@@ -68,6 +70,9 @@ def _eval(args: argparse.Namespace) -> int:
         config = load_config(args.config)
         parts = build(config)
         team = parts.team
+    problems = load_jsonl(args.data) if args.data else parts.test_problems
+    if not problems:
+        raise ConfigError("no evaluation problems: pass --data or use a config with a test set")
     result = evaluate_team(team, parts.sampler, problems, samples=args.samples)
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(result, indent=2))

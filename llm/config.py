@@ -106,6 +106,14 @@ class RunSettings:
     """Save adapters and optimiser state every this many stages (and after the last)."""
     threads: int = 0
     """torch CPU threads (0: torch's default)."""
+    time_budget_minutes: float = 0.0
+    """Stop after the stage during which this much wall-clock time has passed (0: no budget);
+    the stage it stops at is evaluated and checkpointed like the last one. Equal budgets make
+    schemes comparable at equal wall-clock time."""
+
+    def __post_init__(self) -> None:
+        if self.time_budget_minutes < 0:
+            raise ValueError(f"time_budget_minutes must be >= 0, got {self.time_budget_minutes}")
 
 
 @dataclass(frozen=True)

@@ -195,6 +195,8 @@ def train(config: RunConfig, config_name: str = "run", progress: bool = True) ->
     penalty = EpisodicPenalty(config.sampler.turns)
     writer = SummaryWriter(str(run_dir / "tensorboard"))
     stages = config.stage.stages
+    budget_seconds = 60.0 * config.run.time_budget_minutes
+    run_started = time.perf_counter()
     with (
         (run_dir / "metrics.jsonl").open("a") as metrics,
         tqdm(total=stages, desc=f"{config.stage.scheme} stages", disable=not progress) as bar,
@@ -206,7 +208,8 @@ def train(config: RunConfig, config_name: str = "run", progress: bool = True) ->
                 team, recorder, parts.updater, stage_config, penalty, stage_index=stage
             )
             record = stage_metrics(stage, report, recorder.calls, time.perf_counter() - started)
-            last = stage == stages - 1
+            out_of_time = budget_seconds > 0 and time.perf_counter() - run_started >= budget_seconds
+            last = stage == stages - 1 or out_of_time
             if (
                 config.run.eval_every
                 and ((stage + 1) % config.run.eval_every == 0 or last)
@@ -243,5 +246,7 @@ def train(config: RunConfig, config_name: str = "run", progress: bool = True) ->
                 reward=f"{record['train_reward']:.2f}", cert=f"{report.certificate:.3g}"
             )
             bar.update(1)
+            if last:
+                break
     writer.close()
     return run_dir
