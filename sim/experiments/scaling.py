@@ -159,6 +159,14 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         "--radius", type=float, default=0.02, help="delta_i, the per-agent KL radius of Thm 3.4"
     )
     parser.add_argument(
+        "--radius-growth",
+        choices=("constant", "linear"),
+        default="constant",
+        help="constant: delta_i = --radius for every n; linear: delta_i = --radius * n / n_min, "
+        "which on this family keeps each update's occupancy shift about constant in n "
+        "(E_d[TV_i] ~ sqrt(delta_i / 2n) when an agent owns 1/n of the occupancy)",
+    )
+    parser.add_argument(
         "--states-per-agent", type=int, default=6, help="states each agent owns in the ring MDP"
     )
     parser.add_argument("--actions", type=int, default=3, help="actions per state")
@@ -188,6 +196,13 @@ def _validate(args: argparse.Namespace) -> str | None:
     if args.bootstrap < 1:
         return f"--bootstrap must be >= 1, got {args.bootstrap}"
     return None
+
+
+def radius_for(args: argparse.Namespace, n: int) -> float:
+    """delta_i for a team of n agents under ``--radius-growth``."""
+    if getattr(args, "radius_growth", "constant") == "linear":
+        return float(args.radius * n / min(args.agents))
+    return float(args.radius)
 
 
 def metric_values(scheme: str, measurement: StageMeasurement) -> dict[str, float]:
@@ -238,7 +253,9 @@ def collect(args: argparse.Namespace) -> dict[str, Any]:
         start = sim.random_team(mdp, np.random.default_rng([seed, n]), args.concentration)
         evaluations = ExactEvaluations(mdp)
         for scheme in SCHEMES:
-            config = StageConfig(scheme=scheme, radius=args.radius, order="fixed", seed=seed)
+            config = StageConfig(
+                scheme=scheme, radius=radius_for(args, n), order="fixed", seed=seed
+            )
             trace = run_recorded_stage(mdp, start, config, evaluations)
             measurement = measure_stage(mdp, trace, evaluations)
             for metric, value in metric_values(scheme, measurement).items():
@@ -317,6 +334,7 @@ def summarise(
                 "stale and teamtr from the same random starting team, exact advantages."
             ),
             "radius": args.radius,
+            "radius_growth": getattr(args, "radius_growth", "constant"),
             "seeds": args.seeds,
             "states_per_agent": args.states_per_agent,
             "actions": args.actions,
