@@ -18,9 +18,12 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/teamtr verify --seeds 50 --json results/verify.json
+	$(BIN)/teamtr verify --seeds 50 --json results/verify_demo.json
 	$(BIN)/teamtr scaling --json results/scaling.json --plot figures/scaling.png
+	$(BIN)/teamtr scaling --radius-growth linear --json results/scaling_equal_shift.json \
+		--plot figures/scaling_equal_shift.png
 	$(BIN)/teamtr sim-train --json results/sim_train.json --plot figures/sim_train.png
+	$(BIN)/teamtr swap-sim --json results/swap_sim.json --plot figures/swap_sim.png
 
 test: $(STAMP)
 	HYPOTHESIS_PROFILE=quick $(BIN)/python -m pytest -q -p no:cacheprovider
@@ -35,6 +38,7 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/exact_solver.py
+	$(BIN)/python bench/llm_throughput.py
 
 clean-venv:
 	rm -rf $(VENV)
