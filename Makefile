@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/teamtr verify --seeds 50 --json results/verify_demo.json
+	$(BIN)/teamtr verify --seeds 200 --json results/verify.json
 	$(BIN)/teamtr scaling --json results/scaling.json --plot figures/scaling.png
 	$(BIN)/teamtr scaling --radius-growth linear --json results/scaling_equal_shift.json \
 		--plot figures/scaling_equal_shift.png
