@@ -2,16 +2,20 @@
 
 Every field is documented where it is defined (``LoraSettings``, ``SamplerSettings``,
 ``UpdaterSettings`` and the classes below); ``configs/default.toml`` lists them all. Unknown
-sections or keys, wrong types and invalid values raise ``ConfigError`` naming the file and the
-key, and the CLI turns that into exit code 2.
+sections or keys, wrong types, non-finite numbers and out-of-range values raise ``ConfigError``
+naming the file, the line (for TOML), the section and key, and what is expected; the CLI turns
+that into exit code 2. ``ConfigError`` is the only exception the parser raises on any input.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import re
 import tomllib
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -131,12 +135,92 @@ class RunConfig:
         return dataclasses.asdict(self)
 
 
+@dataclass(frozen=True)
+class Bound:
+    """A value range a config key must lie in, and how to say so."""
+
+    admits: Callable[[Any], bool]
+    expected: str
+
+
+def at_least(lowest: int, why: str = "") -> Bound:
+    return Bound(lambda v: v >= lowest, f"must be >= {lowest}" + (f" ({why})" if why else ""))
+
+
+def positive(why: str = "") -> Bound:
+    return Bound(lambda v: v > 0, "must be > 0" + (f" ({why})" if why else ""))
+
+
+def open_unit_interval(why: str = "") -> Bound:
+    return Bound(lambda v: 0 < v < 1, "must lie in (0, 1)" + (f" ({why})" if why else ""))
+
+
+BOUNDS: dict[tuple[str, str], Bound] = {
+    ("lora", "rank"): at_least(1, "r, the LoRA rank"),
+    ("lora", "alpha"): positive("the LoRA scale alpha / r"),
+    ("team", "n_agents"): at_least(1, "n, the number of agents"),
+    ("task", "difficulty"): Bound(lambda v: v in (1, 2, 3), "must be 1, 2 or 3"),
+    ("task", "eval_size"): at_least(1),
+    ("sampler", "prompts_per_batch"): at_least(1),
+    ("sampler", "group_size"): at_least(2, "G: GRPO needs a baseline within each group"),
+    ("sampler", "turns"): at_least(1, "H, turns per dialogue"),
+    ("sampler", "max_new_tokens"): at_least(1),
+    ("sampler", "temperature"): positive("the policy is softmax(logits / T)"),
+    ("sampler", "a_max"): positive("A_max, the advantage clip"),
+    ("sampler", "score_chunk"): at_least(1),
+    ("updater", "learning_rate"): positive(),
+    ("updater", "steps"): at_least(1),
+    ("updater", "clip_eps"): positive(),
+    ("updater", "quantile"): open_unit_interval(),
+    ("updater", "shrink"): open_unit_interval("learning-rate factor per backtrack"),
+    ("updater", "max_backtracks"): at_least(0),
+    ("updater", "ratio_tolerance"): positive(),
+    ("stage", "radius"): positive("δ_i, the per-agent KL radius of Thm 3.4"),
+    ("stage", "kl_tolerance"): at_least(0),
+    ("stage", "stages"): at_least(1),
+    ("run", "eval_every"): at_least(0, "0 = never"),
+    ("run", "checkpoint_every"): at_least(0, "0 = only the last stage and on interrupt"),
+    ("run", "threads"): at_least(0, "0 = torch's default"),
+    ("run", "time_budget_minutes"): at_least(0, "0 = no budget"),
+}
+"""Ranges checked before a section is built, so that each message names its key and line."""
+
+RUN_NAME = re.compile(r"[A-Za-z0-9._+-]+")
+
+
+@dataclass(frozen=True)
+class Locator:
+    """Turns (section, key) into ``file:line: [section] key`` for messages."""
+
+    source: str
+    text: str = ""
+
+    def line_of(self, section: str, key: str | None) -> int | None:
+        current = None
+        for number, line in enumerate(self.text.splitlines(), start=1):
+            header = re.match(r"\s*\[\s*([^\[\]]+?)\s*\]\s*(#.*)?$", line)
+            if header:
+                current = header.group(1).strip("\"'")
+                if key is None and current == section:
+                    return number
+                continue
+            if key is not None and current == section:
+                if re.match(rf"\s*[\"']?{re.escape(key)}[\"']?\s*=", line):
+                    return number
+        return None
+
+    def __call__(self, section: str, key: str | None = None) -> str:
+        number = self.line_of(section, key)
+        place = f"{self.source}:{number}" if number else self.source
+        return f"{place}: [{section}]" + (f" {key}" if key is not None else "")
+
+
 def _coerce(value: Any, annotation: Any, where: str) -> Any:
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)
     if origin is Literal:
-        if value not in args:
-            raise ConfigError(f"{where}: must be one of {list(args)}, got {value!r}")
+        if isinstance(value, bool) or not any(value == a and type(value) is type(a) for a in args):
+            raise ConfigError(f"{where}: expected one of {list(args)}, got {value!r}")
         return value
     if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
         for option in args:
@@ -152,6 +236,8 @@ def _coerce(value: Any, annotation: Any, where: str) -> Any:
     if annotation is float:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ConfigError(f"{where}: expected a number, got {value!r}")
+        if not math.isfinite(value):
+            raise ConfigError(f"{where}: expected a finite number, got {value!r}")
         return float(value)
     if annotation is int:
         if isinstance(value, bool) or not isinstance(value, int):
@@ -168,32 +254,62 @@ def _coerce(value: Any, annotation: Any, where: str) -> Any:
     return value
 
 
-def _section(cls: type, data: Any, where: str) -> Any:
+def _section(cls: type, data: Any, name: str, locate: Locator) -> Any:
     if not isinstance(data, dict):
-        raise ConfigError(f"{where}: expected a table")
+        raise ConfigError(f"{locate(name)}: expected a table of keys, got {data!r}")
     hints = typing.get_type_hints(cls)
     known = [f.name for f in dataclasses.fields(cls)]
     values = {}
     for key, value in data.items():
+        where = locate(name, key)
         if key not in known:
             raise ConfigError(f"{where}: unknown key {key!r} (known keys: {', '.join(known)})")
-        values[key] = _coerce(value, hints[key], f"{where}.{key}")
+        values[key] = _coerce(value, hints[key], where)
+        bound = BOUNDS.get((name, key))
+        if bound is not None and not bound.admits(values[key]):
+            raise ConfigError(f"{where}: {bound.expected}, got {value!r}")
     try:
         return cls(**values)
-    except ValueError as error:
-        raise ConfigError(f"{where}: {error}") from None
+    except (ValueError, TypeError) as error:  # the settings classes' own cross-field checks
+        raise ConfigError(f"{locate(name)}: {error}") from None
 
 
-def config_from_dict(data: dict[str, Any], source: str) -> RunConfig:
+def _check_team(config: RunConfig, locate: Locator) -> None:
+    team = config.team
+    if team.role_prompts and len(team.role_prompts) != team.n_agents:
+        raise ConfigError(
+            f"{locate('team', 'role_prompts')}: needs one entry per agent "
+            f"({team.n_agents}), got {len(team.role_prompts)}"
+        )
+    order = team.speaking_order
+    where = locate("team", "speaking_order")
+    if any(not 0 <= k < team.n_agents for k in order):
+        raise ConfigError(f"{where}: agents are numbered 0..{team.n_agents - 1}, got {list(order)}")
+    if len(set(order)) != len(order):
+        raise ConfigError(f"{where}: must not repeat an agent, got {list(order)}")
+    if team.router == "handoff" and len(order) > 1:
+        raise ConfigError(f"{where}: handoff takes [first speaker] only, got {list(order)}")
+    name = config.run.name
+    if name and (not RUN_NAME.fullmatch(name) or name in (".", "..")):
+        raise ConfigError(
+            f"{locate('run', 'name')}: must be a plain directory name (letters, digits, . _ + -), "
+            f"got {name!r}"
+        )
+
+
+def config_from_dict(data: Any, source: str, text: str = "") -> RunConfig:
+    """Validate parsed TOML/JSON ``data``; ``text`` (the file's text) lets messages give lines."""
+    locate = Locator(source, text)
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a table of sections, got {type(data).__name__}")
     hints = typing.get_type_hints(RunConfig)
     sections = {}
     for name, value in data.items():
         if name not in hints:
             raise ConfigError(f"{source}: unknown section [{name}] (known: {', '.join(hints)})")
-        sections[name] = _section(hints[name], value, f"{source}: [{name}]")
+        sections[name] = _section(hints[name], value, name, locate)
     config = RunConfig(**sections)
-    if config.team.role_prompts and len(config.team.role_prompts) != config.team.n_agents:
-        raise ConfigError(f"{source}: [team] role_prompts needs one entry per agent")
+    _check_team(config, locate)
     return config
 
 
@@ -203,10 +319,15 @@ def load_config(path: str | Path) -> RunConfig:
     if not path.is_file():
         raise ConfigError(f"{path}: no such config file")
     try:
-        if path.suffix == ".json":
-            data = json.loads(path.read_text())
-        else:
-            data = tomllib.loads(path.read_text())
+        text = path.read_bytes().decode("utf-8")
+    except OSError as error:
+        raise ConfigError(f"{path}: cannot read: {error.strerror or error}") from None
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {error.start})") from None
+    try:
+        data = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
     except (tomllib.TOMLDecodeError, json.JSONDecodeError) as error:
         raise ConfigError(f"{path}: cannot parse: {error}") from None
-    return config_from_dict(data, str(path))
+    except RecursionError:
+        raise ConfigError(f"{path}: cannot parse: nested too deeply") from None
+    return config_from_dict(data, str(path), text)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -97,35 +98,66 @@ def _answer_field(value: object) -> str:
     return text.split("####")[-1].strip() if "####" in text else text.strip()
 
 
+def _text_field(record: dict, name: str, where: str) -> str:
+    value = record.get(name)
+    if name not in record:
+        raise TaskDataError(f"{where}: missing field {name!r} (expected a string or number)")
+    # bool is an int subclass, and NaN/Infinity are accepted by Python's JSON parser: neither
+    # is a usable question or answer.
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise TaskDataError(
+            f"{where}: field {name!r} must be a string or number, got {type(value).__name__}"
+        )
+    if isinstance(value, float) and not math.isfinite(value):
+        raise TaskDataError(f"{where}: field {name!r} must be a finite number, got {value}")
+    text = str(value).strip() if name == "question" else _answer_field(value)
+    if not text:
+        raise TaskDataError(f"{where}: field {name!r} is empty (expected non-empty text)")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise TaskDataError(f"{where}: field {name!r} holds an unpaired surrogate") from None
+    return text
+
+
 def load_jsonl(path: str | Path) -> list[Problem]:
-    """Problems from a JSONL file, one ``{"question": ..., "answer": ...}`` object a line."""
+    """Problems from a JSONL file, one ``{"question": ..., "answer": ...}`` object a line.
+
+    Any malformed input raises ``TaskDataError`` naming the file, the line and the field.
+    """
     path = Path(path)
     if not path.is_file():
         raise TaskDataError(f"{path}: no such file")
+    try:
+        raw = path.read_bytes()
+    except OSError as error:
+        raise TaskDataError(f"{path}: cannot read: {error.strerror or error}") from None
     problems = []
-    with path.open(encoding="utf-8") as handle:
-        for line_number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise TaskDataError(f"{path}:{line_number}: not valid JSON ({error.msg})") from None
-            if not isinstance(record, dict):
-                raise TaskDataError(f"{path}:{line_number}: expected a JSON object")
-            for field_name in ("question", "answer"):
-                if field_name not in record:
-                    raise TaskDataError(f"{path}:{line_number}: missing field {field_name!r}")
-                if not isinstance(record[field_name], str | int | float):
-                    raise TaskDataError(
-                        f"{path}:{line_number}: field {field_name!r} must be a string or number"
-                    )
-            question = str(record["question"]).strip()
-            answer = _answer_field(record["answer"])
-            if not question or not answer:
-                empty = "question" if not question else "answer"
-                raise TaskDataError(f"{path}:{line_number}: field {empty!r} is empty")
-            problems.append(Problem(question, answer))
+    for line_number, data in enumerate(raw.split(b"\n"), start=1):
+        where = f"{path}:{line_number}"
+        try:
+            line = data.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise TaskDataError(f"{where}: not UTF-8 text (byte {error.start})") from None
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise TaskDataError(
+                f"{where}: not valid JSON ({error.msg} at column {error.colno}); expected "
+                '{"question": ..., "answer": ...}'
+            ) from None
+        except RecursionError:
+            raise TaskDataError(f"{where}: not valid JSON (nested too deeply)") from None
+        if not isinstance(record, dict):
+            raise TaskDataError(
+                f'{where}: expected a JSON object {{"question": ..., "answer": ...}}, '
+                f"got {type(record).__name__}"
+            )
+        problems.append(
+            Problem(_text_field(record, "question", where), _text_field(record, "answer", where))
+        )
     if not problems:
         raise TaskDataError(f"{path}: no problems in file")
     return problems

@@ -2,12 +2,27 @@
 
 Every scheme goes through ``teamtr.stage.run_stage``; the single-agent GRPO baseline is the
 same loop with ``n_agents = 1`` (one adapter speaks every turn).
+
+Nothing is lost on a crash: at the start of every stage the run's whole state is held as a
+``llm.checkpoint.ResumePoint`` (team snapshots are immutable values, so this is cheap), written
+to disk every ``checkpoint_every`` stages, after the last one, and when the run is interrupted
+(SIGINT/SIGTERM) or fails. ``resume`` rebuilds the run from its directory and replays from the
+newest valid checkpoint; the result is bit-identical to an uninterrupted run (timings aside).
+The run directory appears only after the config, the model and the data have loaded, so bad
+input leaves nothing behind.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import random
+import shutil
+import signal
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -15,20 +30,29 @@ from typing import Any
 
 import numpy as np
 import torch
-from safetensors.torch import load_file, save_file
 
-from llm.agents import AdapterWeights, LoraBackbone, LoraTeam
-from llm.config import RunConfig
+from llm.agents import LoraBackbone, LoraTeam
+from llm.checkpoint import (
+    ResumePoint,
+    RunDirectoryError,
+    latest_checkpoint,
+    load_policies,
+    require_resumable,
+    write_atomically,
+    write_checkpoint,
+    write_run_marker,
+)
+from llm.config import RunConfig, load_config
 from llm.dialogue import ChatFormat
 from llm.evaluation import evaluate_team
-from llm.loading import load_model, load_tokenizer
+from llm.loading import ModelNotAvailableError, load_model, load_tokenizer
 from llm.router import make_router
 from llm.sampler import DialogueRollouts, DialogueSampler
 from llm.tasks import ArithmeticSuite, Problem, load_jsonl
-from llm.updater import TrustRegionUpdater
+from llm.updater import TrustRegionUpdater, non_finite_quantity
 from teamtr.config import StageConfig
 from teamtr.penalty import EpisodicPenalty
-from teamtr.reports import StageReport
+from teamtr.reports import StageReport, UpdateRecord
 from teamtr.stage import run_stage
 
 
@@ -61,11 +85,32 @@ def problem_sources(config: RunConfig):
     )
 
 
+def seed_everything(seed: int) -> None:
+    """Seed the global generators, so that a rebuilt run starts from the same state."""
+    random.seed(seed)
+    np.random.seed(seed)  # noqa: NPY002 (library code may draw from the global generator)
+    torch.manual_seed(seed)
+
+
+def load_base_model(source: str, seed: int = 0):
+    """Tokenizer and base model; any failure to read the files is a ModelNotAvailableError."""
+    try:
+        tokenizer = load_tokenizer(source)
+        return tokenizer, load_model(source, vocab_size=len(tokenizer), seed=seed)
+    except ModelNotAvailableError:
+        raise
+    except Exception as error:  # transformers/gguf/safetensors raise many types on bad files
+        raise ModelNotAvailableError(
+            f"model source {source!r}: cannot be loaded ({type(error).__name__}: {error}); "
+            "expected a Hugging Face model directory, a .gguf file, or 'tiny'/'smollm2'"
+        ) from None
+
+
 def build(config: RunConfig) -> Components:
     if config.run.threads:
         torch.set_num_threads(config.run.threads)
-    tokenizer = load_tokenizer(config.model.source)
-    base = load_model(config.model.source, vocab_size=len(tokenizer), seed=config.run.seed)
+    seed_everything(config.run.seed)
+    tokenizer, base = load_base_model(config.model.source, config.run.seed)
     backbone = LoraBackbone.create(base, config.team.n_agents, config.lora, seed=config.run.seed)
     chat = ChatFormat.from_tokenizer(
         tokenizer, config.team.n_agents, config.team.system_prompt, config.team.role_prompts
@@ -119,6 +164,7 @@ def stage_metrics(
                 "kl": r.update.kl,
                 "kl_quantile": r.update.kl_quantile,
                 "backtracks": r.update.backtracks,
+                "non_finite": non_finite_quantity(r.update),
                 "penalty": r.penalty,
                 "certificate": r.certificate,
             }
@@ -127,63 +173,144 @@ def stage_metrics(
     }
 
 
-def save_checkpoint(
-    directory: Path, team: LoraTeam, updater: TrustRegionUpdater, stage: int, rng_state: dict
-) -> None:
-    directory.mkdir(parents=True, exist_ok=True)
-    for index, policy in enumerate(team.policies):
-        save_file(
-            {k: v.contiguous() for k, v in policy.tensors.items()},
-            directory / f"agent{index}.safetensors",
+# -- run directories and checkpoints ---------------------------------------------------------------
+EVENTS = "events.jsonl"
+"""Crash-related events (start, resume, skipped checkpoints, interrupt); timings differ between
+runs, so they are kept out of metrics.jsonl, which an exact resume reproduces bit for bit."""
+INTERRUPTED_EXIT_CODE = 130
+
+
+class TrainingInterrupted(Exception):
+    """SIGINT or SIGTERM stopped the run; its state was saved in ``checkpoint``."""
+
+    def __init__(self, run_dir: Path, checkpoint: Path) -> None:
+        super().__init__(f"interrupted; state saved in {checkpoint}")
+        self.run_dir = run_dir
+        self.checkpoint = checkpoint
+
+
+def log_event(run_dir: Path, event: str, **fields: Any) -> None:
+    with (run_dir / EVENTS).open("a") as handle:
+        handle.write(json.dumps({"event": event, "time": f"{datetime.now():%FT%T}", **fields}))
+        handle.write("\n")
+
+
+def require_new_run_directory(run_dir: Path) -> None:
+    if run_dir.exists():
+        raise RunDirectoryError(
+            f"{run_dir}: already exists; continue it with `teamtr train --resume {run_dir}` "
+            "or choose another --name"
         )
-    torch.save(
-        {
-            "optimizers": {k: o.state_dict() for k, o in updater.optimizers.items()},
-            "torch_rng": torch.get_rng_state(),
-            "sampler_rng": rng_state,
-            "stage": stage,
-        },
-        directory / "state.pt",
-    )
+
+
+def create_run_directory(run_dir: Path, config: RunConfig) -> None:
+    """Write config and format marker into a temporary directory and rename it into place, so
+    that a run directory either exists complete or not at all."""
+    require_new_run_directory(run_dir)
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    temporary = run_dir.with_name(f".{run_dir.name}.tmp-{os.getpid()}")
+    shutil.rmtree(temporary, ignore_errors=True)
+    temporary.mkdir()
+    write_atomically(temporary / "config.json", json.dumps(config.to_dict(), indent=2).encode())
+    write_run_marker(temporary)
+    os.replace(temporary, run_dir)
 
 
 def load_team_from_checkpoint(team: LoraTeam, directory: Path) -> LoraTeam:
-    policies = []
-    for index in range(team.n_agents):
-        path = directory / f"agent{index}.safetensors"
-        if not path.is_file():
-            raise FileNotFoundError(f"{path}: missing adapter checkpoint")
-        policies.append(AdapterWeights(load_file(str(path))))
-    return LoraTeam(team.backbone, tuple(policies))
+    """``team`` with the adapters of checkpoint ``directory`` (``run/checkpoints/stage_N``)."""
+    step = int(directory.name.removeprefix("stage_"))
+    policies = load_policies(directory.parent.parent, step, team.n_agents)
+    return LoraTeam(team.backbone, policies)
 
 
-def checkpoint_directory(run_dir: Path, step: int | None) -> Path:
-    checkpoints = sorted(
-        (run_dir / "checkpoints").glob("stage_*"), key=lambda p: int(p.name.split("_")[1])
-    )
-    if not checkpoints:
-        raise FileNotFoundError(f"{run_dir}: no checkpoints")
-    if step is None:
-        return checkpoints[-1]
-    wanted = run_dir / "checkpoints" / f"stage_{step}"
-    if not wanted.is_dir():
-        raise FileNotFoundError(
-            f"{wanted}: no such checkpoint (have {[p.name for p in checkpoints]})"
-        )
-    return wanted
+@contextmanager
+def signals_deferred(reraise: bool = True) -> Iterator[None]:
+    """Hold SIGINT/SIGTERM while a checkpoint is written, so it is never cut short; a signal
+    that arrived meanwhile is raised as KeyboardInterrupt afterwards (if ``reraise``)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+    previous = {
+        number: signal.signal(number, lambda n, _frame: received.append(n))
+        for number in (signal.SIGINT, signal.SIGTERM)
+    }
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+    if received and reraise:
+        raise KeyboardInterrupt
 
 
+@contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """Treat SIGTERM like Ctrl-C: checkpoint and exit cleanly."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(_number: int, _frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+# -- training --------------------------------------------------------------------------------------
 def train(config: RunConfig, config_name: str = "run", progress: bool = True) -> Path:
-    """Run ``config.stage.stages`` stages; returns the run directory."""
+    """Run ``config.stage.stages`` stages in a new run directory; returns its path."""
+    name = config.run.name or f"{config_name}-{datetime.now():%Y%m%d-%H%M%S}"
+    run_dir = Path(config.run.output_dir) / name
+    require_new_run_directory(run_dir)
+    parts = build(config)  # model and data are loaded before anything is written
+    create_run_directory(run_dir, config)
+    log_event(run_dir, "started")
+    start = ResumePoint.capture(0, parts.team, parts.updater, parts.sampler._rng, (), 0.0)
+    return _run(parts, run_dir, start, progress)
+
+
+def resume(run_dir: str | Path, progress: bool = True) -> Path:
+    """Continue a run from its newest valid checkpoint, exactly as if it had not stopped."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise RunDirectoryError(f"{run_dir}: no such run directory")
+    require_resumable(run_dir)
+    config = load_config(run_dir / "config.json")
+    parts = build(config)
+    latest = latest_checkpoint(run_dir)
+    # Stopped before its first checkpoint: the rebuilt run is exactly the original start.
+    point = latest.point or ResumePoint.capture(
+        0, parts.team, parts.updater, parts.sampler._rng, (), 0.0
+    )
+    log_event(
+        run_dir,
+        "resumed",
+        checkpoint=latest.directory.name if latest.directory else None,
+        stage=point.stage,
+        skipped=list(latest.skipped),
+    )
+    if point.finished:
+        print(f"{run_dir}: already complete after {point.stage} stages; nothing to do")
+        return run_dir
+    return _run(parts, run_dir, point, progress)
+
+
+def _run(parts: Components, run_dir: Path, start: ResumePoint, progress: bool) -> Path:
+    """Stages ``start.stage`` onwards; ``start`` is the state to continue from."""
     from torch.utils.tensorboard import SummaryWriter
     from tqdm import tqdm
 
-    name = config.run.name or f"{config_name}-{datetime.now():%Y%m%d-%H%M%S}"
-    run_dir = Path(config.run.output_dir) / name
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.json").write_text(json.dumps(config.to_dict(), indent=2))
-    parts = build(config)
-    team = parts.team
+    config = parts.config
+    sampler_rng = parts.sampler._rng
+    team = start.restore(parts.team, parts.updater, sampler_rng)
+    metrics_lines = list(start.metrics_lines)
+    # Lines after the checkpoint belong to stages that will be run again.
+    write_atomically(run_dir / "metrics.jsonl", "".join(x + "\n" for x in metrics_lines).encode())
     recorder = RecordingSampler(parts.sampler)
     stage_config = StageConfig(
         scheme=config.stage.scheme,
@@ -193,60 +320,111 @@ def train(config: RunConfig, config_name: str = "run", progress: bool = True) ->
         kl_tolerance=config.stage.kl_tolerance,
     )
     penalty = EpisodicPenalty(config.sampler.turns)
-    writer = SummaryWriter(str(run_dir / "tensorboard"))
+    # purge_step drops TensorBoard points of stages that are about to be run again.
+    writer = SummaryWriter(str(run_dir / "tensorboard"), purge_step=start.stage or None)
     stages = config.stage.stages
     budget_seconds = 60.0 * config.run.time_budget_minutes
-    run_started = time.perf_counter()
-    with (
-        (run_dir / "metrics.jsonl").open("a") as metrics,
-        tqdm(total=stages, desc=f"{config.stage.scheme} stages", disable=not progress) as bar,
-    ):
-        for stage in range(stages):
-            recorder.calls.clear()
-            started = time.perf_counter()
-            report, team = run_stage(
-                team, recorder, parts.updater, stage_config, penalty, stage_index=stage
-            )
-            record = stage_metrics(stage, report, recorder.calls, time.perf_counter() - started)
-            out_of_time = budget_seconds > 0 and time.perf_counter() - run_started >= budget_seconds
-            last = stage == stages - 1 or out_of_time
-            if (
-                config.run.eval_every
-                and ((stage + 1) % config.run.eval_every == 0 or last)
-                and parts.test_problems
-            ):
-                record["eval"] = evaluate_team(team, parts.sampler, parts.test_problems)
-            metrics.write(json.dumps(record) + "\n")
-            metrics.flush()
-            for key in (
-                "certificate",
-                "train_reward",
-                "train_parse_failure_rate",
-                "generated_tokens",
-                "wall_seconds",
-            ):
-                if record[key] is not None:
-                    writer.add_scalar(f"stage/{key}", record[key], stage)
-            for update in record["updates"]:
-                for key in ("surrogate", "kl", "backtracks"):
-                    writer.add_scalar(f"agent{update['agent']}/{key}", update[key], stage)
-            for key, value in record.get("eval", {}).items():
-                writer.add_scalar(f"eval/{key}", value, stage)
-            if config.run.checkpoint_every and (
-                (stage + 1) % config.run.checkpoint_every == 0 or last
-            ):
-                save_checkpoint(
-                    run_dir / "checkpoints" / f"stage_{stage + 1}",
+    run_started = time.perf_counter() - start.elapsed_seconds
+    resume_point = start
+    position = {"stage": start.stage, "updates_done": 0}
+
+    def note_update(record: UpdateRecord) -> None:
+        position["updates_done"] = record.position + 1
+
+    def save(point: ResumePoint) -> Path:
+        with signals_deferred(reraise=False):
+            return write_checkpoint(run_dir, point)
+
+    try:
+        with (
+            sigterm_interrupts(),
+            (run_dir / "metrics.jsonl").open("a") as metrics,
+            tqdm(
+                total=stages,
+                initial=start.stage,
+                desc=f"{config.stage.scheme} stages",
+                disable=not progress,
+            ) as bar,
+        ):
+            for stage in range(start.stage, stages):
+                position.update(stage=stage, updates_done=0)
+                recorder.calls.clear()
+                started = time.perf_counter()
+                report, team = run_stage(
+                    team,
+                    recorder,
+                    parts.updater,
+                    stage_config,
+                    penalty,
+                    stage_index=stage,
+                    on_update=note_update,
+                )
+                record = stage_metrics(stage, report, recorder.calls, time.perf_counter() - started)
+                elapsed = time.perf_counter() - run_started
+                out_of_time = budget_seconds > 0 and elapsed >= budget_seconds
+                last = stage == stages - 1 or out_of_time
+                if (
+                    config.run.eval_every
+                    and ((stage + 1) % config.run.eval_every == 0 or last)
+                    and parts.test_problems
+                ):
+                    record["eval"] = evaluate_team(team, parts.sampler, parts.test_problems)
+                line = json.dumps(record)
+                metrics.write(line + "\n")
+                metrics.flush()
+                metrics_lines.append(line)
+                resume_point = ResumePoint.capture(
+                    stage + 1,
                     team,
                     parts.updater,
-                    stage + 1,
-                    parts.sampler._rng.bit_generator.state,
+                    sampler_rng,
+                    tuple(metrics_lines),
+                    time.perf_counter() - run_started,
+                    finished=last,
                 )
-            bar.set_postfix(
-                reward=f"{record['train_reward']:.2f}", cert=f"{report.certificate:.3g}"
-            )
-            bar.update(1)
-            if last:
-                break
-    writer.close()
+                log_scalars(writer, stage, record)
+                if last or (
+                    config.run.checkpoint_every and (stage + 1) % config.run.checkpoint_every == 0
+                ):
+                    with signals_deferred():
+                        write_checkpoint(run_dir, resume_point)
+                bar.set_postfix(
+                    reward=f"{record['train_reward']:.2f}", cert=f"{report.certificate:.3g}"
+                )
+                bar.update(1)
+                if last:
+                    break
+    except KeyboardInterrupt:
+        checkpoint = save(resume_point)
+        log_event(
+            run_dir,
+            "interrupted",
+            **position,
+            checkpoint=checkpoint.name,
+            resumes_at={"stage": resume_point.stage, "update": 0},
+        )
+        raise TrainingInterrupted(run_dir, checkpoint) from None
+    except Exception as error:
+        checkpoint = save(resume_point)
+        log_event(run_dir, "failed", **position, error=repr(error), checkpoint=checkpoint.name)
+        raise
+    finally:
+        writer.close()
     return run_dir
+
+
+def log_scalars(writer: Any, stage: int, record: dict[str, Any]) -> None:
+    for key in (
+        "certificate",
+        "train_reward",
+        "train_parse_failure_rate",
+        "generated_tokens",
+        "wall_seconds",
+    ):
+        if record[key] is not None:
+            writer.add_scalar(f"stage/{key}", record[key], stage)
+    for update in record["updates"]:
+        for key in ("surrogate", "kl", "backtracks"):
+            writer.add_scalar(f"agent{update['agent']}/{key}", update[key], stage)
+    for key, value in record.get("eval", {}).items():
+        writer.add_scalar(f"eval/{key}", value, stage)

@@ -6,7 +6,10 @@ every optimiser step the KL to the agent's pre-update policy is measured on the 
 trust-region statistic exceeds delta_i, parameters and optimiser state are restored exactly and
 the step is retried with a smaller learning rate (``teamtr.trust_region.backtrack``). A step that
 cannot be brought inside ends the update at the last admitted iterate; if not even the first
-step can, the update is rejected and the old policy is kept.
+step can, the update is rejected and the old policy is kept. A non-finite loss, gradient, KL or
+surrogate at any step rejects the whole update: parameters and optimiser state go back to what
+they were before it (a NaN must not reach Adam's moments, which outlive the update), and the
+quantity is named in ``extras`` as ``non_finite_<quantity>`` = 1.
 
 What is reported (``teamtr.reports.AgentUpdate``), on the turn-level episodic MDP of horizon H:
 - ``kl`` = E_{d̄}[KL_i] = (1/H) · mean over episodes of the sum of the agent's message KLs,
@@ -32,6 +35,25 @@ from llm.sampler import DialogueRollouts
 from llm.scoring import MessageBatch, chunks, message_logits
 from teamtr.reports import AgentUpdate
 from teamtr.trust_region import TrustRegion, backtrack
+
+NON_FINITE_PREFIX = "non_finite_"
+"""``AgentUpdate.extras`` key prefix naming the quantity that was not finite."""
+
+
+class NonFiniteUpdate(ArithmeticError):
+    """Raised inside an update when ``quantity`` (loss, gradient, kl, surrogate) is not finite."""
+
+    def __init__(self, quantity: str) -> None:
+        super().__init__(f"non-finite {quantity}")
+        self.quantity = quantity
+
+
+def non_finite_quantity(update: AgentUpdate) -> str | None:
+    """The quantity that made ``update`` be rejected as non-finite, if any."""
+    for key in update.extras:
+        if key.startswith(NON_FINITE_PREFIX):
+            return key.removeprefix(NON_FINITE_PREFIX)
+    return None
 
 
 class RatioCheckError(AssertionError):
@@ -198,6 +220,9 @@ class TrustRegionUpdater:
     ) -> AgentUpdate:
         s = self.settings
         a_max = rollouts.settings.a_max
+        if not np.isfinite(rollouts.episode_weights()).all():  # HAPPO ratios overflowed
+            extras = {"tokens": 0.0, NON_FINITE_PREFIX + "weights": 1.0}
+            return AgentUpdate(team.agent(agent), 0.0, float("nan"), a_max, False, extras=extras)
         references = self._references(team, agent, rollouts)
         n_tokens = sum(int(r.batch.mask.sum()) for r in references)
         if n_tokens == 0:  # the agent never spoke: nothing to learn, nothing changes
@@ -240,26 +265,45 @@ class TrustRegionUpdater:
                     )
                     * share
                 )
+                if not torch.isfinite(loss):
+                    raise NonFiniteUpdate("loss")
                 loss.backward()
+            if any(p.grad is not None and not torch.isfinite(p.grad).all() for p in parameters):
+                raise NonFiniteUpdate("gradient")
             optimizer.step()
-            return self._measure(team, agent, rollouts, references, radius)
+            measured = self._measure(team, agent, rollouts, references, radius)
+            if not (np.isfinite(measured.kl) and np.isfinite(measured.statistic)):
+                raise NonFiniteUpdate("kl")
+            if not np.isfinite(measured.surrogate):
+                raise NonFiniteUpdate("surrogate")
+            return measured
 
         backtracks = 0
         accepted_steps = 0
         last: _Measurement | None = None
         last_tried = float("nan")
+        non_finite: str | None = None
+        before_update = (
+            [p.detach().clone() for p in parameters],
+            copy.deepcopy(optimizer.state_dict()),
+        )
         for _ in range(s.steps):
             saved = (
                 [p.detach().clone() for p in parameters],
                 copy.deepcopy(optimizer.state_dict()),
             )
-            result = backtrack(
-                lambda scale, saved=saved: propose(saved, scale),
-                lambda measured: measured.statistic,
-                trust_region,
-                shrink=s.shrink,
-                max_backtracks=s.max_backtracks,
-            )
+            try:
+                result = backtrack(
+                    lambda scale, saved=saved: propose(saved, scale),
+                    lambda measured: measured.statistic,
+                    trust_region,
+                    shrink=s.shrink,
+                    max_backtracks=s.max_backtracks,
+                )
+            except NonFiniteUpdate as event:
+                restore(before_update)
+                non_finite, last = event.quantity, None
+                break
             backtracks += result.backtracks
             if not result.accepted or result.candidate is None:
                 restore(saved)  # never keep a step outside the region
@@ -271,6 +315,9 @@ class TrustRegionUpdater:
         for group in optimizer.param_groups:
             group["lr"] = s.learning_rate
         extras = {"tokens": float(n_tokens), "steps": float(accepted_steps)}
+        if non_finite is not None:
+            extras[NON_FINITE_PREFIX + non_finite] = 1.0
+            extras["steps"] = 0.0
         if last is None:
             backbone.load(agent, team.agent(agent))  # bit-identical already; marks the slot
             return AgentUpdate(
