@@ -302,31 +302,11 @@ def resume(run_dir: str | Path, progress: bool = True) -> Path:
 
 def _run(parts: Components, run_dir: Path, start: ResumePoint, progress: bool) -> Path:
     """Stages ``start.stage`` onwards; ``start`` is the state to continue from."""
-    from torch.utils.tensorboard import SummaryWriter
-    from tqdm import tqdm
-
     config = parts.config
     sampler_rng = parts.sampler._rng
-    team = start.restore(parts.team, parts.updater, sampler_rng)
-    metrics_lines = list(start.metrics_lines)
-    # Lines after the checkpoint belong to stages that will be run again.
-    write_atomically(run_dir / "metrics.jsonl", "".join(x + "\n" for x in metrics_lines).encode())
-    recorder = RecordingSampler(parts.sampler)
-    stage_config = StageConfig(
-        scheme=config.stage.scheme,
-        radius=config.stage.radius,
-        order=config.stage.update_order,
-        seed=config.run.seed,
-        kl_tolerance=config.stage.kl_tolerance,
-    )
-    penalty = EpisodicPenalty(config.sampler.turns)
-    # purge_step drops TensorBoard points of stages that are about to be run again.
-    writer = SummaryWriter(str(run_dir / "tensorboard"), purge_step=start.stage or None)
-    stages = config.stage.stages
-    budget_seconds = 60.0 * config.run.time_budget_minutes
-    run_started = time.perf_counter() - start.elapsed_seconds
     resume_point = start
     position = {"stage": start.stage, "updates_done": 0}
+    writer = None
 
     def note_update(record: UpdateRecord) -> None:
         position["updates_done"] = record.position + 1
@@ -336,6 +316,28 @@ def _run(parts: Components, run_dir: Path, start: ResumePoint, progress: bool) -
             return write_checkpoint(run_dir, point)
 
     try:
+        from torch.utils.tensorboard import SummaryWriter
+        from tqdm import tqdm
+
+        team = start.restore(parts.team, parts.updater, sampler_rng)
+        metrics_lines = list(start.metrics_lines)
+        # Lines after the checkpoint belong to stages that will be run again.
+        lines = "".join(x + "\n" for x in metrics_lines)
+        write_atomically(run_dir / "metrics.jsonl", lines.encode())
+        recorder = RecordingSampler(parts.sampler)
+        stage_config = StageConfig(
+            scheme=config.stage.scheme,
+            radius=config.stage.radius,
+            order=config.stage.update_order,
+            seed=config.run.seed,
+            kl_tolerance=config.stage.kl_tolerance,
+        )
+        penalty = EpisodicPenalty(config.sampler.turns)
+        # purge_step drops TensorBoard points of stages that are about to be run again.
+        writer = SummaryWriter(str(run_dir / "tensorboard"), purge_step=start.stage or None)
+        stages = config.stage.stages
+        budget_seconds = 60.0 * config.run.time_budget_minutes
+        run_started = time.perf_counter() - start.elapsed_seconds
         with (
             sigterm_interrupts(),
             (run_dir / "metrics.jsonl").open("a") as metrics,
@@ -404,12 +406,15 @@ def _run(parts: Components, run_dir: Path, start: ResumePoint, progress: bool) -
             resumes_at={"stage": resume_point.stage, "update": 0},
         )
         raise TrainingInterrupted(run_dir, checkpoint) from None
+    except RunDirectoryError:  # the checkpoint does not fit the run: nothing new to save
+        raise
     except Exception as error:
         checkpoint = save(resume_point)
         log_event(run_dir, "failed", **position, error=repr(error), checkpoint=checkpoint.name)
         raise
     finally:
-        writer.close()
+        if writer is not None:
+            writer.close()
     return run_dir
 
 
