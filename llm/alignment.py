@@ -57,7 +57,7 @@ class AlignmentSettings:
 
     delta0: float = 0.02
     """δ0: the largest admitted mean token-level KL(π_new‖π_cur) on the probe tokens (nats)."""
-    learning_rate: float = 1e-3
+    learning_rate: float = 2e-4
     """Adam step size of the refining gradient steps before any backtracking."""
     steps: int = 8
     """Refining gradient steps on the Lagrangian (each checked against δ0); 0 = interpolation only."""
@@ -213,7 +213,7 @@ class _Probe:
 
 
 def _closed_form(
-    references: list[_ProbeChunk], delta0: float, n_tokens: int, iterations: int = 60
+    references: list[_ProbeChunk], delta0: float, n_tokens: int, iterations: int = 40
 ) -> tuple[float, float]:
     """λ and E KL(π_λ‖π_pre) of the shared-multiplier closed form (THEORY.md, Stage-0)."""
 

@@ -105,7 +105,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--align-steps", type=int, default=8, help="gradient steps after the interpolation"
     )
     parser.add_argument(
-        "--align-lr", type=float, default=1e-3, help="Adam step size of those gradient steps"
+        "--align-lr", type=float, default=2e-4, help="Adam step size of those gradient steps"
     )
     parser.add_argument(
         "--stages",

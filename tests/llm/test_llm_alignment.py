@@ -49,7 +49,12 @@ def test_alignment_lowers_kl_to_new_adapter_inside_delta0(setting):
     direct = independent_mean_kl(team, new_adapter, current, chat, episodes)
     delta0 = 0.3 * direct
     result = align_adapter(
-        team, AGENT, new_adapter, chat, episodes, AlignmentSettings(delta0=delta0, steps=6)
+        team,
+        AGENT,
+        new_adapter,
+        chat,
+        episodes,
+        AlignmentSettings(delta0=delta0, steps=6, learning_rate=1e-3),
     )
     kl_to_cur = independent_mean_kl(team, result.policy, current, chat, episodes)
     kl_to_pre = independent_mean_kl(team, result.policy, new_adapter, chat, episodes)
