@@ -183,8 +183,9 @@ def test_sigint_writes_a_checkpoint_exits_cleanly_and_resumes_exactly(straight_r
     code, err = finish(teamtr("train", "--resume", str(run_dir)))
     assert code == 0, err
     assert_identical_runs(straight, run_dir)
-    code, _ = finish(teamtr("train", "--resume", str(run_dir)))
-    assert code == 0  # already complete: nothing to do
+    before = (run_dir / "metrics.jsonl").read_bytes()
+    assert main(["train", "--resume", str(run_dir), "--no-progress"]) == 0  # already complete
+    assert (run_dir / "metrics.jsonl").read_bytes() == before
 
 
 def test_corrupt_or_torn_newest_checkpoint_falls_back_to_the_previous(straight_run, tmp_path):
