@@ -146,7 +146,7 @@ class _Measurement:
     kl_to_cur: float
 
 
-def _masked_token_mean(per_token: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def _masked_sum(per_token: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return torch.where(mask, per_token, torch.zeros_like(per_token)).sum()
 
 
@@ -175,7 +175,7 @@ class _Probe:
                 parameter.copy_(tensors[key])
         self.backbone.mark_modified(self.agent)
 
-    def log_probs(self, indices: list[int]):
+    def log_probs(self, indices: list[int]) -> tuple[torch.Tensor, torch.Tensor] | None:
         """(mask, log π(·|s)) at agent k's tokens of episodes ``indices`` (differentiable)."""
         batch = message_logits(
             self.backbone.model,
@@ -204,11 +204,13 @@ class _Probe:
             out.append(_ProbeChunk(indices, mask, scored["pre"][1], scored["cur"][1]))
         return out
 
-    def losses(self, chunk: _ProbeChunk):
+    def losses(self, chunk: _ProbeChunk) -> tuple[torch.Tensor, torch.Tensor]:
         """Summed (not averaged) KL(π‖π_pre) and KL(π‖π_cur) over the chunk's tokens."""
-        mask, logp = self.log_probs(chunk.indices)
-        to_pre = _masked_token_mean(token_kl_from_logits(logp, chunk.logp_pre), mask)
-        to_cur = _masked_token_mean(token_kl_from_logits(logp, chunk.logp_cur), mask)
+        scored = self.log_probs(chunk.indices)
+        assert scored is not None  # the chunk was kept because agent k speaks in it
+        mask, logp = scored
+        to_pre = _masked_sum(token_kl_from_logits(logp, chunk.logp_pre), mask)
+        to_cur = _masked_sum(token_kl_from_logits(logp, chunk.logp_cur), mask)
         return to_pre, to_cur
 
 
@@ -221,12 +223,8 @@ def _closed_form(
         to_pre = to_cur = 0.0
         for chunk in references:
             tilted = beta * chunk.logp_pre + (1.0 - beta) * chunk.logp_cur
-            to_pre += float(
-                _masked_token_mean(token_kl_from_logits(tilted, chunk.logp_pre), chunk.mask)
-            )
-            to_cur += float(
-                _masked_token_mean(token_kl_from_logits(tilted, chunk.logp_cur), chunk.mask)
-            )
+            to_pre += float(_masked_sum(token_kl_from_logits(tilted, chunk.logp_pre), chunk.mask))
+            to_cur += float(_masked_sum(token_kl_from_logits(tilted, chunk.logp_cur), chunk.mask))
         return to_pre / n_tokens, to_cur / n_tokens
 
     if kls(1.0)[1] <= delta0:
