@@ -111,9 +111,12 @@ class RunSettings:
     threads: int = 0
     """torch CPU threads (0: torch's default)."""
     time_budget_minutes: float = 0.0
-    """Stop after the stage during which this much wall-clock time has passed (0: no budget);
-    the stage it stops at is evaluated and checkpointed like the last one. Equal budgets make
-    schemes comparable at equal wall-clock time."""
+    """Stop after the stage during which this much time has passed on ``budget_clock`` (0: no
+    budget); the stage it stops at is evaluated and checkpointed like the last one. Equal budgets
+    make schemes comparable at equal time."""
+    budget_clock: Literal["wall", "cpu"] = "wall"
+    """"wall": wall-clock seconds; "cpu": this process's CPU seconds, the fair measure when
+    runs share a loaded machine (with ``threads = 1`` it equals wall time on an idle core)."""
 
     def __post_init__(self) -> None:
         if self.time_budget_minutes < 0:

@@ -337,7 +337,8 @@ def _run(parts: Components, run_dir: Path, start: ResumePoint, progress: bool) -
         writer = SummaryWriter(str(run_dir / "tensorboard"), purge_step=start.stage or None)
         stages = config.stage.stages
         budget_seconds = 60.0 * config.run.time_budget_minutes
-        run_started = time.perf_counter() - start.elapsed_seconds
+        clock = time.process_time if config.run.budget_clock == "cpu" else time.perf_counter
+        run_started = clock() - start.elapsed_seconds
         with (
             sigterm_interrupts(),
             (run_dir / "metrics.jsonl").open("a") as metrics,
@@ -362,7 +363,7 @@ def _run(parts: Components, run_dir: Path, start: ResumePoint, progress: bool) -
                     on_update=note_update,
                 )
                 record = stage_metrics(stage, report, recorder.calls, time.perf_counter() - started)
-                elapsed = time.perf_counter() - run_started
+                elapsed = clock() - run_started
                 out_of_time = budget_seconds > 0 and elapsed >= budget_seconds
                 last = stage == stages - 1 or out_of_time
                 if (
@@ -381,7 +382,7 @@ def _run(parts: Components, run_dir: Path, start: ResumePoint, progress: bool) -
                     parts.updater,
                     sampler_rng,
                     tuple(metrics_lines),
-                    time.perf_counter() - run_started,
+                    clock() - run_started,
                     finished=last,
                 )
                 log_scalars(writer, stage, record)
