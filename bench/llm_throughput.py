@@ -1,12 +1,20 @@
 """Language-model backend benchmark, side by side in one run (issue 4, §7).
 
 1. Sampler tokens/s against raw ``model.generate`` on the same prompts (goal: ratio >= 0.9).
+   The sampler's side is exactly its generation path (``DialogueSampler.speaker_model``: by
+   default the speaker's adapter merged into a generation copy, ``llm.generation``), with the
+   speaker changing at every call as it does between turns, so each call pays one merge. The
+   PEFT model (LoRA as an extra product in every layer) is measured alongside. The sides take
+   turns within each round, in a rotating order, so that load on the machine hits them alike.
 2. Per-stage wall time and generated tokens of ``teamtr`` against ``stale`` from the same team
    (teamtr resamples after every update; prefix reuse keeps turns before the updated agent's
    first turn).
-3. Resident memory of 3 LoRA agents on one base model against 3 separate model copies.
+3. Resident memory, each measured in a fresh process: 3 LoRA agents on one base model, the same
+   plus the generation copy, and 3 separate plain model copies.
 
-Usage: ``.venv/bin/python bench/llm_throughput.py [--source smollm2] [--json OUT]``.
+Usage: ``.venv/bin/python bench/llm_throughput.py [--source smollm2] [--json OUT]
+[--sections generation memory stage]`` (all sections by default; ``--sections generation``
+runs only the throughput comparison, the stage section being the slow one).
 """
 
 from __future__ import annotations
@@ -16,7 +24,11 @@ import copy
 import dataclasses
 import gc
 import json
+import statistics
+import subprocess
+import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -32,6 +44,9 @@ from teamtr.config import StageConfig
 from teamtr.penalty import EpisodicPenalty
 from teamtr.stage import run_stage
 
+SECTIONS = ("generation", "memory", "stage")
+MEMORY_CASES = ("three_lora_agents", "three_lora_agents_with_generation_copy", "three_model_copies")
+
 
 def rss_mib() -> float:
     for line in Path("/proc/self/status").read_text().splitlines():
@@ -40,21 +55,61 @@ def rss_mib() -> float:
     return float("nan")
 
 
-def generation_throughput(parts, raw_model, prompts: int, new_tokens: int) -> dict[str, float]:
+def generation_throughput(
+    parts, raw_model, prompts: int, new_tokens: int, rounds: int
+) -> dict[str, float]:
     problems = ArithmeticSuite(1).fixed_set("test", prompts, seed=0)
     chat = parts.chat
     contexts = [chat.encode_prompt(p.question) + list(chat.headers[0]) for p in problems]
-    results = {}
-    for label, model in (("raw_generate", raw_model), ("sampler", parts.team.use(0))):
-        torch.manual_seed(0)
-        started = time.perf_counter()
-        messages = generate_messages(model, contexts, chat, new_tokens, 1.0)
-        seconds = time.perf_counter() - started
-        tokens = sum(len(m) for m in messages)
-        results[f"{label}_tokens_per_s"] = tokens / seconds
+    team = parts.team
+    sides: dict[str, Callable[[int], torch.nn.Module]] = {
+        "raw_generate": lambda agent: raw_model,
+        "sampler": lambda agent: parts.sampler.speaker_model(team, agent),
+        "peft_generate": lambda agent: team.use(agent),
+    }
+    tokens = dict.fromkeys(sides, 0)
+    seconds = dict.fromkeys(sides, 0.0)
+    model_seconds = dict.fromkeys(sides, 0.0)
+    round_ratios: dict[str, list[float]] = {"sampler": [], "peft_generate": []}
+    labels = list(sides)
+    started = time.perf_counter()
+    sides["sampler"](team.n_agents - 1)  # made once per run: the generation copy, if any
+    setup_seconds = time.perf_counter() - started
+    for round_index in range(rounds):
+        agent = round_index % team.n_agents
+        shift = round_index % len(labels)
+        speed = {}
+        for label in labels[shift:] + labels[:shift]:
+            torch.manual_seed(round_index)
+            started = time.perf_counter()
+            model = sides[label](agent)  # the merge, when the speaker changed, is timed too
+            model_seconds[label] += time.perf_counter() - started
+            messages = generate_messages(model, contexts, chat, new_tokens, 1.0)
+            elapsed = time.perf_counter() - started
+            generated = sum(len(m) for m in messages)
+            seconds[label] += elapsed
+            tokens[label] += generated
+            speed[label] = generated / elapsed
+        for label, ratios in round_ratios.items():
+            ratios.append(speed[label] / speed["raw_generate"])
+    results: dict[str, float] = {
+        "rounds": float(rounds),
+        "merged_generation": float(parts.sampler.settings.merged_generation),
+        "sampler_setup_seconds": setup_seconds,
+    }
+    for label in labels:
+        results[f"{label}_tokens_per_s"] = tokens[label] / seconds[label]
+    results["sampler_model_switch_seconds_per_call"] = model_seconds["sampler"] / rounds
     results["ratio_sampler_over_raw"] = (
         results["sampler_tokens_per_s"] / results["raw_generate_tokens_per_s"]
     )
+    results["ratio_peft_over_raw"] = (
+        results["peft_generate_tokens_per_s"] / results["raw_generate_tokens_per_s"]
+    )
+    # Within a round the sides run back to back, so a per-round ratio cancels slow swings of
+    # the machine's load; the median discards rounds hit by a burst.
+    results["median_round_ratio_sampler_over_raw"] = statistics.median(round_ratios["sampler"])
+    results["median_round_ratio_peft_over_raw"] = statistics.median(round_ratios["peft_generate"])
     return results
 
 
@@ -85,20 +140,35 @@ def stage_costs(parts, config: RunConfig) -> dict[str, dict[str, float]]:
     return results
 
 
-def memory(source: str) -> dict[str, float]:
+def memory_case(source: str, case: str) -> float:
+    """Resident MiB added by loading what ``case`` names (run in a fresh process)."""
     gc.collect()
     before = rss_mib()
     base = load_model(source)
-    LoraBackbone.create(base, 3, LoraSettings())
-    lora = rss_mib() - before
-    copies = [copy.deepcopy(base) for _ in range(2)]
-    three_copies = rss_mib() - before  # the LoRA wrapper's adapters are small next to a copy
-    del copies
-    return {
-        "three_lora_agents_mib": lora,
-        "three_model_copies_mib": three_copies,
-        "ratio_lora_over_copies": lora / three_copies,
-    }
+    if case == "three_model_copies":
+        copies = [copy.deepcopy(base) for _ in range(2)]
+        assert len(copies) == 2
+    else:
+        backbone = LoraBackbone.create(base, 3, LoraSettings())
+        if case == "three_lora_agents_with_generation_copy":
+            backbone.generation_model(0, backbone.initial_team().agent(0))
+    gc.collect()
+    return rss_mib() - before
+
+
+def memory(source: str) -> dict[str, float]:
+    """Each case in its own process, so that memory freed by one cannot be reused by another."""
+    results = {}
+    for case in MEMORY_CASES:
+        command = [sys.executable, __file__, "--source", source, "--memory-case", case]
+        output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+        results[f"{case}_mib"] = float(output.strip().splitlines()[-1])
+    copies = results["three_model_copies_mib"]
+    results["ratio_lora_over_copies"] = results["three_lora_agents_mib"] / copies
+    results["ratio_lora_with_generation_copy_over_copies"] = (
+        results["three_lora_agents_with_generation_copy_mib"] / copies
+    )
+    return results
 
 
 def main() -> None:
@@ -106,11 +176,18 @@ def main() -> None:
     parser.add_argument("--source", default="smollm2")
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--new-tokens", type=int, default=32)
+    parser.add_argument("--rounds", type=int, default=6, help="generate calls per side")
     parser.add_argument("--json", help="also write the results here")
+    parser.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS))
+    parser.add_argument("--memory-case", choices=MEMORY_CASES, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.memory_case:
+        print(memory_case(args.source, args.memory_case))
+        return
 
-    report: dict[str, object] = {"memory": memory(args.source)}
-    gc.collect()
+    report: dict[str, object] = {"sections": args.sections}
+    if "memory" in args.sections:
+        report["memory"] = memory(args.source)
     config = RunConfig()
     config = dataclasses.replace(
         config,
@@ -119,10 +196,14 @@ def main() -> None:
         updater=UpdaterSettings(learning_rate=2e-4, steps=1),
     )
     parts = build(config)
-    raw = load_model(args.source)
-    report["generation"] = generation_throughput(parts, raw, args.prompts, args.new_tokens)
-    del raw
-    report["stage"] = stage_costs(parts, config)
+    if "generation" in args.sections:
+        raw = load_model(args.source)
+        report["generation"] = generation_throughput(
+            parts, raw, args.prompts, args.new_tokens, args.rounds
+        )
+        del raw
+    if "stage" in args.sections:
+        report["stage"] = stage_costs(parts, config)
     text = json.dumps(report, indent=2)
     print(text)
     if args.json:

@@ -6,6 +6,10 @@ agent). Teams are values, as the core's ``TeamPolicy`` protocol requires: ``with
 returns a new team in O(n) without copying any tensor; the backbone's slots are loaded with a
 team's weights only when that team is used (``LoraTeam.activate``), and a slot that already
 holds the right snapshot is not copied again.
+
+For sampling, ``LoraTeam.generation_model`` gives the speaker's policy merged into a plain copy
+of the base model (``llm.generation``): the same policy up to float rounding, at the bare
+model's speed, without touching the backbone's weights.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from dataclasses import dataclass, field, replace
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model
 from transformers import PreTrainedModel
+
+from llm.generation import MergedGenerationCopy
 
 _versions = itertools.count()
 
@@ -91,6 +97,7 @@ class LoraBackbone:
             )
         self._loaded: list[int | None] = [None] * n_agents
         self._active: int | None = None
+        self._generation_copy: MergedGenerationCopy | None = None
 
     @classmethod
     def create(
@@ -142,6 +149,21 @@ class LoraBackbone:
             self.model.set_adapter(slot_name(index))
             self._active = index
 
+    def generation_model(self, index: int, weights: AdapterWeights) -> PreTrainedModel:
+        """A plain copy of the base model with ``weights`` merged in as slot ``index``'s policy.
+
+        The copy (one extra base model) is made on first use and rewritten only when another
+        snapshot speaks; the backbone's own weights are read, never written.
+        """
+        if self._generation_copy is None:
+            self._generation_copy = MergedGenerationCopy(self.model)
+        return self._generation_copy.speaking(weights.tensors, weights.version, slot_name(index))
+
+    @property
+    def generation_merges(self) -> int:
+        """How many times the generation copy's weights were computed (0 before first use)."""
+        return 0 if self._generation_copy is None else self._generation_copy.merges
+
     def initial_team(self) -> LoraTeam:
         return LoraTeam(self, tuple(self.snapshot(k) for k in range(self.n_agents)))
 
@@ -181,6 +203,13 @@ class LoraTeam:
         self.activate()
         self.backbone.speak_as(index)
         return self.backbone.model
+
+    def generation_model(self, index: int) -> PreTrainedModel:
+        """Agent ``index``'s policy merged into the backbone's generation copy, for sampling.
+
+        Unlike ``use``, it leaves the backbone's slots as they are.
+        """
+        return self.backbone.generation_model(index, self.policies[index])
 
     def differing_agents(self, other: LoraTeam) -> tuple[int, ...]:
         """Agents whose policy differs (by snapshot identity) between two teams."""

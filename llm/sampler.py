@@ -2,7 +2,8 @@
 
 ``DialogueSampler.sample`` implements ``teamtr.protocols.Sampler``: it plays ``G`` dialogues per
 problem (a GRPO group), generating each turn for all episodes at once with the KV cache and
-the speaker's adapter, grades the final answer, and records every message's log-probs with the
+the speaker's policy (by default merged into a generation copy of the base model, see
+``llm.generation``), grades the final answer, and records every message's log-probs with the
 training forward pass (``llm.scoring``).
 
 Prefix reuse: when ``team`` differs from ``previous.behaviour`` only in agent k, each previous
@@ -52,6 +53,12 @@ class SamplerSettings:
     """A_max: advantages are clipped to [-A_max, A_max] (the certificate's declared bound)."""
     score_chunk: int = 8
     """Episodes per training forward pass (memory/speed trade-off; no effect on results)."""
+    merged_generation: bool = True
+    """Generate with the speaker's adapter merged into a plain copy of the base model
+    (``llm.generation``): the same policy up to float rounding, at the bare model's speed, for
+    one extra base model of memory. False generates through the PEFT model (LoRA applied as
+    an extra low-rank product in every adapted layer). Training log-probs are computed by the
+    PEFT model either way."""
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -183,6 +190,12 @@ class DialogueSampler:
             last.agent if last else None,
         )
 
+    def speaker_model(self, team: LoraTeam, agent: int) -> torch.nn.Module:
+        """The model that generates ``agent``'s messages (see ``merged_generation``)."""
+        if self.settings.merged_generation:
+            return team.generation_model(agent)
+        return team.use(agent)
+
     def play(
         self, team: LoraTeam, episodes: list[Episode], temperature: float | None = None
     ) -> tuple[list[Episode], int]:
@@ -204,7 +217,7 @@ class DialogueSampler:
                 return episodes, generated
             for agent in sorted(pending):
                 indices = pending[agent]
-                model = team.use(agent)
+                model = self.speaker_model(team, agent)
                 contexts = [self.chat.context(episodes[i], agent) for i in indices]
                 messages = generate_messages(
                     model, contexts, self.chat, s.max_new_tokens, temperature
