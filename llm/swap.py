@@ -111,7 +111,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--stages",
         type=int,
         help="[stage] stages of the new run's config: total stages `train --resume` runs to "
-        "(default: the source run's)",
+        "(default: the source run's); the source's elapsed time still counts toward "
+        "[run] time_budget_minutes",
     )
     parser.add_argument(
         "--out", help="new run directory (default: <run>-swap<k>-direct or -aligned next to --run)"
