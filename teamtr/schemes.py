@@ -47,6 +47,6 @@ class RolloutSource:
             # the advantages stay those of pi_cur. Reweight only when the team has changed.
             if last_updated is not None:
                 self.latest = self.sampler.importance_weighted(self.stage_start, team)
-            return self.latest or self.stage_start
+            return self.latest if self.latest is not None else self.stage_start
         # stale and joint: the stage-start cache, whatever has changed since (Thm 3.7).
         return self.stage_start

@@ -166,7 +166,10 @@ def _apply_jointly(
         surrogate=surrogate,
         kl=sum(r.update.kl for r in kept),
         advantage_bound=epsilon,
-        tv=None if form != "tv" else sum(r.update.tv or 0.0 for r in kept),
+        # A missing TV must not count as 0: leave it None so update_penalty refuses the TV form.
+        tv=None
+        if any(r.update.tv is None for r in kept)
+        else sum(r.update.tv for r in kept if r.update.tv is not None),
     )
     return team, surrogate - update_penalty(joint, penalty, form)
 

@@ -142,3 +142,12 @@ def test_rejected_updates_leave_the_team_unchanged_and_charge_nothing():
 
     assert not inside_radius(rejected, 0.03, 1e-6)
     assert not inside_radius(replace(record.update, kl=float("nan")), 0.03, 1e-6)
+
+
+def test_joint_tv_form_sums_the_agents_tv_and_still_bounds_the_gain():
+    mdp, team = _instance(6)
+    kl_report, _ = _stage(mdp, team, scheme="joint", radius=0.05)
+    tv_report, _ = _stage(mdp, team, scheme="joint", radius=0.05, penalty_form="tv")
+    assert tv_report.realised_gain >= tv_report.certificate - 1e-10
+    # E[TV] <= sqrt(E[KL]/2) (Pinsker, Jensen): the TV form is never looser than the KL form.
+    assert tv_report.certificate >= kl_report.certificate - 1e-12
