@@ -178,7 +178,7 @@ class _Probe:
     def log_probs(self, indices: list[int]) -> tuple[torch.Tensor, torch.Tensor] | None:
         """(mask, log π(·|s)) at agent k's tokens of episodes ``indices`` (differentiable)."""
         batch = message_logits(
-            self.backbone.model,
+            self.backbone.training_model(self.agent),
             self.chat,
             self.episodes,
             self.agent,

