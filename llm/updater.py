@@ -40,6 +40,10 @@ NON_FINITE_PREFIX = "non_finite_"
 """``AgentUpdate.extras`` key prefix naming the quantity that was not finite."""
 
 
+STEP_SCALE_KEY = "teamtr_step_scale"
+"""Optimiser param-group key holding the warm-started step size (saved with Adam's state)."""
+
+
 class NonFiniteUpdate(ArithmeticError):
     """Raised inside an update when ``quantity`` (loss, gradient, kl, surrogate) is not finite."""
 
@@ -84,6 +88,12 @@ class UpdaterSettings:
     """Backtracks per step before the step is abandoned."""
     ratio_tolerance: float = 1e-4
     """Largest |log new - log old| allowed before the first step (numerical noise only)."""
+    warm_start: bool = True
+    """Start each step at the agent's last admitted step size instead of ``learning_rate``
+    (after an update that needed no backtrack, one ``1/shrink`` larger, up to
+    ``learning_rate``). Every backtrack costs a forward and backward pass over the batch; a
+    radius that admits only a fraction of ``learning_rate`` would otherwise pay for the same
+    backtracks at every step. The step size is part of the optimiser state (checkpointed)."""
 
     def __post_init__(self) -> None:
         if self.learning_rate <= 0 or self.steps < 1 or self.clip_eps <= 0:
@@ -140,6 +150,13 @@ class TrustRegionUpdater:
             parameters = list(team.backbone.parameters_of(agent).values())
             self.optimizers[agent] = torch.optim.Adam(parameters, lr=self.settings.learning_rate)
         return self.optimizers[agent]
+
+    def step_scale(self, team: LoraTeam, agent: int) -> float:
+        """Where the agent's next step starts, as a fraction of ``learning_rate``."""
+        if not self.settings.warm_start:
+            return 1.0
+        groups = self.optimizer_for(team, agent).param_groups
+        return float(groups[0].get(STEP_SCALE_KEY, 1.0))
 
     # -- measurements ---------------------------------------------------------------------------
     def _references(
@@ -278,6 +295,7 @@ class TrustRegionUpdater:
                 raise NonFiniteUpdate("surrogate")
             return measured
 
+        start_scale = self.step_scale(team, agent)
         backtracks = 0
         accepted_steps = 0
         last: _Measurement | None = None
@@ -299,6 +317,7 @@ class TrustRegionUpdater:
                     trust_region,
                     shrink=s.shrink,
                     max_backtracks=s.max_backtracks,
+                    initial_scale=start_scale,
                 )
             except NonFiniteUpdate as event:
                 restore(before_update)
@@ -308,12 +327,19 @@ class TrustRegionUpdater:
             if not result.accepted or result.candidate is None:
                 restore(saved)  # never keep a step outside the region
                 last_tried = result.statistic
+                if s.warm_start:  # the next update starts where this one gave up
+                    start_scale *= s.shrink**s.max_backtracks
                 break
             accepted_steps += 1
             last = result.candidate
+            if s.warm_start:
+                start_scale = result.step_scale
         optimizer.zero_grad(set_to_none=True)
+        if s.warm_start and backtracks == 0 and non_finite is None:
+            start_scale = min(1.0, start_scale / s.shrink)  # no backtrack: try a larger step
         for group in optimizer.param_groups:
             group["lr"] = s.learning_rate
+            group[STEP_SCALE_KEY] = start_scale if s.warm_start else 1.0
         extras = {"tokens": float(n_tokens), "steps": float(accepted_steps)}
         if non_finite is not None:
             extras[NON_FINITE_PREFIX + non_finite] = 1.0

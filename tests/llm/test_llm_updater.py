@@ -9,7 +9,7 @@ import pytest
 import torch
 from llm_test_support import arithmetic_sampler, with_rewards
 
-from llm.updater import RatioCheckError, TrustRegionUpdater, UpdaterSettings
+from llm.updater import STEP_SCALE_KEY, RatioCheckError, TrustRegionUpdater, UpdaterSettings
 
 REWARDS = [1.0, 0.0, 0.0, 1.0]
 
@@ -72,7 +72,41 @@ def test_backtracking_restores_parameters_and_optimiser_state_bit_identically(
     for key, values in state_before["state"].items():
         for name, tensor in values.items():
             assert torch.equal(state_after["state"][key][name], tensor), (key, name)
-    assert state_after["param_groups"] == state_before["param_groups"]
+    without_scale = [
+        [{k: v for k, v in g.items() if k != STEP_SCALE_KEY} for g in state["param_groups"]]
+        for state in (state_before, state_after)
+    ]
+    assert without_scale[0] == without_scale[1]
+    # Warm start: the next update begins where the rejected one gave up (1 * 0.5**2).
+    assert updater.step_scale(team, 0) == 0.25
+
+
+def test_warm_start_begins_at_the_last_admitted_step_and_is_checkpointed(
+    char_team, char_chat, rollouts
+):
+    def updater(warm_start: bool) -> TrustRegionUpdater:
+        settings = UpdaterSettings(
+            learning_rate=0.05, steps=2, max_backtracks=6, warm_start=warm_start
+        )
+        return TrustRegionUpdater(char_chat, settings)
+
+    warm, cold = updater(True), updater(False)
+    radius = 0.004
+    first = warm.update(char_team, 1, rollouts, radius)
+    assert first.accepted and first.backtracks >= 2  # lr 0.05 is far outside the region
+    assert warm.step_scale(char_team, 1) < 1.0
+    second = warm.update(char_team, 1, rollouts, radius)  # same data: same landscape
+    cold_first = cold.update(char_team, 1, rollouts, radius)
+    cold_second = cold.update(char_team, 1, rollouts, radius)
+    assert cold.step_scale(char_team, 1) == 1.0
+    assert second.backtracks < cold_second.backtracks
+    assert first.backtracks < cold_first.backtracks  # its second step already starts warm
+    assert second.kl <= radius and cold_second.kl <= radius
+    # The step size lives in the optimiser state, so checkpoints carry it.
+    state = copy.deepcopy(warm.optimizers[1].state_dict())
+    restored = updater(True)
+    restored.optimizer_for(char_team, 1).load_state_dict(state)
+    assert restored.step_scale(char_team, 1) == warm.step_scale(char_team, 1)
 
 
 @pytest.mark.parametrize("estimator", ["exact", "k1", "k3"])
