@@ -67,12 +67,17 @@ def message_logits(
     rows = sorted({e for e, _ in refs})
     row_of = {e: r for r, e in enumerate(rows)}
     assembled = {e: chat.assemble(episodes[e]) for e in rows}
-    length = max(len(ids) for ids, _ in assembled.values())
+    # Causal attention: nothing after the agent's last message token changes its logits, so
+    # each row stops there (the first speaker's rows skip the rest of the dialogue).
+    needed = {e: 0 for e in rows}
+    for e, t in refs:
+        needed[e] = max(needed[e], assembled[e][1][t][1])
+    length = max(needed.values())
     input_ids = torch.full((len(rows), length), chat.pad_id, dtype=torch.long)
     attention = torch.zeros((len(rows), length), dtype=torch.long)
     for e, (ids, _) in assembled.items():
-        input_ids[row_of[e], : len(ids)] = torch.tensor(ids)
-        attention[row_of[e], : len(ids)] = 1
+        input_ids[row_of[e], : needed[e]] = torch.tensor(ids[: needed[e]])
+        attention[row_of[e], : needed[e]] = 1
     causal_lm = model.get_base_model()
     hidden = causal_lm.model(input_ids=input_ids, attention_mask=attention).last_hidden_state
     longest = max(assembled[e][1][t][1] - assembled[e][1][t][0] for e, t in refs)

@@ -69,6 +69,27 @@ def test_message_positions_are_the_agents_own_tokens(char_team, char_chat):
         )
 
 
+def test_rows_stop_at_the_agents_last_message_without_changing_its_logits(char_team, char_chat):
+    """The first speaker's rows are scored without the rest of the dialogue (causal attention)."""
+    from llm.dialogue import Episode, Turn
+    from llm.tasks import Problem
+
+    prompt = tuple(char_chat.encode_prompt("q"))
+    long_tail = (Turn(0, (20, 21, 2)), Turn(1, tuple(range(30, 60))), Turn(2, (40, 2)))
+    short = (Turn(0, (22, 23, 24, 2)), Turn(1, (31,)), Turn(2, (41,)))
+    episodes = [Episode(Problem("q", "1"), prompt, 0, turns) for turns in (long_tail, short)]
+    model = char_team.use(0)
+    with torch.no_grad():
+        batch = message_logits(model, char_chat, episodes, 0, [0, 1])
+        for row, episode in enumerate(episodes):
+            ids, spans = char_chat.assemble(episode)
+            full = model(input_ids=torch.tensor([ids])).logits[0]
+            start, end = spans[0]
+            torch.testing.assert_close(
+                batch.logits[row, : end - start], full[start - 1 : end - 1], atol=1e-5, rtol=1e-5
+            )
+
+
 def test_loader_errors_are_typed_and_name_the_source(tmp_path):
     with pytest.raises(ModelNotAvailableError, match="no such file"):
         resolve_source(str(tmp_path / "missing.gguf"))
