@@ -330,21 +330,67 @@ def config_from_dict(data: Any, source: str, text: str = "") -> RunConfig:
     return config
 
 
-def load_config(path: str | Path) -> RunConfig:
-    """Read and validate a TOML (or a run directory's resolved JSON) configuration."""
-    path = Path(path)
+EXTENDS = "extends"
+"""Top-level TOML key: the path (relative to the file) of a config whose values this one
+overrides key by key; e.g. ``extends = "../default.toml"`` plus the few keys that differ."""
+
+
+def _merged(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    merged = {name: dict(section) for name, section in base.items()}
+    for name, section in overrides.items():
+        if isinstance(section, dict) and isinstance(merged.get(name), dict):
+            merged[name].update(section)
+        else:
+            merged[name] = section
+    return merged
+
+
+def _read_text(path: Path) -> str:
     if not path.is_file():
         raise ConfigError(f"{path}: no such config file")
     try:
-        text = path.read_bytes().decode("utf-8")
+        return path.read_bytes().decode("utf-8")
     except OSError as error:
         raise ConfigError(f"{path}: cannot read: {error.strerror or error}") from None
     except UnicodeDecodeError as error:
         raise ConfigError(f"{path}: not UTF-8 text (byte {error.start})") from None
+
+
+def _parse(path: Path, text: str) -> Any:
     try:
-        data = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
+        return json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
     except (tomllib.TOMLDecodeError, json.JSONDecodeError) as error:
         raise ConfigError(f"{path}: cannot parse: {error}") from None
     except RecursionError:
         raise ConfigError(f"{path}: cannot parse: nested too deeply") from None
-    return config_from_dict(data, str(path), text)
+
+
+def _read_toml_chain(path: Path, seen: tuple[Path, ...]) -> tuple[dict[str, Any], str]:
+    """A TOML file's data with its ``extends`` chain resolved, and the file's own text."""
+    text = _read_text(path)
+    data = _parse(path, text)
+    parent = data.pop(EXTENDS, None)
+    if parent is None:
+        return data, text
+    if not isinstance(parent, str):
+        raise ConfigError(f"{path}: {EXTENDS} must be a path string, got {parent!r}")
+    parent_path = (path.parent / parent).resolve()
+    if parent_path in seen:
+        raise ConfigError(f"{path}: {EXTENDS} = {parent!r} makes a cycle")
+    base, base_text = _read_toml_chain(parent_path, (*seen, parent_path))
+    config_from_dict(base, str(parent_path), base_text)  # the parent is valid on its own
+    return _merged(base, data), text
+
+
+def load_config(path: str | Path) -> RunConfig:
+    """Read and validate a TOML (or a run directory's resolved JSON) configuration.
+
+    A TOML file may start with ``extends = "other.toml"``: its values then override those of
+    the other file (itself validated first), section by section and key by key.
+    """
+    path = Path(path)
+    if path.suffix != ".json":
+        data, text = _read_toml_chain(path, (path.resolve(),))
+        return config_from_dict(data, str(path), text)
+    text = _read_text(path)
+    return config_from_dict(_parse(path, text), str(path), text)
