@@ -1,0 +1,160 @@
+"""Summarise an equal-budget comparison of training runs: one JSON and one figure.
+
+Reads each run directory (``config.json``, ``metrics.jsonl``) and the ``teamtr eval`` result of
+the trained and the untrained team, and writes ``{"runs": {name: {...}}}`` with held-out
+accuracy and its binomial standard error, stages trained, the per-stage training reward and
+the KL of every update. The figure shows the training reward per stage against cumulative
+stage time (left) and held-out accuracy with ±1 s.e. bars against the untrained team (right).
+
+Usage::
+
+    python -m llm.compare_report --out results/llm_compare.json --plot figures/llm_compare.png \\
+        --run teamtr=runs/compare/teamtr:teamtr_eval.json:untrained_team.json ...
+
+Each ``--run`` is ``NAME=RUN_DIR:TRAINED_EVAL.json:UNTRAINED_EVAL.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    name: str
+    run_dir: Path
+    trained_eval: Path
+    untrained_eval: Path
+
+    @classmethod
+    def parse(cls, text: str) -> RunSpec:
+        name, _, rest = text.partition("=")
+        parts = rest.split(":")
+        if not name or len(parts) != 3:
+            raise argparse.ArgumentTypeError(
+                f"--run {text!r}: expected NAME=RUN_DIR:TRAINED_EVAL.json:UNTRAINED_EVAL.json"
+            )
+        return cls(name, Path(parts[0]), Path(parts[1]), Path(parts[2]))
+
+
+def binomial_standard_error(accuracy: float, n: float) -> float:
+    return math.sqrt(accuracy * (1.0 - accuracy) / n) if n > 0 else float("nan")
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as error:
+        raise SystemExit(f"{path}: cannot read ({error})") from None
+
+
+def _evaluation(path: Path) -> dict[str, float]:
+    result = _read_json(path)
+    return {
+        "accuracy": result["accuracy"],
+        "n": result["n"],
+        "standard_error": binomial_standard_error(result["accuracy"], result["n"]),
+        "parse_failure_rate": result["parse_failure_rate"],
+        "mean_tokens": result["mean_tokens"],
+    }
+
+
+def summarise(spec: RunSpec) -> dict[str, Any]:
+    config = _read_json(spec.run_dir / "config.json")
+    lines = (spec.run_dir / "metrics.jsonl").read_text().splitlines()
+    stages = [json.loads(line) for line in lines if line.strip()]
+    return {
+        "run_dir": str(spec.run_dir),
+        "scheme": config["stage"]["scheme"],
+        "n_agents": config["team"]["n_agents"],
+        "radius": config["stage"]["radius"],
+        "budget": {
+            "minutes": config["run"]["time_budget_minutes"],
+            "clock": config["run"]["budget_clock"],
+            "threads": config["run"]["threads"],
+        },
+        "stages_trained": len(stages),
+        "trained": _evaluation(spec.trained_eval),
+        "untrained": _evaluation(spec.untrained_eval),
+        "stages": [
+            {
+                "stage": s["stage"],
+                "train_reward": s["train_reward"],
+                "wall_seconds": s["wall_seconds"],
+                "certificate_proxy": s["certificate"],
+                "updates": [
+                    {k: u[k] for k in ("agent", "kept", "kl", "surrogate", "backtracks")}
+                    for u in s["updates"]
+                ],
+            }
+            for s in stages
+        ],
+    }
+
+
+def plot(summary: dict[str, Any], out: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = summary["runs"]
+    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for name, run in runs.items():
+        elapsed, rewards, total = [], [], 0.0
+        for stage in run["stages"]:
+            total += stage["wall_seconds"] / 60.0
+            elapsed.append(total)
+            rewards.append(stage["train_reward"])
+        left.plot(elapsed, rewards, marker="o", markersize=3, label=f"{name} ({len(rewards)} st.)")
+    left.set_xlabel("cumulative stage time (wall minutes, shared machine)")
+    left.set_ylabel("training reward (stage-start rollouts)")
+    left.set_title("training")
+    left.legend()
+    names = list(runs)
+    for index, name in enumerate(names):
+        for offset, key, colour in ((-0.18, "untrained", "0.6"), (0.18, "trained", "C0")):
+            result = runs[name][key]
+            right.bar(
+                index + offset,
+                100 * result["accuracy"],
+                width=0.36,
+                yerr=100 * result["standard_error"],
+                color=colour,
+                capsize=3,
+                label=key if index == 0 else None,
+            )
+    right.set_xticks(range(len(names)), names)
+    right.set_ylabel("greedy accuracy, held-out questions (%)")
+    right.set_title("held-out accuracy (±1 binomial s.e.)")
+    right.legend()
+    figure.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(out, dpi=120)
+    plt.close(figure)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--run", type=RunSpec.parse, action="append", required=True)
+    parser.add_argument("--out", required=True, help="summary JSON")
+    parser.add_argument("--plot", help="figure (PNG)")
+    parser.add_argument("--setup", default="", help="one line describing the comparison")
+    args = parser.parse_args(argv)
+    summary = {"setup": args.setup, "runs": {spec.name: summarise(spec) for spec in args.run}}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(summary, indent=1))
+    print(f"wrote {args.out}")
+    if args.plot:
+        print(f"wrote {plot(summary, Path(args.plot))}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
