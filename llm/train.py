@@ -171,6 +171,8 @@ def stage_metrics(
         "certificate": report.certificate,
         "train_reward": first.mean_reward if first else None,
         "train_parse_failure_rate": first.parse_failure_rate if first else None,
+        # TeamTR samples again after every update: the intermediate teams' rewards, in order.
+        "rollout_rewards": [c.mean_reward for c in calls],
         "generated_tokens": sum(c.generated_tokens for c in calls),
         "reused_turns": sum(c.reused_turns for c in calls),
         "sampling_seconds": sum(c.wall_seconds for c in calls),

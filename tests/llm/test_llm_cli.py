@@ -37,6 +37,9 @@ def test_train_then_eval_run_and_untrained(tmp_path, data_file, capsys):
     lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [x["stage"] for x in lines] == [0, 1]
     assert all(len(x["updates"]) == 2 and "eval" in x for x in lines)
+    # teamtr samples at the stage start and again after the first of the two updates
+    assert all(len(x["rollout_rewards"]) == 2 for x in lines)
+    assert all(x["rollout_rewards"][0] == x["train_reward"] for x in lines)
     assert (run_dir / "checkpoints" / "stage_2" / "agent1.safetensors").is_file()
     assert (run_dir / "checkpoints" / "stage_2" / "state.pt").is_file()
     assert any((run_dir / "tensorboard").iterdir())
