@@ -10,7 +10,8 @@
    (teamtr resamples after every update; prefix reuse keeps turns before the updated agent's
    first turn).
 3. Resident memory, each measured in a fresh process: 3 LoRA agents on one base model, the same
-   plus the generation copy, and 3 separate plain model copies.
+   plus the generation copy, 3 base models with one LoRA adapter each (the layout of a
+   heterogeneous team), and 3 separate plain model copies.
 
 Usage: ``.venv/bin/python bench/llm_throughput.py [--source smollm2] [--json OUT]
 [--sections generation memory stage]`` (all sections by default; ``--sections generation``
@@ -33,7 +34,7 @@ from pathlib import Path
 
 import torch
 
-from llm.agents import LoraBackbone, LoraSettings
+from llm.agents import LoraBackbone, LoraSettings, SeparateBackbone
 from llm.config import RunConfig
 from llm.loading import load_model
 from llm.sampler import SamplerSettings, generate_messages
@@ -45,7 +46,12 @@ from teamtr.penalty import EpisodicPenalty
 from teamtr.stage import run_stage
 
 SECTIONS = ("generation", "memory", "stage")
-MEMORY_CASES = ("three_lora_agents", "three_lora_agents_with_generation_copy", "three_model_copies")
+MEMORY_CASES = (
+    "three_lora_agents",
+    "three_lora_agents_with_generation_copy",
+    "three_separate_lora_models",
+    "three_model_copies",
+)
 
 
 def rss_mib() -> float:
@@ -148,6 +154,11 @@ def memory_case(source: str, case: str) -> float:
     if case == "three_model_copies":
         copies = [copy.deepcopy(base) for _ in range(2)]
         assert len(copies) == 2
+    elif case == "three_separate_lora_models":  # a heterogeneous team's layout, same models
+        separate = SeparateBackbone.create(
+            [base, load_model(source), load_model(source)], LoraSettings()
+        )
+        assert separate.n_agents == 3
     else:
         backbone = LoraBackbone.create(base, 3, LoraSettings())
         if case == "three_lora_agents_with_generation_copy":
@@ -168,6 +179,7 @@ def memory(source: str) -> dict[str, float]:
     results["ratio_lora_with_generation_copy_over_copies"] = (
         results["three_lora_agents_with_generation_copy_mib"] / copies
     )
+    results["ratio_separate_lora_over_copies"] = results["three_separate_lora_models_mib"] / copies
     return results
 
 
@@ -188,6 +200,9 @@ def main() -> None:
     report: dict[str, object] = {"sections": args.sections}
     if "memory" in args.sections:
         report["memory"] = memory(args.source)
+    if not {"generation", "stage"} & set(args.sections):
+        finish(report, args.json)
+        return
     config = RunConfig()
     config = dataclasses.replace(
         config,
@@ -204,10 +219,14 @@ def main() -> None:
         del raw
     if "stage" in args.sections:
         report["stage"] = stage_costs(parts, config)
+    finish(report, args.json)
+
+
+def finish(report: dict[str, object], json_path: str | None) -> None:
     text = json.dumps(report, indent=2)
     print(text)
-    if args.json:
-        Path(args.json).write_text(text)
+    if json_path:
+        Path(json_path).write_text(text)
 
 
 if __name__ == "__main__":
