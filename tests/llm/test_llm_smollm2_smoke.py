@@ -1,4 +1,5 @@
-"""One real SmolLM2-135M stage: 2 agents, 2 problems x 2 dialogues, 8 new tokens a message.
+"""One real SmolLM2-135M stage: 2 agents, 2 problems x 2 dialogues, 8 new tokens a message,
+with both backbones (LoRA slots on one base; one base model per agent, as heterogeneous teams).
 
 Kept small: on 2 shared CPU cores a stage of this size takes a few minutes."""
 
@@ -23,10 +24,16 @@ pytestmark = [
 ]
 
 
-def test_one_teamtr_stage_on_smollm2():
+@pytest.mark.parametrize(
+    "sources",
+    [(), ("smollm2", "smollm2")],
+    ids=["lora-slots-on-one-base", "one-base-model-per-agent"],
+)
+def test_one_teamtr_stage_on_smollm2(sources):
     config = RunConfig()
     config = dataclasses.replace(
         config,
+        model=dataclasses.replace(config.model, sources=sources),
         team=dataclasses.replace(config.team, n_agents=2),
         sampler=SamplerSettings(prompts_per_batch=2, group_size=2, turns=2, max_new_tokens=8),
         updater=UpdaterSettings(learning_rate=1e-4, steps=1, max_backtracks=1),
@@ -53,3 +60,4 @@ def test_one_teamtr_stage_on_smollm2():
         if record.kept and record.update.extras["steps"] > 0 and record.update.kl > 0:
             assert not record.update.policy.equal(parts.team.agent(record.agent))
     assert team.n_agents == 2
+    assert type(team.backbone).__name__ == ("SeparateBackbone" if sources else "LoraBackbone")
