@@ -240,6 +240,10 @@ class TrustRegionUpdater:
         if not np.isfinite(rollouts.episode_weights()).all():  # HAPPO ratios overflowed
             extras = {"tokens": 0.0, NON_FINITE_PREFIX + "weights": 1.0}
             return AgentUpdate(team.agent(agent), 0.0, float("nan"), a_max, False, extras=extras)
+        if not np.any(rollouts.advantages * rollouts.episode_weights()):
+            # Every group's rewards were equal: the surrogate and its gradient are 0, so the
+            # identity is the update (and its KL 0). Skipping it saves every forward pass.
+            return AgentUpdate(team.agent(agent), 0.0, 0.0, a_max, extras={"no_signal": 1.0})
         references = self._references(team, agent, rollouts)
         n_tokens = sum(int(r.batch.mask.sum()) for r in references)
         if n_tokens == 0:  # the agent never spoke: nothing to learn, nothing changes

@@ -128,3 +128,15 @@ def test_quantile_statistic_bounds_the_quantile(char_team, char_chat, rollouts):
     assert update.kl_quantile is not None
     if update.accepted:
         assert update.kl_quantile <= 0.02 and update.kl <= 0.02
+
+
+def test_batches_without_reward_signal_leave_the_agent_and_adam_untouched(
+    char_team, char_chat, rollouts
+):
+    flat = with_rewards(rollouts, [1.0, 1.0, 0.0, 0.0])  # each group of 2 has equal rewards
+    assert not flat.advantages.any()
+    updater = TrustRegionUpdater(char_chat, UpdaterSettings(learning_rate=1e-2))
+    update = updater.update(char_team, 0, flat, radius=0.5)
+    assert update.policy is char_team.agent(0) and update.accepted
+    assert (update.kl, update.surrogate, update.extras) == (0.0, 0.0, {"no_signal": 1.0})
+    assert updater.optimizers == {}  # no optimiser step, not even one of zero gradient
