@@ -46,6 +46,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     evaluate.add_argument("--json", required=True, help="where to write the results")
     evaluate.add_argument("--samples", type=int, default=1, help="K: adds pass@K and majority vote")
+    evaluate.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     from llm.swap import add_arguments as add_swap_arguments
 
     add_swap_arguments(
@@ -105,7 +106,9 @@ def _eval(args: argparse.Namespace) -> int:
     problems = load_jsonl(args.data) if args.data else parts.test_problems
     if not problems:
         raise ConfigError("no evaluation problems: pass --data or use a config with a test set")
-    result = evaluate_team(team, parts.sampler, problems, samples=args.samples)
+    result = evaluate_team(
+        team, parts.sampler, problems, samples=args.samples, progress=not args.no_progress
+    )
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(result, indent=2))
     print(json.dumps(result))

@@ -22,8 +22,15 @@ def evaluate_team(
     *,
     samples: int = 1,
     batch_size: int = 32,
+    progress: bool = False,
 ) -> dict[str, float]:
-    """One greedy dialogue per problem, or ``samples`` sampled ones (then pass@K, majority)."""
+    """One greedy dialogue per problem, or ``samples`` sampled ones (then pass@K, majority).
+
+    ``standard_error`` is the standard error of ``accuracy`` over the problems (binomial for
+    greedy evaluation).
+    """
+    from tqdm import tqdm
+
     if samples < 1:
         raise ValueError(f"samples must be >= 1, got {samples}")
     temperature = 0.0 if samples == 1 else sampler.settings.temperature
@@ -35,7 +42,8 @@ def evaluate_team(
     ]
     finished: list[Episode] = []
     tokens = 0
-    for start in range(0, len(episodes), batch_size):
+    starts = range(0, len(episodes), batch_size)
+    for start in tqdm(starts, desc="evaluating", unit="batch", disable=not progress):
         done, generated = sampler.play(
             team, episodes[start : start + batch_size], temperature=temperature
         )
@@ -47,6 +55,10 @@ def evaluate_team(
     result = {
         "accuracy": float(correct.mean()),
         "n": float(len(problems)),
+        # Problems are the independent units (samples of one problem are correlated).
+        "standard_error": float(
+            correct.reshape(len(problems), samples).mean(axis=1).std() / np.sqrt(len(problems))
+        ),
         "parse_failure_rate": float(1.0 - parsed.mean()),
         "mean_tokens": tokens / len(finished),
         "samples": float(samples),

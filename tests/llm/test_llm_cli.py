@@ -70,7 +70,10 @@ def test_train_then_eval_run_and_untrained(tmp_path, data_file, capsys):
     assert (
         main(["eval", "--config", str(config), "--data", str(data_file), "--json", str(out)]) == 0
     )
-    assert json.loads(out.read_text())["samples"] == 1
+    greedy = json.loads(out.read_text())
+    assert greedy["samples"] == 1
+    p = greedy["accuracy"]
+    assert greedy["standard_error"] == pytest.approx((p * (1 - p) / greedy["n"]) ** 0.5, abs=1e-12)
 
 
 def test_bad_input_exits_2_with_a_message(tmp_path, data_file, capsys):
