@@ -3,8 +3,8 @@
 Reads each run directory (``config.json``, ``metrics.jsonl``) and the ``teamtr eval`` result of
 the trained and the untrained team, and writes ``{"runs": {name: {...}}}`` with held-out
 accuracy and its binomial standard error, stages trained, the per-stage training reward and
-the KL of every update. The figure shows the training reward per stage against cumulative
-stage time (left) and held-out accuracy with ±1 s.e. bars against the untrained team (right).
+the KL of every update, and the time used on the run's budget clock. The figure shows the
+training reward per stage against the budget clock (left) and held-out accuracy with ±1 s.e. bars against the untrained team (right).
 
 Usage::
 
@@ -64,6 +64,16 @@ def _evaluation(path: Path) -> dict[str, float]:
     }
 
 
+def budget_clock_minutes(run_dir: Path) -> float | None:
+    """Time spent on the run's budget clock, from its newest checkpoint (None without one)."""
+    checkpoints = sorted(
+        (run_dir / "checkpoints").glob("stage_*"), key=lambda p: int(p.name.split("_")[1])
+    )
+    if not checkpoints:
+        return None
+    return float(_read_json(checkpoints[-1] / "state.json")["elapsed_seconds"]) / 60.0
+
+
 def summarise(spec: RunSpec) -> dict[str, Any]:
     config = _read_json(spec.run_dir / "config.json")
     lines = (spec.run_dir / "metrics.jsonl").read_text().splitlines()
@@ -79,6 +89,8 @@ def summarise(spec: RunSpec) -> dict[str, Any]:
             "threads": config["run"]["threads"],
         },
         "stages_trained": len(stages),
+        # The budget is checked after each stage: the last stage may run past it.
+        "budget_clock_minutes_used": budget_clock_minutes(spec.run_dir),
         "trained": _evaluation(spec.trained_eval),
         "untrained": _evaluation(spec.untrained_eval),
         "stages": [
@@ -106,13 +118,14 @@ def plot(summary: dict[str, Any], out: Path) -> Path:
     runs = summary["runs"]
     figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
     for name, run in runs.items():
-        elapsed, rewards, total = [], [], 0.0
-        for stage in run["stages"]:
-            total += stage["wall_seconds"] / 60.0
-            elapsed.append(total)
-            rewards.append(stage["train_reward"])
-        left.plot(elapsed, rewards, marker="o", markersize=3, label=f"{name} ({len(rewards)} st.)")
-    left.set_xlabel("cumulative stage time (wall minutes, shared machine)")
+        walls = [stage["wall_seconds"] for stage in run["stages"]]
+        # Stage ends on the budget clock: the run's total clock time shared out in proportion
+        # to the stages' wall times (metrics.jsonl records wall time per stage only).
+        used = run["budget_clock_minutes_used"] or sum(walls) / 60.0
+        ends = [used * sum(walls[: i + 1]) / sum(walls) for i in range(len(walls))]
+        rewards = [stage["train_reward"] for stage in run["stages"]]
+        left.plot(ends, rewards, marker="o", markersize=3, label=f"{name} ({len(rewards)} stages)")
+    left.set_xlabel("budget clock at the stage's end (minutes)")
     left.set_ylabel("training reward (stage-start rollouts)")
     left.set_title("training")
     left.legend()

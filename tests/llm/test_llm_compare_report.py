@@ -29,6 +29,7 @@ def test_summary_and_figure_of_a_real_tiny_run(tmp_path):
     run = json.loads(out.read_text())["runs"]["tiny"]
     assert run["stages_trained"] == 2 and [s["stage"] for s in run["stages"]] == [0, 1]
     assert run["scheme"] == "teamtr" and run["n_agents"] == 2
+    assert run["budget_clock_minutes_used"] > 0  # from the newest checkpoint's state
     evaluation = json.loads(trained.read_text())
     assert run["trained"]["accuracy"] == evaluation["accuracy"]
     assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
