@@ -11,7 +11,9 @@ Usage::
     python -m llm.compare_report --out results/llm_compare.json --plot figures/llm_compare.png \\
         --run teamtr=runs/compare/teamtr:teamtr_eval.json:untrained_team.json ...
 
-Each ``--run`` is ``NAME=RUN_DIR:TRAINED_EVAL.json:UNTRAINED_EVAL.json``.
+Each ``--run`` is ``NAME=RUN_DIR:TRAINED_EVAL.json:UNTRAINED_EVAL.json``; ``-`` as the trained
+evaluation takes the one the run made itself when it ended (the ``eval`` of its last line in
+``metrics.jsonl``).
 """
 
 from __future__ import annotations
@@ -54,7 +56,10 @@ def _read_json(path: Path) -> Any:
 
 
 def _evaluation(path: Path) -> dict[str, float]:
-    result = _read_json(path)
+    return _evaluation_of(_read_json(path))
+
+
+def _evaluation_of(result: dict[str, Any]) -> dict[str, float]:
     return {
         "accuracy": result["accuracy"],
         "n": result["n"],
@@ -74,6 +79,15 @@ def budget_clock_minutes(run_dir: Path) -> float | None:
     return float(_read_json(checkpoints[-1] / "state.json")["elapsed_seconds"]) / 60.0
 
 
+def _final_evaluation(spec: RunSpec, stages: list[dict[str, Any]]) -> dict[str, float]:
+    if str(spec.trained_eval) != "-":
+        return _evaluation(spec.trained_eval)
+    final = stages[-1].get("eval") if stages else None
+    if not final:
+        raise SystemExit(f"{spec.run_dir}: its last stage has no evaluation; pass an eval file")
+    return _evaluation_of(final)
+
+
 def summarise(spec: RunSpec) -> dict[str, Any]:
     config = _read_json(spec.run_dir / "config.json")
     lines = (spec.run_dir / "metrics.jsonl").read_text().splitlines()
@@ -91,7 +105,7 @@ def summarise(spec: RunSpec) -> dict[str, Any]:
         "stages_trained": len(stages),
         # The budget is checked after each stage: the last stage may run past it.
         "budget_clock_minutes_used": budget_clock_minutes(spec.run_dir),
-        "trained": _evaluation(spec.trained_eval),
+        "trained": _final_evaluation(spec, stages),
         "untrained": _evaluation(spec.untrained_eval),
         "stages": [
             {

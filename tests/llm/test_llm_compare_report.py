@@ -33,6 +33,10 @@ def test_summary_and_figure_of_a_real_tiny_run(tmp_path):
     evaluation = json.loads(trained.read_text())
     assert run["trained"]["accuracy"] == evaluation["accuracy"]
     assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # "-": the evaluation the run made itself at its end (smoke.toml evaluates every stage)
+    assert main(["--run", f"tiny={run_dir}:-:{untrained}", "--out", str(out)]) == 0
+    final = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[-1])["eval"]
+    assert json.loads(out.read_text())["runs"]["tiny"]["trained"]["accuracy"] == final["accuracy"]
 
 
 def test_binomial_standard_error():
