@@ -19,7 +19,9 @@ def write(path: Path, text: str) -> Path:
 
 def test_values_override_section_by_section_and_key_by_key(tmp_path):
     write(tmp_path / "base.toml", "[stage]\nradius = 0.3\nstages = 7\n[team]\nn_agents = 4\n")
-    child = write(tmp_path / "sub" / "child.toml", 'extends = "../base.toml"\n[stage]\nstages = 2\n')
+    child = write(
+        tmp_path / "sub" / "child.toml", 'extends = "../base.toml"\n[stage]\nstages = 2\n'
+    )
     config = load_config(child)
     assert (config.stage.radius, config.stage.stages, config.team.n_agents) == (0.3, 2, 4)
     grandchild = write(tmp_path / "g.toml", 'extends = "sub/child.toml"\n[team]\nn_agents = 2\n')
