@@ -139,6 +139,9 @@ def plot(summary: dict[str, Any], out: Path) -> Path:
         ends = [used * sum(walls[: i + 1]) / sum(walls) for i in range(len(walls))]
         rewards = [stage["train_reward"] for stage in run["stages"]]
         left.plot(ends, rewards, marker="o", markersize=3, label=f"{name} ({len(rewards)} stages)")
+    budgets = {run["budget"]["minutes"] for run in runs.values()}
+    if len(budgets) == 1 and budgets != {0.0}:  # a stage ends after the budget runs out
+        left.axvline(budgets.pop(), color="0.5", linestyle="--", linewidth=1, label="budget")
     left.set_xlabel("budget clock at the stage's end (minutes)")
     left.set_ylabel("training reward (stage-start rollouts)")
     left.set_title("training")
