@@ -4,10 +4,11 @@ the core trains.
 An agent's policy is a frozen snapshot of its adapter weights (``AdapterWeights``). A team is a
 tuple of such snapshots over a backbone: a ``LoraBackbone`` (one base model with one adapter
 slot per agent, only the speaker's enabled) or a ``SeparateBackbone`` (one base model per
-agent, for heterogeneous teams; each model carries its agent's adapter). Teams are values, as the core's ``TeamPolicy`` protocol requires: ``with_agent``
-returns a new team in O(n) without copying any tensor; the backbone's slots are loaded with a
-team's weights only when that team is used (``LoraTeam.activate``), and a slot that already
-holds the right snapshot is not copied again.
+agent, for heterogeneous teams; each model carries its agent's adapter). Teams are values, as
+the core's ``TeamPolicy`` protocol requires: ``with_agent`` returns a new team in O(n) without
+copying any tensor; the backbone's slots are loaded with a team's weights only when that team
+is used (``LoraTeam.activate``), and a slot that already holds the right snapshot is not
+copied again.
 
 For sampling, ``LoraTeam.generation_model`` gives the speaker's policy merged into a plain copy
 of the base model (``llm.generation``): the same policy up to float rounding, at the bare

@@ -4,7 +4,8 @@ Reads each run directory (``config.json``, ``metrics.jsonl``) and the ``teamtr e
 the trained and the untrained team, and writes ``{"runs": {name: {...}}}`` with held-out
 accuracy and its binomial standard error, stages trained, the per-stage training reward and
 the KL of every update, and the time used on the run's budget clock. The figure shows the
-training reward per stage against the budget clock (left) and held-out accuracy with ±1 s.e. bars against the untrained team (right).
+training reward per stage against the budget clock (left) and held-out accuracy with ±1 s.e.
+bars against the untrained team (right).
 
 Usage::
 
@@ -19,6 +20,7 @@ evaluation takes the one the run made itself when it ended (the ``eval`` of its 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 from dataclasses import dataclass
@@ -70,13 +72,11 @@ def _evaluation_of(result: dict[str, Any]) -> dict[str, float]:
 
 
 def budget_clock_minutes(run_dir: Path) -> float | None:
-    """Time spent on the run's budget clock, from its newest checkpoint (None without one)."""
-    checkpoints = sorted(
-        (run_dir / "checkpoints").glob("stage_*"), key=lambda p: int(p.name.split("_")[1])
-    )
-    if not checkpoints:
-        return None
-    return float(_read_json(checkpoints[-1] / "state.json")["elapsed_seconds"]) / 60.0
+    """Time spent on the run's budget clock, from its newest valid checkpoint (None without)."""
+    from llm.checkpoint import latest_checkpoint
+
+    point = latest_checkpoint(run_dir).point
+    return None if point is None else point.elapsed_seconds / 60.0
 
 
 def _final_evaluation(spec: RunSpec, stages: list[dict[str, Any]]) -> dict[str, float]:
@@ -136,7 +136,7 @@ def plot(summary: dict[str, Any], out: Path) -> Path:
         # Stage ends on the budget clock: the run's total clock time shared out in proportion
         # to the stages' wall times (metrics.jsonl records wall time per stage only).
         used = run["budget_clock_minutes_used"] or sum(walls) / 60.0
-        ends = [used * sum(walls[: i + 1]) / sum(walls) for i in range(len(walls))]
+        ends = [used * elapsed / sum(walls) for elapsed in itertools.accumulate(walls)]
         rewards = [stage["train_reward"] for stage in run["stages"]]
         left.plot(ends, rewards, marker="o", markersize=3, label=f"{name} ({len(rewards)} stages)")
     budgets = {run["budget"]["minutes"] for run in runs.values()}
