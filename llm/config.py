@@ -24,6 +24,7 @@ from llm.agents import LoraSettings
 from llm.dialogue import DEFAULT_SYSTEM_PROMPT
 from llm.sampler import SamplerSettings
 from llm.updater import UpdaterSettings
+from teamtr.config import OrderSpec, StageConfig
 
 
 class ConfigError(ValueError):
@@ -90,18 +91,24 @@ class TaskSettings:
 
 
 @dataclass(frozen=True)
-class StageSettings:
-    scheme: Literal["teamtr", "stale", "joint", "happo"] = "teamtr"
-    """teamtr: resample after every agent update (Thm 3.4/3.6); stale: stage-start rollouts for
-    every agent (Thm 3.7); joint: all agents at once; happo: stage-start rollouts reweighted."""
-    radius: float = 0.02
-    """δ_i, the per-agent KL radius of Thm 3.4 (nats, on the turn-level occupancy)."""
-    update_order: Literal["fixed", "random"] = "random"
-    """σ: the order agents are updated in within a stage."""
-    kl_tolerance: float = 1e-6
-    """Relative slack when the stage loop checks K̂L_i <= δ_i."""
-    stages: int = 40
+class StageSettings(StageConfig):
+    """``teamtr.StageConfig`` itself (scheme, radius, order, kl_tolerance, penalty_form, all
+    documented and validated there) plus how many stages a run has. Its ``seed`` (of the
+    random update order) is not a key of its own: the loader sets it to ``[run] seed``."""
+
+    radius: float | tuple[float, ...] = 0.1
+    """The language-model default of δ_i (nats, turn-level occupancy: the mean over the H
+    turns); ``teamtr.StageConfig`` holds the meaning and the check, the tabular worlds their
+    own default."""
+    order: OrderSpec = "random"
+    """The language-model default of σ: a fresh permutation per stage."""
+    stages: int = 16
     """Number of stages (each updates every agent once)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if isinstance(self.stages, bool) or not isinstance(self.stages, int) or self.stages < 1:
+            raise ValueError(f"stages must be >= 1, got {self.stages!r}")
 
 
 @dataclass(frozen=True)
@@ -112,9 +119,9 @@ class RunSettings:
     """Run directory name (default: config file stem and a timestamp)."""
     seed: int = 0
     """Seed of LoRA initialisation, problem draws and sampling."""
-    eval_every: int = 10
+    eval_every: int = 8
     """Evaluate on the held-out set every this many stages (and after the last); 0 = never."""
-    checkpoint_every: int = 10
+    checkpoint_every: int = 2
     """Save adapters and optimiser state every this many stages (and after the last)."""
     threads: int = 0
     """torch CPU threads (0: torch's default)."""
@@ -142,8 +149,15 @@ class RunConfig:
     stage: StageSettings = field(default_factory=StageSettings)
     run: RunSettings = field(default_factory=RunSettings)
 
+    def __post_init__(self) -> None:
+        # One seed per run: the stage loop's random update order draws from [run] seed too.
+        if self.stage.seed != self.run.seed:
+            object.__setattr__(self, "stage", dataclasses.replace(self.stage, seed=self.run.seed))
+
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        data = dataclasses.asdict(self)
+        del data["stage"]["seed"]  # it is [run] seed (see StageSettings)
+        return data
 
 
 @dataclass(frozen=True)
@@ -186,9 +200,6 @@ BOUNDS: dict[tuple[str, str], Bound] = {
     ("updater", "shrink"): open_unit_interval("learning-rate factor per backtrack"),
     ("updater", "max_backtracks"): at_least(0),
     ("updater", "ratio_tolerance"): positive(),
-    ("stage", "radius"): positive("δ_i, the per-agent KL radius of Thm 3.4"),
-    ("stage", "kl_tolerance"): at_least(0),
-    ("stage", "stages"): at_least(1),
     ("run", "eval_every"): at_least(0, "0 = never"),
     ("run", "checkpoint_every"): at_least(0, "0 = only the last stage and on interrupt"),
     ("run", "threads"): at_least(0, "0 = torch's default"),
@@ -234,12 +245,18 @@ def _coerce(value: Any, annotation: Any, where: str) -> Any:
             raise ConfigError(f"{where}: expected one of {list(args)}, got {value!r}")
         return value
     if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
-        for option in args:
+        # Try the options that take a value of this shape (a list or a scalar), so that the
+        # message speaks of what was written: radius = nan is "not finite", not "not a list".
+        is_list = isinstance(value, list | tuple)
+        fitting = [a for a in args if (typing.get_origin(a) is tuple) == is_list] or list(args)
+        first_error: ConfigError | None = None
+        for option in fitting:
             try:
                 return _coerce(value, option, where)
-            except ConfigError:
-                continue
-        raise ConfigError(f"{where}: {value!r} does not fit {annotation}")
+            except ConfigError as error:
+                first_error = first_error or error
+        assert first_error is not None
+        raise first_error
     if origin is tuple:
         if not isinstance(value, list | tuple):
             raise ConfigError(f"{where}: expected a list, got {value!r}")
@@ -265,14 +282,27 @@ def _coerce(value: Any, annotation: Any, where: str) -> Any:
     return value
 
 
+RENAMED_KEYS: dict[tuple[str, str], str] = {("stage", "update_order"): "order"}
+"""Keys of older configs (and run directories) read under their current name."""
+DERIVED_KEYS: dict[tuple[str, str], str] = {("stage", "seed"): "[run] seed"}
+"""Fields that are not keys of their own: the loader sets them from the key named here."""
+
+
 def _section(cls: type, data: Any, name: str, locate: Locator) -> Any:
     if not isinstance(data, dict):
         raise ConfigError(f"{locate(name)}: expected a table of keys, got {data!r}")
     hints = typing.get_type_hints(cls)
-    known = [f.name for f in dataclasses.fields(cls)]
+    known = [f.name for f in dataclasses.fields(cls) if (name, f.name) not in DERIVED_KEYS]
     values = {}
-    for key, value in data.items():
-        where = locate(name, key)
+    for written, value in data.items():
+        key = RENAMED_KEYS.get((name, written), written)
+        if key != written and key in data:
+            raise ConfigError(
+                f"{locate(name, written)}: {written!r} is the old name of {key!r}; give one"
+            )
+        where = locate(name, written)
+        if (name, key) in DERIVED_KEYS:
+            raise ConfigError(f"{where}: not a key of its own; it is {DERIVED_KEYS[(name, key)]}")
         if key not in known:
             raise ConfigError(f"{where}: unknown key {key!r} (known keys: {', '.join(known)})")
         values[key] = _coerce(value, hints[key], where)
@@ -281,7 +311,12 @@ def _section(cls: type, data: Any, name: str, locate: Locator) -> Any:
             raise ConfigError(f"{where}: {bound.expected}, got {value!r}")
     try:
         return cls(**values)
-    except (ValueError, TypeError) as error:  # the settings classes' own cross-field checks
+    except (ValueError, TypeError) as error:  # the settings classes' own checks
+        # They say "<field> must ...": name that key (and its line) when it was written.
+        field_name, _, rest = str(error).partition(" ")
+        if field_name in values and rest.startswith("must"):
+            written = next(w for w in data if RENAMED_KEYS.get((name, w), w) == field_name)
+            raise ConfigError(f"{locate(name, written)}: {rest}") from None
         raise ConfigError(f"{locate(name)}: {error}") from None
 
 
@@ -314,6 +349,21 @@ def _check_team(config: RunConfig, locate: Locator) -> None:
         )
 
 
+def _check_stage(config: RunConfig, locate: Locator) -> None:
+    """What ``teamtr.StageConfig`` cannot know alone: the team's size and the updater."""
+    stage, n_agents = config.stage, config.team.n_agents
+    for key, value in (("radius", stage.radius), ("order", stage.order)):
+        if isinstance(value, tuple) and len(value) != n_agents:
+            raise ConfigError(
+                f"{locate('stage', key)}: needs one entry per agent ({n_agents}), got {list(value)}"
+            )
+    if stage.penalty_form == "tv":
+        raise ConfigError(
+            f'{locate("stage", "penalty_form")}: "tv" needs updates that report their '
+            'expected TV; the language-model updater measures KL: use "kl"'
+        )
+
+
 def config_from_dict(data: Any, source: str, text: str = "") -> RunConfig:
     """Validate parsed TOML/JSON ``data``; ``text`` (the file's text) lets messages give lines."""
     locate = Locator(source, text)
@@ -327,6 +377,7 @@ def config_from_dict(data: Any, source: str, text: str = "") -> RunConfig:
         sections[name] = _section(hints[name], value, name, locate)
     config = RunConfig(**sections)
     _check_team(config, locate)
+    _check_stage(config, locate)
     return config
 
 

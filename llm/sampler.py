@@ -41,13 +41,13 @@ class SamplerSettings:
 
     prompts_per_batch: int = 4
     """Distinct problems per rollout batch."""
-    group_size: int = 4
+    group_size: int = 8
     """G: dialogues per problem; advantages are normalised within each group (GRPO)."""
     turns: int = 3
     """H: turns per dialogue (the horizon of the turn-level episodic MDP)."""
-    max_new_tokens: int = 48
+    max_new_tokens: int = 24
     """Longest message a speaker may write (a message cut here gets a stop token appended)."""
-    temperature: float = 1.0
+    temperature: float = 0.7
     """The policy is softmax(logits / temperature), in sampling and in training alike."""
     a_max: float = 2.0
     """A_max: advantages are clipped to [-A_max, A_max] (the certificate's declared bound)."""
@@ -88,17 +88,20 @@ class DialogueRollouts:
     """Group-normalised, clipped to A_max; one per episode, shared by all its turns."""
     old_logps: tuple[tuple[torch.Tensor, ...], ...]
     """Per episode, per turn: the message's token log-probs under ``behaviour``."""
-    settings: SamplerSettings
+    horizon: int
+    """H: turns per dialogue (the horizon of the turn-level episodic MDP)."""
+    group_size: int
+    """G: dialogues per problem, contiguous in ``episodes`` (the GRPO groups)."""
+    a_max: float
+    """A_max: the clip applied to ``advantages``, the certificate's advantage bound."""
+    temperature: float
+    """T of the policy softmax(logits / T) that sampled them; training scores at the same T."""
     weights: np.ndarray = field(default_factory=lambda: np.ones(0))
     """Per-episode importance weights (HAPPO); ones for on-policy rollouts."""
     generated_tokens: int = 0
     """Tokens generated to produce these rollouts (reused turns cost nothing)."""
     reused_turns: int = 0
     wall_seconds: float = 0.0
-
-    @property
-    def horizon(self) -> int:
-        return self.settings.turns
 
     @property
     def parse_failure_rate(self) -> float:
@@ -261,7 +264,10 @@ class DialogueSampler:
             parsed=np.array([g.parsed for g in grades]),
             advantages=advantages,
             old_logps=self.behaviour_logps(team, episodes),
-            settings=self.settings,
+            horizon=self.settings.turns,
+            group_size=self.settings.group_size,
+            a_max=self.settings.a_max,
+            temperature=self.settings.temperature,
             weights=np.ones(len(episodes)),
             generated_tokens=generated,
             reused_turns=reused,

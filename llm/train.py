@@ -55,7 +55,6 @@ from llm.router import make_router
 from llm.sampler import DialogueRollouts, DialogueSampler
 from llm.tasks import ArithmeticSuite, Problem, load_jsonl
 from llm.updater import TrustRegionUpdater, non_finite_quantity
-from teamtr.config import StageConfig
 from teamtr.penalty import EpisodicPenalty
 from teamtr.reports import StageReport, UpdateRecord
 from teamtr.stage import run_stage
@@ -138,9 +137,7 @@ def build(config: RunConfig) -> Components:
     router = make_router(config.team.router, config.team.n_agents, config.team.speaking_order)
     draw, test = problem_sources(config)
     sampler = DialogueSampler(chat, router, draw, config.sampler)
-    updater = TrustRegionUpdater(
-        chat, config.updater, config.sampler.temperature, config.sampler.score_chunk
-    )
+    updater = TrustRegionUpdater(chat, config.updater, score_chunk=config.sampler.score_chunk)
     return Components(config, chat, backbone.initial_team(), sampler, updater, test)
 
 
@@ -347,13 +344,6 @@ def _run(parts: Components, run_dir: Path, start: ResumePoint, progress: bool) -
         lines = "".join(x + "\n" for x in metrics_lines)
         write_atomically(run_dir / "metrics.jsonl", lines.encode())
         recorder = RecordingSampler(parts.sampler)
-        stage_config = StageConfig(
-            scheme=config.stage.scheme,
-            radius=config.stage.radius,
-            order=config.stage.update_order,
-            seed=config.run.seed,
-            kl_tolerance=config.stage.kl_tolerance,
-        )
         penalty = EpisodicPenalty(config.sampler.turns)
         # purge_step drops TensorBoard points of stages that are about to be run again.
         writer = SummaryWriter(str(run_dir / "tensorboard"), purge_step=start.stage or None)
@@ -379,7 +369,7 @@ def _run(parts: Components, run_dir: Path, start: ResumePoint, progress: bool) -
                     team,
                     recorder,
                     parts.updater,
-                    stage_config,
+                    config.stage,
                     penalty,
                     stage_index=stage,
                     on_update=note_update,

@@ -71,7 +71,7 @@ class UpdaterSettings:
 
     learning_rate: float = 2e-4
     """Adam step size before any backtracking."""
-    steps: int = 4
+    steps: int = 2
     """Optimiser steps per update (full-batch; each one is checked against delta_i)."""
     clip_eps: float = 0.2
     """PPO clip range of the surrogate's ratio."""
@@ -136,12 +136,10 @@ class TrustRegionUpdater:
         self,
         chat: ChatFormat,
         settings: UpdaterSettings,
-        temperature: float = 1.0,
         score_chunk: int = 8,
     ) -> None:
         self.chat = chat
         self.settings = settings
-        self.temperature = temperature
         self.score_chunk = score_chunk
         self.optimizers: dict[int, torch.optim.Optimizer] = {}
 
@@ -168,7 +166,7 @@ class TrustRegionUpdater:
         for chunk in chunks(range(len(rollouts.episodes)), self.score_chunk):
             with torch.no_grad():
                 batch = message_logits(
-                    model, self.chat, rollouts.episodes, agent, chunk, self.temperature
+                    model, self.chat, rollouts.episodes, agent, chunk, rollouts.temperature
                 )
             if batch is None:
                 continue
@@ -202,7 +200,12 @@ class TrustRegionUpdater:
         for reference in references:
             with torch.no_grad():
                 batch = message_logits(
-                    model, self.chat, rollouts.episodes, agent, reference.indices, self.temperature
+                    model,
+                    self.chat,
+                    rollouts.episodes,
+                    agent,
+                    reference.indices,
+                    rollouts.temperature,
                 )
             assert batch is not None
             terms = per_token_kl(
@@ -236,7 +239,7 @@ class TrustRegionUpdater:
         self, team: LoraTeam, agent: int, rollouts: DialogueRollouts, radius: float
     ) -> AgentUpdate:
         s = self.settings
-        a_max = rollouts.settings.a_max
+        a_max = rollouts.a_max
         if not np.isfinite(rollouts.episode_weights()).all():  # HAPPO ratios overflowed
             extras = {"tokens": 0.0, NON_FINITE_PREFIX + "weights": 1.0}
             return AgentUpdate(team.agent(agent), 0.0, float("nan"), a_max, False, extras=extras)
@@ -272,7 +275,7 @@ class TrustRegionUpdater:
                     rollouts.episodes,
                     agent,
                     reference.indices,
-                    self.temperature,
+                    rollouts.temperature,
                 )
                 assert batch is not None
                 share = int(batch.mask.sum()) / n_tokens  # pooled token mean over all chunks

@@ -42,7 +42,9 @@ class StageConfig:
             if isinstance(r, bool) or not isinstance(r, int | float) or not math.isfinite(r):
                 raise ValueError(f"radius must be finite positive numbers, got {self.radius!r}")
             if r <= 0:
-                raise ValueError(f"radius must be > 0 (delta_i of Thm 3.4), got {self.radius!r}")
+                raise ValueError(
+                    f"radius must be > 0 (δ_i, the per-agent KL radius of Thm 3.4), got {self.radius!r}"
+                )
         if isinstance(self.order, tuple):
             if sorted(self.order) != list(range(len(self.order))):
                 raise ValueError(

@@ -51,6 +51,6 @@ def with_rewards(rollouts: DialogueRollouts, rewards: list[float]) -> DialogueRo
     """The same episodes graded differently: gives the updater a non-zero advantage signal."""
     r = np.asarray(rewards, dtype=float)
     advantages = group_normalised_advantages(
-        torch.tensor(r), rollouts.settings.group_size, rollouts.settings.a_max
+        torch.tensor(r), rollouts.group_size, rollouts.a_max
     ).numpy()
     return dataclasses.replace(rollouts, rewards=r, advantages=advantages)

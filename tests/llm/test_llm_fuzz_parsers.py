@@ -74,7 +74,10 @@ def test_config_tables_parse_or_raise_config_error(data):
     except ConfigError:
         return
     assert isinstance(config, RunConfig)
-    assert config.stage.radius > 0 and config.sampler.group_size >= 2
+    radii = (
+        config.stage.radius if isinstance(config.stage.radius, tuple) else (config.stage.radius,)
+    )
+    assert min(radii) > 0 and config.sampler.group_size >= 2
 
 
 toml_fragments = st.sampled_from(

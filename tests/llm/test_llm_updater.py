@@ -119,7 +119,7 @@ def test_every_estimator_keeps_the_update_inside_the_radius(
     )
     update = TrustRegionUpdater(char_chat, settings).update(char_team, 2, rollouts, radius=0.02)
     assert update.kl <= 0.02 or not update.accepted
-    assert update.advantage_bound == rollouts.settings.a_max
+    assert update.advantage_bound == rollouts.a_max
 
 
 def test_quantile_statistic_bounds_the_quantile(char_team, char_chat, rollouts):
