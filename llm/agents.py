@@ -18,6 +18,7 @@ model's speed, without touching the backbone's weights.
 from __future__ import annotations
 
 import itertools
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -26,6 +27,19 @@ from peft import LoraConfig, PeftModel, get_peft_model
 from transformers import PreTrainedModel
 
 from llm.generation import MergedGenerationCopy
+
+GRADIENT_CHECKPOINTING_NOTICE = r"`is_gradient_checkpointing` is deprecated"
+"""transformers' FutureWarning when PEFT reads that property of every model it wraps; nothing
+here uses gradient checkpointing, so it is silenced where the adapters are created."""
+
+
+def wrap_in_peft(base: PreTrainedModel, config: LoraConfig, adapter_name: str) -> PeftModel:
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore", message=GRADIENT_CHECKPOINTING_NOTICE, category=FutureWarning
+        )
+        return get_peft_model(base, config, adapter_name=adapter_name)
+
 
 _versions = itertools.count()
 
@@ -156,7 +170,7 @@ class LoraBackbone(AdapterSlots):
             raise ValueError(f"n_agents must be >= 1, got {n_agents}")
         config = settings.peft_config()
         torch.manual_seed(seed)
-        model = get_peft_model(base, config, adapter_name=slot_name(0))
+        model = wrap_in_peft(base, config, slot_name(0))
         for index in range(1, n_agents):
             torch.manual_seed(seed + index)
             model.add_adapter(slot_name(index), config)
@@ -221,7 +235,7 @@ class SeparateBackbone(AdapterSlots):
         models = []
         for index, base in enumerate(bases):
             torch.manual_seed(seed + index)
-            model = get_peft_model(base, settings.peft_config(), adapter_name=slot_name(index))
+            model = wrap_in_peft(base, settings.peft_config(), slot_name(index))
             model.eval()
             models.append(model)
         return cls(models)

@@ -30,6 +30,7 @@ import json
 import logging
 import os
 import random
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -152,10 +153,17 @@ def _fsync_directory(path: Path) -> None:
 
 
 def write_atomically(path: Path, data: bytes) -> None:
-    """Replace ``path`` by ``data``: temporary file, fsync, rename, fsync of the directory."""
+    """Replace ``path`` by ``data``: temporary file, fsync, rename, fsync of the directory.
+
+    A failed write (a full disk) removes its temporary file and leaves ``path`` as it was.
+    """
     temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    _write_durably(temporary, data)
-    os.replace(temporary, path)
+    try:
+        _write_durably(temporary, data)
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
     _fsync_directory(path.parent)
 
 
@@ -212,12 +220,32 @@ def stage_directories(run_dir: Path) -> list[Path]:
 def write_checkpoint(run_dir: Path, point: ResumePoint) -> Path:
     """Write ``point`` as ``checkpoints/stage_{point.stage}``, atomically; returns its path."""
     parent = run_dir / CHECKPOINTS
-    parent.mkdir(parents=True, exist_ok=True)
+    parent.mkdir(exist_ok=True)  # not parents: a deleted run directory is not recreated
     final = parent / f"{STAGE_PREFIX}{point.stage}"
     temporary = parent / f".{final.name}.tmp-{os.getpid()}"
     if temporary.exists():
         shutil.rmtree(temporary)
     temporary.mkdir()
+    try:
+        _fill_checkpoint(temporary, point)
+    except BaseException:  # a full disk or a signal mid-write: no torn directory stays behind
+        shutil.rmtree(temporary, ignore_errors=True)
+        raise
+    if final.exists():
+        # A checkpoint of the same stage (written again after a resume): move it aside first,
+        # so that at every moment either it or the new one is complete.
+        aside = parent / f".{final.name}.old-{os.getpid()}"
+        os.replace(final, aside)
+        os.replace(temporary, final)
+        shutil.rmtree(aside)
+    else:
+        os.replace(temporary, final)
+    _fsync_directory(parent)
+    return final
+
+
+def _fill_checkpoint(temporary: Path, point: ResumePoint) -> None:
+    """Write every file of ``point`` into the directory ``temporary``, manifest last."""
     files: dict[str, bytes] = {}
     for index, policy in enumerate(point.policies):
         tensors = {k: v.contiguous() for k, v in policy.tensors.items()}
@@ -246,17 +274,6 @@ def write_checkpoint(run_dir: Path, point: ResumePoint) -> Path:
     }
     _write_durably(temporary / MANIFEST, json.dumps(manifest, indent=1).encode())
     _fsync_directory(temporary)
-    if final.exists():
-        # A checkpoint of the same stage (written again after a resume): move it aside first,
-        # so that at every moment either it or the new one is complete.
-        aside = parent / f".{final.name}.old-{os.getpid()}"
-        os.replace(final, aside)
-        os.replace(temporary, final)
-        shutil.rmtree(aside)
-    else:
-        os.replace(temporary, final)
-    _fsync_directory(parent)
-    return final
 
 
 def _verified_files(directory: Path) -> dict[str, bytes]:
@@ -314,6 +331,64 @@ def read_checkpoint(directory: Path) -> ResumePoint:
         raise RunDirectoryError(f"{directory}: malformed checkpoint ({error})") from None
 
 
+INTERRUPTED_CHECKPOINT = re.compile(rf"\.({STAGE_PREFIX}\d+)\.(tmp|old)-\d+")
+"""``.stage_N.tmp-PID`` (being written) and ``.stage_N.old-PID`` (the same stage's previous
+copy, moved aside for a moment): what a killed ``write_checkpoint`` leaves behind."""
+INTERRUPTED_FILE = re.compile(r"\..+\.tmp-\d+")
+"""``.NAME.tmp-PID``: a file ``write_atomically`` had not yet renamed into place."""
+
+
+def _verifies(directory: Path) -> bool:
+    try:
+        read_checkpoint(directory)
+    except RunDirectoryError:
+        return False
+    return True
+
+
+def recover_interrupted_writes(run_dir: Path) -> list[str]:
+    """Clean up what interrupted writes left in ``run_dir``; returns what was done.
+
+    Call only while holding the run's lock (``llm.runlock``), so that no live process is
+    writing these. For each stage, a complete ``stage_N`` that verifies is kept and its
+    leftover copies removed; where ``stage_N`` is missing or does not verify, a leftover copy
+    whose manifest verifies takes its place (the ``.tmp`` one first: it is the newer), and
+    the rest is removed. Half-written files (``.NAME.tmp-PID``) are removed.
+    """
+    done: list[str] = []
+    for path in run_dir.iterdir():
+        if path.is_file() and INTERRUPTED_FILE.fullmatch(path.name):
+            path.unlink()
+            done.append(f"removed {path.name}")
+    parent = run_dir / CHECKPOINTS
+    if not parent.is_dir():
+        return done
+    leftovers: dict[str, list[tuple[str, Path]]] = {}
+    for path in parent.iterdir():
+        match = INTERRUPTED_CHECKPOINT.fullmatch(path.name)
+        if match:
+            leftovers.setdefault(match[1], []).append((match[2], path))
+    for name, copies in sorted(leftovers.items()):
+        final = parent / name
+        copies.sort(key=lambda kind_path: kind_path[0] != "tmp")  # .tmp (newer) first
+        if not (final.is_dir() and _verifies(final)):
+            usable = next((p for _, p in copies if p.is_dir() and _verifies(p)), None)
+            if usable is not None:
+                if final.exists():
+                    shutil.rmtree(final)
+                os.replace(usable, final)
+                done.append(f"restored {name} from {usable.name}")
+        for _, path in copies:
+            if path.exists():
+                if path.is_dir():
+                    shutil.rmtree(path)
+                else:
+                    path.unlink()
+                done.append(f"removed {path.name}")
+    _fsync_directory(parent)
+    return done
+
+
 @dataclass(frozen=True)
 class LatestCheckpoint:
     """The newest checkpoint that verifies (None: there is none) and the ones skipped over."""
@@ -336,11 +411,23 @@ def latest_checkpoint(run_dir: Path) -> LatestCheckpoint:
     return LatestCheckpoint(None, None, tuple(skipped))
 
 
-def load_policies(run_dir: Path, step: int | None, n_agents: int) -> tuple[AdapterWeights, ...]:
-    """The adapters of checkpoint ``stage_{step}`` (default: the latest usable one), for eval.
+@dataclass(frozen=True)
+class FoundPolicies:
+    """The adapters of one checkpoint, which one it is, and the newer ones skipped over."""
 
-    Legacy run directories (no format marker) are read without checksums.
-    """
+    directory: Path
+    policies: tuple[AdapterWeights, ...]
+    skipped: tuple[str, ...]
+
+
+def load_policies(run_dir: Path, step: int | None, n_agents: int) -> tuple[AdapterWeights, ...]:
+    """The adapters of checkpoint ``stage_{step}`` (default: the latest usable one), for eval."""
+    return find_policies(run_dir, step, n_agents).policies
+
+
+def find_policies(run_dir: Path, step: int | None, n_agents: int) -> FoundPolicies:
+    """The adapters of checkpoint ``stage_{step}`` (default: the latest usable one) and where
+    they came from. Legacy run directories (no format marker) are read without checksums."""
     version = run_format(run_dir)
     available = stage_directories(run_dir)
     if not available:
@@ -354,6 +441,7 @@ def load_policies(run_dir: Path, step: int | None, n_agents: int) -> tuple[Adapt
         candidates = [wanted]
     else:
         candidates = list(reversed(available))
+    skipped = []
     for directory in candidates:
         try:
             if version == LEGACY_FORMAT:
@@ -369,10 +457,11 @@ def load_policies(run_dir: Path, step: int | None, n_agents: int) -> tuple[Adapt
             if step is not None:
                 raise RunDirectoryError(f"{directory}: {error}") from None
             log.warning("skipping checkpoint %s: %s; using the one before it", directory, error)
+            skipped.append(f"{directory.name}: {error}")
             continue
         if len(policies) != n_agents:
             raise RunDirectoryError(
                 f"{directory}: has {len(policies)} agents, the run's config {n_agents}"
             )
-        return policies
+        return FoundPolicies(directory, policies, tuple(skipped))
     raise RunDirectoryError(f"{run_dir}: no usable checkpoint")

@@ -1,31 +1,84 @@
 """``teamtr train``, ``teamtr eval`` and ``teamtr swap`` for language-model teams.
 
-``teamtr.cli`` forwards these subcommands here with ``argv`` starting at the subcommand. Bad
-input (config, data file, missing or unreadable model, an unusable run directory) prints one
-``error:`` line naming the file and what is expected and exits with code 2, without a traceback
-and without leaving a run directory behind. Ctrl-C during ``train`` saves a checkpoint, prints
-how to resume, and exits with code 130.
+``teamtr.cli`` forwards these subcommands here with ``argv`` starting at the subcommand.
+Everything that can be checked is checked before a model loads: arguments (each number has a
+range), config, data files (every line, every answer), paths to be written, the run lock.
+Exit codes (``docs/runs.md``):
+
+- 0: done;
+- 1: a run stopped on a fault of its surroundings (a full disk, its run directory deleted, a
+  path it cannot write): one ``error:`` line, a "failed" event and, where the disk allows, a
+  checkpoint to resume from;
+- 2: bad input (an argument, config, data file, model, or an unusable or locked run
+  directory): one ``error:`` line naming the file, line or option and what is expected, no
+  traceback, and no run directory left behind;
+- 130: interrupted (Ctrl-C, SIGTERM): a checkpoint was saved; the message says how to resume.
+
+``--check`` runs every check of a command and exits 0 without loading a model.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
+from typing import Any, NoReturn
 
-from llm.agents import LoraTeam
 from llm.checkpoint import RunDirectoryError
 from llm.config import ConfigError, load_config
 from llm.loading import IncompatibleTeamError, ModelNotAvailableError
 from llm.tasks import TaskDataError, load_jsonl
 
+RUN_FAILED = 1
 BAD_INPUT = 2
 INTERRUPTED = 130
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argparse parser whose errors are one line, like every other bad input."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(BAD_INPUT, f"error: {self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def integer_at_least(lowest: int):
+    """An argparse type: an integer >= ``lowest``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < lowest:
+            raise argparse.ArgumentTypeError(f"must be >= {lowest}, got {value}")
+        return value
+
+    return parse
+
+
+def positive_number(text: str) -> float:
+    """An argparse type: a finite number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
+    return value
+
+
+def _check_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="check arguments, config, data and paths, then exit without loading a model",
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="teamtr", description="Language-model teams.")
+    parser = _Parser(prog="teamtr", description="Language-model teams.")
     commands = parser.add_subparsers(dest="command", required=True)
     train = commands.add_parser("train", help="train a team from a TOML config")
     start = train.add_mutually_exclusive_group(required=True)
@@ -34,44 +87,61 @@ def _parser() -> argparse.ArgumentParser:
         "--resume", metavar="DIR", help="continue the run in DIR from its newest valid checkpoint"
     )
     train.add_argument("--name", help="run directory name (overrides [run] name)")
-    train.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    train.add_argument("--no-progress", action="store_true", help="hide progress bars and lines")
+    _check_flag(train)
     evaluate = commands.add_parser("eval", help="evaluate a trained or untrained team")
     source = evaluate.add_mutually_exclusive_group(required=True)
     source.add_argument("--run", help="run directory of `teamtr train`")
     source.add_argument("--config", help="TOML config: evaluate the untrained team")
-    evaluate.add_argument("--step", type=int, help="checkpoint stage (default: the latest)")
+    evaluate.add_argument(
+        "--step", type=integer_at_least(0), help="checkpoint stage (default: the latest)"
+    )
     evaluate.add_argument(
         "--data",
         help='JSONL of {"question", "answer"} (default: the config\'s built-in held-out set)',
     )
-    evaluate.add_argument("--json", required=True, help="where to write the results")
-    evaluate.add_argument("--samples", type=int, default=1, help="K: adds pass@K and majority vote")
-    evaluate.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    evaluate.add_argument("--json", required=True, help="the results file to write")
+    evaluate.add_argument(
+        "--samples",
+        type=integer_at_least(1),
+        default=1,
+        help="K: adds pass@K and majority vote",
+    )
+    evaluate.add_argument("--no-progress", action="store_true", help="hide progress bars and lines")
+    _check_flag(evaluate)
     from llm.swap import add_arguments as add_swap_arguments
 
-    add_swap_arguments(
-        commands.add_parser(
-            "swap", help="replace one agent by another adapter, directly or after Stage-0 alignment"
-        )
+    swap = commands.add_parser(
+        "swap", help="replace one agent by another adapter, directly or after Stage-0 alignment"
     )
+    add_swap_arguments(swap)
+    _check_flag(swap)
     return parser
 
 
 def _train(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from llm.train import TrainingInterrupted, resume, train
+    from llm.preflight import check_run_name
+    from llm.train import TrainingInterrupted, check_resumable, check_training, resume, train
 
     try:
         if args.resume:
             if args.name:
                 raise ConfigError("--name cannot be combined with --resume")
+            if args.check:
+                check_resumable(Path(args.resume))
+                return 0
             run_dir = resume(args.resume, progress=not args.no_progress)
         else:
             config = load_config(args.config)
-            if args.name:
+            if args.name is not None:
+                check_run_name(args.name, "--name")
                 run = dataclasses.replace(config.run, name=args.name)
                 config = dataclasses.replace(config, run=run)
+            if args.check:
+                check_training(config, Path(args.config).stem)
+                return 0
             run_dir = train(config, Path(args.config).stem, progress=not args.no_progress)
     except TrainingInterrupted as stop:
         print(
@@ -84,39 +154,61 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _eval(args: argparse.Namespace) -> int:
-    from llm.checkpoint import load_policies, run_format
-    from llm.evaluation import evaluate_team
-    from llm.train import build
+def _write_results(path: Path, result: dict[str, Any]) -> None:
+    """Write atomically: a full disk leaves the old file (or none), never half of one."""
+    from llm.checkpoint import write_atomically
 
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomically(path, json.dumps(result, indent=2).encode() + b"\n")
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from llm.agents import LoraTeam
+    from llm.checkpoint import find_policies, run_format
+    from llm.evaluation import evaluate_team
+    from llm.preflight import require_writable_file
+    from llm.train import build, problem_sources, require_dialogues_fit
+
+    destination = Path(args.json)
+    require_writable_file(destination, "--json")  # before the evaluation, not after it
+    found = None
     if args.run:
         run_dir = Path(args.run)
         run_format(run_dir)  # a foreign or newer run directory fails before anything loads
         config = load_config(run_dir / "config.json")
-        parts = build(config)
-        team = LoraTeam(
-            parts.team.backbone, load_policies(run_dir, args.step, config.team.n_agents)
-        )
+        n_agents = config.team.n_agents
+        found = find_policies(run_dir, args.step, n_agents)  # read and verified, no model
     else:
         config = load_config(args.config)
-        parts = build(config)
-        team = parts.team
-    if args.samples < 1:
-        raise ConfigError(f"--samples: must be >= 1, got {args.samples}")
-    problems = load_jsonl(args.data) if args.data else parts.test_problems
+    problems = load_jsonl(args.data) if args.data else problem_sources(config)[1]
     if not problems:
         raise ConfigError("no evaluation problems: pass --data or use a config with a test set")
-    result = evaluate_team(
+    if args.check:
+        return 0
+    parts = build(config, progress=not args.no_progress)
+    require_dialogues_fit(parts.chat, parts.positions, problems, config, "--data")
+    team = parts.team if found is None else LoraTeam(parts.team.backbone, found.policies)
+    result: dict[str, Any] = evaluate_team(
         team, parts.sampler, problems, samples=args.samples, progress=not args.no_progress
     )
-    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps(result, indent=2))
+    if found is not None:
+        result["run"] = str(args.run)
+        result["checkpoint"] = found.directory.name
+        result["skipped_checkpoints"] = list(found.skipped)
+    else:
+        result["checkpoint"] = None  # the untrained team of --config
+    _write_results(destination, result)
     print(json.dumps(result))
     return 0
 
 
 def main(argv: list[str]) -> int:
-    args = _parser().parse_args(argv)
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as stop:  # --help (0) or a bad argument (2, one line already printed)
+        return stop.code if isinstance(stop.code, int) else BAD_INPUT
+    from llm.train import RunFailed
+
     try:
         if args.command == "train":
             return _train(args)
@@ -134,6 +226,13 @@ def main(argv: list[str]) -> int:
     ) as error:
         print(f"error: {error}", file=sys.stderr)
         return BAD_INPUT
+    except RunFailed as error:
+        print(f"error: {error}", file=sys.stderr)
+        return RUN_FAILED
+    except OSError as error:  # eval or swap writing their results: a full disk, a lost path
+        where = f" ({error.filename})" if error.filename else ""
+        print(f"error: {error.strerror or error}{where}", file=sys.stderr)
+        return RUN_FAILED
 
 
 if __name__ == "__main__":

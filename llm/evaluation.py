@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Sequence
 
@@ -10,6 +11,7 @@ from math_verify import parse, verify
 
 from llm.agents import LoraTeam
 from llm.dialogue import Episode
+from llm.progress import CountProgress
 from llm.rewards import grade
 from llm.sampler import DialogueSampler
 from llm.tasks import Problem
@@ -29,8 +31,6 @@ def evaluate_team(
     ``standard_error`` is the standard error of ``accuracy`` over the problems (binomial for
     greedy evaluation).
     """
-    from tqdm import tqdm
-
     if samples < 1:
         raise ValueError(f"samples must be >= 1, got {samples}")
     temperature = 0.0 if samples == 1 else sampler.settings.temperature
@@ -42,13 +42,20 @@ def evaluate_team(
     ]
     finished: list[Episode] = []
     tokens = 0
-    starts = range(0, len(episodes), batch_size)
-    for start in tqdm(starts, desc="evaluating", unit="batch", disable=not progress):
+    # Counted in messages, advanced after every generated batch of one turn: even a single
+    # batch of questions moves the bar H times, with an ETA.
+    bar = CountProgress(len(episodes) * sampler.settings.turns, "msg", "evaluating", progress)
+    started = time.perf_counter()
+    for start in range(0, len(episodes), batch_size):
         done, generated = sampler.play(
-            team, episodes[start : start + batch_size], temperature=temperature
+            team,
+            episodes[start : start + batch_size],
+            temperature=temperature,
+            on_messages=bar.advance,
         )
         finished.extend(done)
         tokens += generated
+    bar.close(f"{len(problems)} questions in {time.perf_counter() - started:.1f} s")
     grades = [grade(sampler.chat.message_text(e.turns[-1]), e.problem.answer) for e in finished]
     correct = np.array([g.correct for g in grades], dtype=float)
     parsed = np.array([g.parsed for g in grades], dtype=float)

@@ -200,11 +200,16 @@ class DialogueSampler:
         return team.use(agent)
 
     def play(
-        self, team: LoraTeam, episodes: list[Episode], temperature: float | None = None
+        self,
+        team: LoraTeam,
+        episodes: list[Episode],
+        temperature: float | None = None,
+        on_messages: Callable[[int], None] | None = None,
     ) -> tuple[list[Episode], int]:
         """Complete every episode to H turns; returns them and the number of generated tokens.
 
-        ``temperature`` overrides the policy's (0 = greedy, for evaluation only).
+        ``temperature`` overrides the policy's (0 = greedy, for evaluation only);
+        ``on_messages`` hears how many messages each generated batch added (for progress).
         """
         s = self.settings
         temperature = s.temperature if temperature is None else temperature
@@ -229,6 +234,8 @@ class DialogueSampler:
                     episode = episodes[index]
                     episodes[index] = episode.with_turns([*episode.turns, Turn(agent, message)])
                     generated += len(message)
+                if on_messages is not None:
+                    on_messages(len(messages))
 
     def behaviour_logps(
         self, team: LoraTeam, episodes: Sequence[Episode]

@@ -69,7 +69,9 @@ class NewAdapter:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of ``teamtr swap``."""
+    """The options of ``teamtr swap``; every number has its range."""
+    from llm.cli import integer_at_least, positive_number
+
     parser.add_argument("--run", required=True, help="run directory whose team gets the new agent")
     parser.add_argument("--agent", type=int, required=True, help="k: the agent to replace")
     parser.add_argument(
@@ -78,10 +80,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="π_pre: another run directory, a .safetensors adapter, or a PEFT adapter directory",
     )
     parser.add_argument(
-        "--model-agent", type=int, help="when --model is a run directory: its agent (default k)"
+        "--model-agent",
+        type=int,  # its range (the model run's agents) is checked once that run is read
+        help="when --model is a run directory: its agent (default k)",
     )
     parser.add_argument(
-        "--step", type=int, help="checkpoint stage of --run to swap into (default: the newest)"
+        "--step",
+        type=int,  # must name one of --run's checkpoints, checked when it is read
+        help="checkpoint stage of --run to swap into (default: the newest)",
     )
     parser.add_argument(
         "--align",
@@ -89,27 +95,42 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="Stage-0 alignment: project π_pre into E KL(π‖π_cur) <= δ0 before the swap",
     )
     parser.add_argument(
-        "--delta0", type=float, default=0.02, help="δ0, the alignment radius (nats per token)"
+        "--delta0",
+        type=positive_number,
+        default=0.02,
+        help="δ0, the alignment radius (nats per token)",
     )
     parser.add_argument(
         "--probe",
         help='JSONL of {"question", "answer"} probe prompts (default: drawn from the training split)',
     )
     parser.add_argument(
-        "--probe-size", type=int, default=16, help="probe prompts used (one dialogue each)"
+        "--probe-size",
+        type=integer_at_least(1),
+        default=16,
+        help="probe prompts used (one dialogue each)",
     )
     parser.add_argument(
-        "--probe-seed", type=int, default=0, help="seed of probe draws and dialogues"
+        "--probe-seed",
+        type=integer_at_least(0),
+        default=0,
+        help="seed of probe draws and dialogues",
     )
     parser.add_argument(
-        "--align-steps", type=int, default=8, help="gradient steps after the interpolation"
+        "--align-steps",
+        type=integer_at_least(0),
+        default=8,
+        help="gradient steps after the interpolation",
     )
     parser.add_argument(
-        "--align-lr", type=float, default=2e-4, help="Adam step size of those gradient steps"
+        "--align-lr",
+        type=positive_number,
+        default=2e-4,
+        help="Adam step size of those gradient steps",
     )
     parser.add_argument(
         "--stages",
-        type=int,
+        type=integer_at_least(1),
         help="[stage] stages of the new run's config: total stages `train --resume` runs to "
         "(default: the source run's); the source's elapsed time still counts toward "
         "[run] time_budget_minutes",
@@ -222,7 +243,7 @@ def probe_problems(config: RunConfig, path: str | None, count: int, seed: int) -
         raise SwapError(f"--probe-size must be >= 1, got {count}")
     if path is not None:
         return load_jsonl(path)[:count]
-    draw, _ = problem_sources(config)
+    draw, _, _ = problem_sources(config)
     return draw(np.random.default_rng(seed), count)
 
 
@@ -290,6 +311,7 @@ def write_swapped_run(
 
 def run_swap(args: argparse.Namespace) -> int:
     """``teamtr swap``: see the module docstring. Bad input raises SwapError (exit code 2)."""
+    from llm.preflight import require_writable_directory
     from llm.train import build
 
     run_dir = Path(args.run)
@@ -306,9 +328,15 @@ def run_swap(args: argparse.Namespace) -> int:
         stages = dataclasses.replace(config.stage, stages=args.stages)
         config = dataclasses.replace(config, stage=stages)
     target = _output_directory(run_dir, args.agent, args.align, args.out)
+    require_writable_directory(target.parent, "--out")
     new = load_new_adapter(Path(args.model), args.agent, args.model_agent, config)
+    problems = (
+        probe_problems(config, args.probe, args.probe_size, args.probe_seed) if args.align else []
+    )
+    if getattr(args, "check", False):
+        return 0
 
-    parts = build(config)
+    parts = build(config, progress=False)
     try:
         point = read_resume_point(run_dir, stage, parts.team, parts.updater, parts.sampler._rng)
     except RunDirectoryError as error:
@@ -321,7 +349,6 @@ def run_swap(args: argparse.Namespace) -> int:
     probe: dict[str, Any] | None = None
     policy = new.weights
     if args.align:
-        problems = probe_problems(config, args.probe, args.probe_size, args.probe_seed)
         episodes = probe_dialogues(parts, team, problems, args.probe_seed)
         settings = AlignmentSettings(
             delta0=args.delta0,

@@ -6,7 +6,9 @@ difficulties and disjoint train/test splits, and a loader for GSM8K/MATH-style J
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import itertools
 import json
 import math
 from collections.abc import Iterator
@@ -120,20 +122,74 @@ def _text_field(record: dict, name: str, where: str) -> str:
     return text
 
 
+MAX_LINE_BYTES = 2**20
+"""Longest JSONL line read (1 MiB, far above any GSM8K/MATH record): a longer one is refused
+after reading this much of it, so a malformed file cannot fill the memory."""
+
+
+def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
+    """Numbered lines of ``path``, each read with a size cap."""
+    try:
+        with path.open("rb") as handle:
+            for number in itertools.count(1):
+                data = handle.readline(MAX_LINE_BYTES + 1)
+                if not data:
+                    return
+                if len(data) > MAX_LINE_BYTES:
+                    raise TaskDataError(
+                        f"{path}:{number}: line longer than {MAX_LINE_BYTES} bytes (one "
+                        '{"question", "answer"} record a line; a question must fit the model\'s '
+                        "context anyway)"
+                    )
+                yield number, data
+    except OSError as error:
+        raise TaskDataError(f"{path}: cannot read: {error.strerror or error}") from None
+
+
+def _check_answer(answer: str, where: str) -> None:
+    """The reward compares a reply with the answer by math-verify: an answer it cannot parse
+    would fail every reply, so it is refused here, at load time."""
+    from math_verify import parse
+
+    try:
+        parsed = parse(answer)
+    except Exception:  # math-verify raises assorted errors (timeouts, sympy) on odd input
+        parsed = []
+    if not parsed:
+        shown = answer if len(answer) <= 40 else answer[:37] + "..."
+        raise TaskDataError(
+            f"{where}: field 'answer' {shown!r} is not a number or expression math-verify can "
+            'parse (expected e.g. "42", "-3.5", "\\\\frac{1}{2}" or GSM8K\'s "... #### 42")'
+        )
+
+
 def load_jsonl(path: str | Path) -> list[Problem]:
     """Problems from a JSONL file, one ``{"question": ..., "answer": ...}`` object a line.
 
-    Any malformed input raises ``TaskDataError`` naming the file, the line and the field.
+    Any malformed input raises ``TaskDataError`` naming the file, the line and the field:
+    a line over ``MAX_LINE_BYTES``, invalid UTF-8 or JSON, a missing or empty field, or an
+    answer math-verify cannot parse. A file is parsed once per process and content (keyed by
+    its path and SHA-256), since a run checks its data before loading its model and again when
+    it builds.
     """
     path = Path(path)
     if not path.is_file():
         raise TaskDataError(f"{path}: no such file")
+    digest = hashlib.sha256()
     try:
-        raw = path.read_bytes()
+        with path.open("rb") as handle:
+            for block in iter(lambda: handle.read(2**20), b""):
+                digest.update(block)
     except OSError as error:
         raise TaskDataError(f"{path}: cannot read: {error.strerror or error}") from None
+    return list(_load_jsonl(str(path), digest.hexdigest()))
+
+
+@functools.lru_cache(maxsize=8)
+def _load_jsonl(name: str, _content_digest: str) -> tuple[Problem, ...]:
+    path = Path(name)
     problems = []
-    for line_number, data in enumerate(raw.split(b"\n"), start=1):
+    for line_number, data in _lines(path):
         where = f"{path}:{line_number}"
         try:
             line = data.decode("utf-8")
@@ -155,9 +211,11 @@ def load_jsonl(path: str | Path) -> list[Problem]:
                 f'{where}: expected a JSON object {{"question": ..., "answer": ...}}, '
                 f"got {type(record).__name__}"
             )
-        problems.append(
-            Problem(_text_field(record, "question", where), _text_field(record, "answer", where))
+        problem = Problem(
+            _text_field(record, "question", where), _text_field(record, "answer", where)
         )
+        _check_answer(problem.answer, where)
+        problems.append(problem)
     if not problems:
         raise TaskDataError(f"{path}: no problems in file")
-    return problems
+    return tuple(problems)

@@ -14,6 +14,7 @@ input leaves nothing behind.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import random
@@ -21,7 +22,7 @@ import shutil
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -33,10 +34,12 @@ import torch
 
 from llm.agents import Backbone, LoraBackbone, LoraTeam, SeparateBackbone
 from llm.checkpoint import (
+    CHECKPOINTS,
     ResumePoint,
     RunDirectoryError,
     latest_checkpoint,
     load_policies,
+    recover_interrupted_writes,
     require_resumable,
     write_atomically,
     write_checkpoint,
@@ -51,7 +54,16 @@ from llm.loading import (
     load_tokenizer,
     require_shared_tokenizer,
 )
+from llm.preflight import (
+    MIN_FREE_BYTES,
+    check_run_name,
+    require_context_fits,
+    require_writable_directory,
+)
+from llm.progress import StageProgress, library_bars
 from llm.router import make_router
+from llm.runlock import RunLock
+from llm.runlock import acquire as acquire_run_lock
 from llm.sampler import DialogueRollouts, DialogueSampler
 from llm.tasks import ArithmeticSuite, Problem, load_jsonl
 from llm.updater import TrustRegionUpdater, non_finite_quantity
@@ -70,9 +82,14 @@ class Components:
     sampler: DialogueSampler
     updater: TrustRegionUpdater
     test_problems: list[Problem]
+    positions: int
+    """The context window: positions of the shortest base model of the team."""
 
 
 def problem_sources(config: RunConfig):
+    """How training problems are drawn, the held-out problems, and the training problems
+    known in advance (a JSONL file's; none for the procedural suite, whose questions are
+    as short as its held-out ones)."""
     task = config.task
     if task.kind == "jsonl":
         train = load_jsonl(task.train_file)
@@ -81,11 +98,12 @@ def problem_sources(config: RunConfig):
         def draw(rng: np.random.Generator, count: int) -> list[Problem]:
             return [train[int(i)] for i in rng.integers(len(train), size=count)]
 
-        return draw, test[: task.eval_size]
+        return draw, test[: task.eval_size], train
     suite = ArithmeticSuite(task.difficulty)
     return (
         lambda rng, count: suite.sample("train", count, rng),
         suite.fixed_set("test", task.eval_size, seed=task.eval_seed),
+        [],
     )
 
 
@@ -110,35 +128,59 @@ def load_base_model(source: str, seed: int = 0):
         ) from None
 
 
-def build_backbone(config: RunConfig):
-    """The tokenizer and the team's backbone: LoRA slots on one base model, or, when
-    ``[model] sources`` lists one source per agent, one base model per agent."""
+def build_backbone(config: RunConfig, progress: bool = True):
+    """The tokenizer, the team's backbone (LoRA slots on one base model, or, when ``[model]
+    sources`` lists one source per agent, one base model per agent) and the number of
+    positions every base model has."""
     seed = config.run.seed
+    with library_bars(progress):
+        if not config.model.sources:
+            loaded = [load_base_model(config.model.source, seed)]
+        else:
+            # Agent k's model gets seed + k so that random ("tiny") members of a team differ.
+            sources = enumerate(config.model.sources)
+            loaded = [load_base_model(source, seed + k) for k, source in sources]
+    positions = min(getattr(m.config, "max_position_embeddings", 2**62) for _, m in loaded)
     if not config.model.sources:
-        tokenizer, base = load_base_model(config.model.source, seed)
+        tokenizer, base = loaded[0]
         backbone: Backbone = LoraBackbone.create(base, config.team.n_agents, config.lora, seed=seed)
-        return tokenizer, backbone
-    # Agent k's model gets seed + k so that random ("tiny") members of a team differ.
-    loaded = [load_base_model(source, seed + k) for k, source in enumerate(config.model.sources)]
+        return tokenizer, backbone, positions
     tokenizers = [tokenizer for tokenizer, _ in loaded]
     require_shared_tokenizer(list(config.model.sources), tokenizers)
     backbone = SeparateBackbone.create([model for _, model in loaded], config.lora, seed=seed)
-    return tokenizers[0], backbone
+    return tokenizers[0], backbone, positions
 
 
-def build(config: RunConfig) -> Components:
+def require_dialogues_fit(
+    chat: ChatFormat, positions: int, problems: Sequence[Problem], config: RunConfig, where: str
+) -> None:
+    """Exit 2 unless the longest dialogue of ``problems`` fits the model's positions."""
+    overhead = max(len(h) for h in chat.headers) + 1 + len(chat.closing)  # header, stop, closing
+    require_context_fits(
+        positions,
+        (len(chat.encode_prompt(q)) for q in {p.question for p in problems}),
+        overhead,
+        config.sampler.turns,
+        config.sampler.max_new_tokens,
+        where,
+    )
+
+
+def build(config: RunConfig, progress: bool = True) -> Components:
+    """Data first (cheap, and a bad line must not cost a model load), then the models."""
+    draw, test, train_problems = problem_sources(config)
     if config.run.threads:
         torch.set_num_threads(config.run.threads)
     seed_everything(config.run.seed)
-    tokenizer, backbone = build_backbone(config)
+    tokenizer, backbone, positions = build_backbone(config, progress)
     chat = ChatFormat.from_tokenizer(
         tokenizer, config.team.n_agents, config.team.system_prompt, config.team.role_prompts
     )
+    require_dialogues_fit(chat, positions, [*train_problems, *test], config, "[sampler]")
     router = make_router(config.team.router, config.team.n_agents, config.team.speaking_order)
-    draw, test = problem_sources(config)
     sampler = DialogueSampler(chat, router, draw, config.sampler)
     updater = TrustRegionUpdater(chat, config.updater, score_chunk=config.sampler.score_chunk)
-    return Components(config, chat, backbone.initial_team(), sampler, updater, test)
+    return Components(config, chat, backbone.initial_team(), sampler, updater, test, positions)
 
 
 class RecordingSampler:
@@ -208,6 +250,23 @@ class TrainingInterrupted(Exception):
         self.checkpoint = checkpoint
 
 
+class RunFailed(Exception):
+    """The run stopped on a fault of its surroundings (a full disk, its directory deleted, a
+    path it cannot write); a "failed" event and a checkpoint were written where possible. The
+    CLI prints the message and exits with code 1."""
+
+
+def _fault_message(error: OSError, run_dir: Path, stage: int, saved: str, gone: bool) -> str:
+    what = error.strerror or type(error).__name__
+    where = f" ({error.filename})" if error.filename else ""
+    if gone:
+        return (
+            f"{run_dir}: the run directory was deleted during stage {stage}; the run stopped "
+            "and nothing more was written"
+        )
+    return f"{run_dir}: the run stopped in stage {stage}: {what}{where}; {saved}"
+
+
 def log_event(run_dir: Path, event: str, **fields: Any) -> None:
     with (run_dir / EVENTS).open("a") as handle:
         handle.write(json.dumps({"event": event, "time": f"{datetime.now():%FT%T}", **fields}))
@@ -222,17 +281,35 @@ def require_new_run_directory(run_dir: Path) -> None:
         )
 
 
-def create_run_directory(run_dir: Path, config: RunConfig) -> None:
+def create_run_directory(run_dir: Path, config: RunConfig) -> RunLock:
     """Write config and format marker into a temporary directory and rename it into place, so
-    that a run directory either exists complete or not at all."""
+    that a run directory either exists complete or not at all; it is locked for this process
+    before it appears (the lock moves with the directory)."""
     require_new_run_directory(run_dir)
     run_dir.parent.mkdir(parents=True, exist_ok=True)
     temporary = run_dir.with_name(f".{run_dir.name}.tmp-{os.getpid()}")
     shutil.rmtree(temporary, ignore_errors=True)
     temporary.mkdir()
-    write_atomically(temporary / "config.json", json.dumps(config.to_dict(), indent=2).encode())
-    write_run_marker(temporary)
-    os.replace(temporary, run_dir)
+    lock = None
+    try:
+        lock = acquire_run_lock(temporary)
+        config_json = json.dumps(config.to_dict(), indent=2).encode()
+        write_atomically(temporary / "config.json", config_json)
+        write_run_marker(temporary)
+        try:
+            os.replace(temporary, run_dir)
+        except OSError as error:
+            if run_dir.exists():  # another process created it since the check above
+                raise RunDirectoryError(
+                    f"{run_dir}: created by another process meanwhile; choose another --name"
+                ) from None
+            raise error from None
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        shutil.rmtree(temporary, ignore_errors=True)
+        raise
+    return lock
 
 
 def load_team_from_checkpoint(team: LoraTeam, directory: Path) -> LoraTeam:
@@ -281,42 +358,83 @@ def sigterm_interrupts() -> Iterator[None]:
 
 
 # -- training --------------------------------------------------------------------------------------
-def train(config: RunConfig, config_name: str = "run", progress: bool = True) -> Path:
-    """Run ``config.stage.stages`` stages in a new run directory; returns its path."""
+def check_training(config: RunConfig, config_name: str = "run") -> Path:
+    """Everything a new run can check before its model loads; returns its run directory."""
     name = config.run.name or f"{config_name}-{datetime.now():%Y%m%d-%H%M%S}"
+    check_run_name(name, "[run] name")
     run_dir = Path(config.run.output_dir) / name
     require_new_run_directory(run_dir)
-    parts = build(config)  # model and data are loaded before anything is written
-    create_run_directory(run_dir, config)
-    log_event(run_dir, "started")
-    start = ResumePoint.capture(0, parts.team, parts.updater, parts.sampler._rng, (), 0.0)
-    return _run(parts, run_dir, start, progress)
+    require_writable_directory(run_dir.parent, "[run] output_dir", MIN_FREE_BYTES)
+    problem_sources(config)  # every data line parsed and checked
+    return run_dir
+
+
+def check_resumable(run_dir: Path) -> RunConfig:
+    """What ``resume`` checks before it takes the lock; returns the run's config."""
+    if not run_dir.is_dir():
+        raise RunDirectoryError(f"{run_dir}: no such run directory")
+    require_resumable(run_dir)
+    return load_config(run_dir / "config.json")
+
+
+def train(config: RunConfig, config_name: str = "run", progress: bool = True) -> Path:
+    """Run ``config.stage.stages`` stages in a new run directory; returns its path."""
+    run_dir = check_training(config, config_name)
+    parts = build(config, progress)  # model and data are loaded before anything is written
+    lock = create_run_directory(run_dir, config)
+    try:
+        log_event(run_dir, "started")
+        start = ResumePoint.capture(0, parts.team, parts.updater, parts.sampler._rng, (), 0.0)
+        return _run(parts, run_dir, start, progress)
+    finally:
+        lock.release()
 
 
 def resume(run_dir: str | Path, progress: bool = True) -> Path:
     """Continue a run from its newest valid checkpoint, exactly as if it had not stopped."""
     run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        raise RunDirectoryError(f"{run_dir}: no such run directory")
-    require_resumable(run_dir)
-    config = load_config(run_dir / "config.json")
-    parts = build(config)
-    latest = latest_checkpoint(run_dir)
-    # Stopped before its first checkpoint: the rebuilt run is exactly the original start.
-    point = latest.point or ResumePoint.capture(
-        0, parts.team, parts.updater, parts.sampler._rng, (), 0.0
-    )
-    log_event(
-        run_dir,
-        "resumed",
-        checkpoint=latest.directory.name if latest.directory else None,
-        stage=point.stage,
-        skipped=list(latest.skipped),
-    )
-    if point.finished:
-        print(f"{run_dir}: already complete after {point.stage} stages; nothing to do")
-        return run_dir
-    return _run(parts, run_dir, point, progress)
+    config = check_resumable(run_dir)
+    lock = acquire_run_lock(run_dir)
+    try:
+        require_writable_directory(run_dir, "--resume", MIN_FREE_BYTES)
+        recovered = recover_interrupted_writes(run_dir)
+        latest = latest_checkpoint(run_dir)
+        if lock.stale_pid is not None or recovered:
+            log_event(run_dir, "recovered", stale_lock_pid=lock.stale_pid, actions=recovered)
+        if latest.point is not None and latest.point.finished:
+            # Said before the model loads: there is nothing to load it for.
+            log_event(
+                run_dir,
+                "resumed",
+                checkpoint=latest.directory.name if latest.directory else None,
+                stage=latest.point.stage,
+                skipped=list(latest.skipped),
+            )
+            print(f"{run_dir}: already complete after {latest.point.stage} stages; nothing to do")
+            return run_dir
+        parts = build(config, progress)
+        # Stopped before its first checkpoint: the rebuilt run is exactly the original start.
+        point = latest.point or ResumePoint.capture(
+            0, parts.team, parts.updater, parts.sampler._rng, (), 0.0
+        )
+        log_event(
+            run_dir,
+            "resumed",
+            checkpoint=latest.directory.name if latest.directory else None,
+            stage=point.stage,
+            skipped=list(latest.skipped),
+        )
+        return _run(parts, run_dir, point, progress)
+    finally:
+        lock.release()
+
+
+def _directory_identity(path: Path) -> tuple[int, int] | None:
+    try:
+        status = path.stat()
+    except OSError:
+        return None
+    return status.st_dev, status.st_ino
 
 
 def _run(parts: Components, run_dir: Path, start: ResumePoint, progress: bool) -> Path:
@@ -326,17 +444,24 @@ def _run(parts: Components, run_dir: Path, start: ResumePoint, progress: bool) -
     resume_point = start
     position = {"stage": start.stage, "updates_done": 0}
     writer = None
+    bar: StageProgress | None = None
+    identity = _directory_identity(run_dir)
+
+    def require_run_directory() -> None:
+        """A deleted (or replaced) run directory is never recreated half-empty."""
+        if _directory_identity(run_dir) != identity:
+            raise FileNotFoundError(errno.ENOENT, "run directory deleted", str(run_dir))
 
     def note_update(record: UpdateRecord) -> None:
         position["updates_done"] = record.position + 1
 
     def save(point: ResumePoint) -> Path:
+        require_run_directory()
         with signals_deferred(reraise=False):
             return write_checkpoint(run_dir, point)
 
     try:
         from torch.utils.tensorboard import SummaryWriter
-        from tqdm import tqdm
 
         team = start.restore(parts.team, parts.updater, sampler_rng)
         metrics_lines = list(start.metrics_lines)
@@ -351,17 +476,17 @@ def _run(parts: Components, run_dir: Path, start: ResumePoint, progress: bool) -
         budget_seconds = 60.0 * config.run.time_budget_minutes
         clock = time.process_time if config.run.budget_clock == "cpu" else time.perf_counter
         run_started = clock() - start.elapsed_seconds
-        with (
-            sigterm_interrupts(),
-            (run_dir / "metrics.jsonl").open("a") as metrics,
-            tqdm(
-                total=stages,
-                initial=start.stage,
-                desc=f"{config.stage.scheme} stages",
-                disable=not progress,
-            ) as bar,
-        ):
+        bar = StageProgress(
+            scheme=config.stage.scheme,
+            stages=stages,
+            start_stage=start.stage,
+            budget_seconds=budget_seconds,
+            elapsed_seconds=start.elapsed_seconds,
+            enabled=progress,
+        )
+        with sigterm_interrupts(), (run_dir / "metrics.jsonl").open("a") as metrics:
             for stage in range(start.stage, stages):
+                require_run_directory()
                 position.update(stage=stage, updates_done=0)
                 recorder.calls.clear()
                 started = time.perf_counter()
@@ -384,6 +509,7 @@ def _run(parts: Components, run_dir: Path, start: ResumePoint, progress: bool) -
                     and parts.test_problems
                 ):
                     record["eval"] = evaluate_team(team, parts.sampler, parts.test_problems)
+                require_run_directory()
                 line = json.dumps(record)
                 metrics.write(line + "\n")
                 metrics.flush()
@@ -401,12 +527,16 @@ def _run(parts: Components, run_dir: Path, start: ResumePoint, progress: bool) -
                 if last or (
                     config.run.checkpoint_every and (stage + 1) % config.run.checkpoint_every == 0
                 ):
+                    require_run_directory()
                     with signals_deferred():
                         write_checkpoint(run_dir, resume_point)
-                bar.set_postfix(
-                    reward=f"{record['train_reward']:.2f}", cert=f"{report.certificate:.3g}"
+                bar.stage_done(
+                    stage,
+                    clock() - run_started,
+                    record["wall_seconds"],
+                    record["train_reward"],
+                    report.certificate,
                 )
-                bar.update(1)
                 if last:
                     break
     except KeyboardInterrupt:
@@ -422,13 +552,44 @@ def _run(parts: Components, run_dir: Path, start: ResumePoint, progress: bool) -
     except RunDirectoryError:  # the checkpoint does not fit the run: nothing new to save
         raise
     except Exception as error:
-        checkpoint = save(resume_point)
-        log_event(run_dir, "failed", **position, error=repr(error), checkpoint=checkpoint.name)
+        _record_failure(run_dir, error, position, resume_point, save)
         raise
     finally:
+        if bar is not None:
+            bar.close()
         if writer is not None:
-            writer.close()
+            try:
+                writer.close()
+            except OSError:  # its directory is gone or full: the failure is already reported
+                pass
     return run_dir
+
+
+def _record_failure(
+    run_dir: Path, error: Exception, position: dict[str, int], point: ResumePoint, save: Any
+) -> None:
+    """Save what can be saved after ``error``; an error of the surroundings (``OSError``)
+    becomes ``RunFailed`` with one message, any other (a bug) propagates as it is."""
+    gone = not run_dir.is_dir()
+    saved = "no checkpoint could be written"
+    checkpoint = None
+    if not gone:
+        try:
+            checkpoint = save(point).name
+            saved = f"state saved in {run_dir / CHECKPOINTS / checkpoint}"
+        except OSError:
+            newest = latest_checkpoint(run_dir).directory
+            if newest is not None:
+                saved = f"no new checkpoint could be written; the newest is {newest}"
+        try:
+            log_event(run_dir, "failed", **position, error=repr(error), checkpoint=checkpoint)
+        except OSError:
+            pass  # the event log cannot be written either: the message below still says it
+    if isinstance(error, OSError):
+        message = _fault_message(error, run_dir, position["stage"], saved, gone)
+        if not gone:
+            message += f"; after fixing it, continue with `teamtr train --resume {run_dir}`"
+        raise RunFailed(message) from None
 
 
 def log_scalars(writer: Any, stage: int, record: dict[str, Any]) -> None:
