@@ -257,6 +257,8 @@ class RunFailed(Exception):
 
 
 def _fault_message(error: OSError, run_dir: Path, stage: int, saved: str, gone: bool) -> str:
+    """One line for a fault in (0-based) stage ``stage``, counted from 1 as progress lines do."""
+    stage += 1
     what = error.strerror or type(error).__name__
     where = f" ({error.filename})" if error.filename else ""
     if gone:
