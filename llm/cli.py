@@ -34,6 +34,9 @@ from llm.tasks import TaskDataError, load_jsonl
 RUN_FAILED = 1
 BAD_INPUT = 2
 INTERRUPTED = 130
+MAX_SAMPLES = 1024
+"""Dialogues per question in ``teamtr eval``: pass@1024 is far past any use, and the count
+multiplies the evaluation's memory and time."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -43,8 +46,9 @@ class _Parser(argparse.ArgumentParser):
         self.exit(BAD_INPUT, f"error: {self.prog}: {message} (see {self.prog} --help)\n")
 
 
-def integer_at_least(lowest: int):
-    """An argparse type: an integer >= ``lowest``."""
+def integer_at_least(lowest: int, highest: int | None = None):
+    """An argparse type: an integer >= ``lowest`` (and <= ``highest``, where a larger value
+    would only exhaust the memory or the patience)."""
 
     def parse(text: str) -> int:
         try:
@@ -53,6 +57,8 @@ def integer_at_least(lowest: int):
             raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
         if value < lowest:
             raise argparse.ArgumentTypeError(f"must be >= {lowest}, got {value}")
+        if highest is not None and value > highest:
+            raise argparse.ArgumentTypeError(f"must be <= {highest}, got {value}")
         return value
 
     return parse
@@ -103,9 +109,9 @@ def _parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--json", required=True, help="the results file to write")
     evaluate.add_argument(
         "--samples",
-        type=integer_at_least(1),
+        type=integer_at_least(1, MAX_SAMPLES),
         default=1,
-        help="K: adds pass@K and majority vote",
+        help=f"K: adds pass@K and majority vote (at most {MAX_SAMPLES})",
     )
     evaluate.add_argument("--no-progress", action="store_true", help="hide progress bars and lines")
     _check_flag(evaluate)
@@ -126,7 +132,7 @@ def _train(args: argparse.Namespace) -> int:
     from llm.train import TrainingInterrupted, check_resumable, check_training, resume, train
 
     try:
-        if args.resume:
+        if args.resume is not None:
             if args.name:
                 raise ConfigError("--name cannot be combined with --resume")
             if args.check:
@@ -157,9 +163,16 @@ def _train(args: argparse.Namespace) -> int:
 def _write_results(path: Path, result: dict[str, Any]) -> None:
     """Write atomically: a full disk leaves the old file (or none), never half of one."""
     from llm.checkpoint import write_atomically
+    from llm.train import RunFailed
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomically(path, json.dumps(result, indent=2).encode() + b"\n")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomically(path, json.dumps(result, indent=2).encode() + b"\n")
+    except OSError as error:  # checked writable before; the disk filled up or the path went
+        raise RunFailed(
+            f"--json {path}: cannot write the results: {error.strerror or error}; they were "
+            f"{json.dumps(result)}"
+        ) from None
 
 
 def _eval(args: argparse.Namespace) -> int:
@@ -172,7 +185,7 @@ def _eval(args: argparse.Namespace) -> int:
     destination = Path(args.json)
     require_writable_file(destination, "--json")  # before the evaluation, not after it
     found = None
-    if args.run:
+    if args.run is not None:
         run_dir = Path(args.run)
         run_format(run_dir)  # a foreign or newer run directory fails before anything loads
         config = load_config(run_dir / "config.json")
@@ -180,7 +193,7 @@ def _eval(args: argparse.Namespace) -> int:
         found = find_policies(run_dir, args.step, n_agents)  # read and verified, no model
     else:
         config = load_config(args.config)
-    problems = load_jsonl(args.data) if args.data else problem_sources(config)[1]
+    problems = load_jsonl(args.data) if args.data is not None else problem_sources(config)[1]
     if not problems:
         raise ConfigError("no evaluation problems: pass --data or use a config with a test set")
     if args.check:
@@ -229,10 +242,10 @@ def main(argv: list[str]) -> int:
     except RunFailed as error:
         print(f"error: {error}", file=sys.stderr)
         return RUN_FAILED
-    except OSError as error:  # eval or swap writing their results: a full disk, a lost path
-        where = f" ({error.filename})" if error.filename else ""
-        print(f"error: {error.strerror or error}{where}", file=sys.stderr)
-        return RUN_FAILED
+    except OSError as error:  # found while reading the input (faults mid-run are RunFailed)
+        where = f"{error.filename}: " if error.filename else ""
+        print(f"error: {where}{error.strerror or error}", file=sys.stderr)
+        return BAD_INPUT
 
 
 if __name__ == "__main__":

@@ -106,19 +106,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--probe-size",
-        type=integer_at_least(1),
+        type=integer_at_least(1, 100_000),
         default=16,
         help="probe prompts used (one dialogue each)",
     )
     parser.add_argument(
         "--probe-seed",
-        type=integer_at_least(0),
+        type=integer_at_least(0, 2**63 - 1),
         default=0,
         help="seed of probe draws and dialogues",
     )
     parser.add_argument(
         "--align-steps",
-        type=integer_at_least(0),
+        type=integer_at_least(0, 100_000),
         default=8,
         help="gradient steps after the interpolation",
     )
@@ -387,6 +387,11 @@ def run_swap(args: argparse.Namespace) -> int:
         "changed_agents": [args.agent],
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
     }
-    write_swapped_run(target, config, swapped, record)
+    try:
+        write_swapped_run(target, config, swapped, record)
+    except OSError as error:  # checked writable before; the disk filled up or the path went
+        from llm.train import RunFailed
+
+        raise RunFailed(f"--out {target}: cannot write the new run: {error.strerror}") from None
     print(json.dumps({"run_directory": str(target), **record}))
     return 0

@@ -45,7 +45,7 @@ from llm.checkpoint import (
     write_checkpoint,
     write_run_marker,
 )
-from llm.config import RunConfig, load_config
+from llm.config import ConfigError, RunConfig, load_config
 from llm.dialogue import ChatFormat
 from llm.evaluation import evaluate_team
 from llm.loading import (
@@ -86,6 +86,12 @@ class Components:
     """The context window: positions of the shortest base model of the team."""
 
 
+MAX_ARITHMETIC_TEST_SET = 1000
+"""Most distinct held-out questions drawn from the arithmetic suite: difficulty 1 has 2 x 100
+x 100 questions, a fifth of them held out, and a request near that count draws for minutes
+before it fails."""
+
+
 def problem_sources(config: RunConfig):
     """How training problems are drawn, the held-out problems, and the training problems
     known in advance (a JSONL file's; none for the procedural suite, whose questions are
@@ -100,6 +106,11 @@ def problem_sources(config: RunConfig):
 
         return draw, test[: task.eval_size], train
     suite = ArithmeticSuite(task.difficulty)
+    if task.eval_size > MAX_ARITHMETIC_TEST_SET:
+        raise ConfigError(
+            f"[task] eval_size: must be <= {MAX_ARITHMETIC_TEST_SET} for the arithmetic suite, "
+            f"got {task.eval_size}"
+        )
     return (
         lambda rng, count: suite.sample("train", count, rng),
         suite.fixed_set("test", task.eval_size, seed=task.eval_seed),
