@@ -163,7 +163,7 @@ def _train(args: argparse.Namespace) -> int:
 def _write_results(path: Path, result: dict[str, Any]) -> None:
     """Write atomically: a full disk leaves the old file (or none), never half of one."""
     from llm.checkpoint import write_atomically
-    from llm.train import RunFailed
+    from llm.rundir import RunFailed
 
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -220,7 +220,7 @@ def main(argv: list[str]) -> int:
         args = _parser().parse_args(argv)
     except SystemExit as stop:  # --help (0) or a bad argument (2, one line already printed)
         return stop.code if isinstance(stop.code, int) else BAD_INPUT
-    from llm.train import RunFailed
+    from llm.rundir import RunFailed
 
     try:
         if args.command == "train":

@@ -390,7 +390,7 @@ def run_swap(args: argparse.Namespace) -> int:
     try:
         write_swapped_run(target, config, swapped, record)
     except OSError as error:  # checked writable before; the disk filled up or the path went
-        from llm.train import RunFailed
+        from llm.rundir import RunFailed
 
         raise RunFailed(f"--out {target}: cannot write the new run: {error.strerror}") from None
     print(json.dumps({"run_directory": str(target), **record}))

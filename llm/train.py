@@ -8,22 +8,18 @@ Nothing is lost on a crash: at the start of every stage the run's whole state is
 to disk every ``checkpoint_every`` stages, after the last one, and when the run is interrupted
 (SIGINT/SIGTERM) or fails. ``resume`` rebuilds the run from its directory and replays from the
 newest valid checkpoint; the result is bit-identical to an uninterrupted run (timings aside).
-The run directory appears only after the config, the model and the data have loaded, so bad
-input leaves nothing behind.
+The run directory appears only after the config, the data and the model have loaded, so bad
+input leaves nothing behind; its creation, lock, event log and clean ends on faults live in
+``llm.rundir``.
 """
 
 from __future__ import annotations
 
 import errno
 import json
-import os
 import random
-import shutil
-import signal
-import threading
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -34,7 +30,6 @@ import torch
 
 from llm.agents import Backbone, LoraBackbone, LoraTeam, SeparateBackbone
 from llm.checkpoint import (
-    CHECKPOINTS,
     ResumePoint,
     RunDirectoryError,
     latest_checkpoint,
@@ -43,7 +38,6 @@ from llm.checkpoint import (
     require_resumable,
     write_atomically,
     write_checkpoint,
-    write_run_marker,
 )
 from llm.config import ConfigError, RunConfig, load_config
 from llm.dialogue import ChatFormat
@@ -62,7 +56,16 @@ from llm.preflight import (
 )
 from llm.progress import StageProgress, library_bars
 from llm.router import make_router
-from llm.runlock import RunLock
+from llm.rundir import (
+    TrainingInterrupted,
+    create_run_directory,
+    directory_identity,
+    log_event,
+    record_failure,
+    require_new_run_directory,
+    signals_deferred,
+    sigterm_interrupts,
+)
 from llm.runlock import acquire as acquire_run_lock
 from llm.sampler import DialogueRollouts, DialogueSampler
 from llm.tasks import ArithmeticSuite, Problem, load_jsonl
@@ -245,129 +248,11 @@ def stage_metrics(
     }
 
 
-# -- run directories and checkpoints ---------------------------------------------------------------
-EVENTS = "events.jsonl"
-"""Crash-related events (start, resume, skipped checkpoints, interrupt); timings differ between
-runs, so they are kept out of metrics.jsonl, which an exact resume reproduces bit for bit."""
-INTERRUPTED_EXIT_CODE = 130
-
-
-class TrainingInterrupted(Exception):
-    """SIGINT or SIGTERM stopped the run; its state was saved in ``checkpoint``."""
-
-    def __init__(self, run_dir: Path, checkpoint: Path) -> None:
-        super().__init__(f"interrupted; state saved in {checkpoint}")
-        self.run_dir = run_dir
-        self.checkpoint = checkpoint
-
-
-class RunFailed(Exception):
-    """The run stopped on a fault of its surroundings (a full disk, its directory deleted, a
-    path it cannot write); a "failed" event and a checkpoint were written where possible. The
-    CLI prints the message and exits with code 1."""
-
-
-def _fault_message(error: OSError, run_dir: Path, stage: int, saved: str, gone: bool) -> str:
-    """One line for a fault in (0-based) stage ``stage``, counted from 1 as progress lines do."""
-    stage += 1
-    what = error.strerror or type(error).__name__
-    where = f" ({error.filename})" if error.filename else ""
-    if gone:
-        return (
-            f"{run_dir}: the run directory was deleted during stage {stage}; the run stopped "
-            "and nothing more was written"
-        )
-    return f"{run_dir}: the run stopped in stage {stage}: {what}{where}; {saved}"
-
-
-def log_event(run_dir: Path, event: str, **fields: Any) -> None:
-    with (run_dir / EVENTS).open("a") as handle:
-        handle.write(json.dumps({"event": event, "time": f"{datetime.now():%FT%T}", **fields}))
-        handle.write("\n")
-
-
-def require_new_run_directory(run_dir: Path) -> None:
-    if run_dir.exists():
-        raise RunDirectoryError(
-            f"{run_dir}: already exists; continue it with `teamtr train --resume {run_dir}` "
-            "or choose another --name"
-        )
-
-
-def create_run_directory(run_dir: Path, config: RunConfig) -> RunLock:
-    """Write config and format marker into a temporary directory and rename it into place, so
-    that a run directory either exists complete or not at all; it is locked for this process
-    before it appears (the lock moves with the directory)."""
-    require_new_run_directory(run_dir)
-    run_dir.parent.mkdir(parents=True, exist_ok=True)
-    temporary = run_dir.with_name(f".{run_dir.name}.tmp-{os.getpid()}")
-    shutil.rmtree(temporary, ignore_errors=True)
-    temporary.mkdir()
-    lock = None
-    try:
-        lock = acquire_run_lock(temporary)
-        config_json = json.dumps(config.to_dict(), indent=2).encode()
-        write_atomically(temporary / "config.json", config_json)
-        write_run_marker(temporary)
-        try:
-            os.replace(temporary, run_dir)
-        except OSError as error:
-            if run_dir.exists():  # another process created it since the check above
-                raise RunDirectoryError(
-                    f"{run_dir}: created by another process meanwhile; choose another --name"
-                ) from None
-            raise error from None
-    except BaseException:
-        if lock is not None:
-            lock.release()
-        shutil.rmtree(temporary, ignore_errors=True)
-        raise
-    return lock
-
-
 def load_team_from_checkpoint(team: LoraTeam, directory: Path) -> LoraTeam:
     """``team`` with the adapters of checkpoint ``directory`` (``run/checkpoints/stage_N``)."""
     step = int(directory.name.removeprefix("stage_"))
     policies = load_policies(directory.parent.parent, step, team.n_agents)
     return LoraTeam(team.backbone, policies)
-
-
-@contextmanager
-def signals_deferred(reraise: bool = True) -> Iterator[None]:
-    """Hold SIGINT/SIGTERM while a checkpoint is written, so it is never cut short; a signal
-    that arrived meanwhile is raised as KeyboardInterrupt afterwards (if ``reraise``)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    received: list[int] = []
-    previous = {
-        number: signal.signal(number, lambda n, _frame: received.append(n))
-        for number in (signal.SIGINT, signal.SIGTERM)
-    }
-    try:
-        yield
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
-    if received and reraise:
-        raise KeyboardInterrupt
-
-
-@contextmanager
-def sigterm_interrupts() -> Iterator[None]:
-    """Treat SIGTERM like Ctrl-C: checkpoint and exit cleanly."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def interrupt(_number: int, _frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 # -- training --------------------------------------------------------------------------------------
@@ -442,14 +327,6 @@ def resume(run_dir: str | Path, progress: bool = True) -> Path:
         lock.release()
 
 
-def _directory_identity(path: Path) -> tuple[int, int] | None:
-    try:
-        status = path.stat()
-    except OSError:
-        return None
-    return status.st_dev, status.st_ino
-
-
 def _run(parts: Components, run_dir: Path, start: ResumePoint, progress: bool) -> Path:
     """Stages ``start.stage`` onwards; ``start`` is the state to continue from."""
     config = parts.config
@@ -458,11 +335,11 @@ def _run(parts: Components, run_dir: Path, start: ResumePoint, progress: bool) -
     position = {"stage": start.stage, "updates_done": 0}
     writer = None
     bar: StageProgress | None = None
-    identity = _directory_identity(run_dir)
+    identity = directory_identity(run_dir)
 
     def require_run_directory() -> None:
         """A deleted (or replaced) run directory is never recreated half-empty."""
-        if _directory_identity(run_dir) != identity:
+        if directory_identity(run_dir) != identity:
             raise FileNotFoundError(errno.ENOENT, "run directory deleted", str(run_dir))
 
     def note_update(record: UpdateRecord) -> None:
@@ -565,7 +442,7 @@ def _run(parts: Components, run_dir: Path, start: ResumePoint, progress: bool) -
     except RunDirectoryError:  # the checkpoint does not fit the run: nothing new to save
         raise
     except Exception as error:
-        _record_failure(run_dir, error, position, resume_point, save)
+        record_failure(run_dir, error, position, resume_point, save)
         raise
     finally:
         if bar is not None:
@@ -576,33 +453,6 @@ def _run(parts: Components, run_dir: Path, start: ResumePoint, progress: bool) -
             except OSError:  # its directory is gone or full: the failure is already reported
                 pass
     return run_dir
-
-
-def _record_failure(
-    run_dir: Path, error: Exception, position: dict[str, int], point: ResumePoint, save: Any
-) -> None:
-    """Save what can be saved after ``error``; an error of the surroundings (``OSError``)
-    becomes ``RunFailed`` with one message, any other (a bug) propagates as it is."""
-    gone = not run_dir.is_dir()
-    saved = "no checkpoint could be written"
-    checkpoint = None
-    if not gone:
-        try:
-            checkpoint = save(point).name
-            saved = f"state saved in {run_dir / CHECKPOINTS / checkpoint}"
-        except OSError:
-            newest = latest_checkpoint(run_dir).directory
-            if newest is not None:
-                saved = f"no new checkpoint could be written; the newest is {newest}"
-        try:
-            log_event(run_dir, "failed", **position, error=repr(error), checkpoint=checkpoint)
-        except OSError:
-            pass  # the event log cannot be written either: the message below still says it
-    if isinstance(error, OSError):
-        message = _fault_message(error, run_dir, position["stage"], saved, gone)
-        if not gone:
-            message += f"; after fixing it, continue with `teamtr train --resume {run_dir}`"
-        raise RunFailed(message) from None
 
 
 def log_scalars(writer: Any, stage: int, record: dict[str, Any]) -> None:
