@@ -295,7 +295,7 @@ def _section(cls: type, data: Any, name: str, locate: Locator) -> Any:
     known = [f.name for f in dataclasses.fields(cls) if (name, f.name) not in DERIVED_KEYS]
     values = {}
     for written, value in data.items():
-        key = RENAMED_KEYS.get((name, written), written)
+        key: str = RENAMED_KEYS.get((name, str(written)), str(written))
         if key != written and key in data:
             raise ConfigError(
                 f"{locate(name, written)}: {written!r} is the old name of {key!r}; give one"

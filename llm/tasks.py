@@ -159,7 +159,7 @@ def _check_answer(answer: str, where: str) -> None:
         shown = answer if len(answer) <= 40 else answer[:37] + "..."
         raise TaskDataError(
             f"{where}: field 'answer' {shown!r} is not a number or expression math-verify can "
-            'parse (expected e.g. "42", "-3.5", "\\\\frac{1}{2}" or GSM8K\'s "... #### 42")'
+            'parse (expected e.g. "42", "-3.5", "\\frac{1}{2}" or GSM8K\'s "... #### 42")'
         )
 
 

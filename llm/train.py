@@ -190,7 +190,8 @@ def build(config: RunConfig, progress: bool = True) -> Components:
     chat = ChatFormat.from_tokenizer(
         tokenizer, config.team.n_agents, config.team.system_prompt, config.team.role_prompts
     )
-    require_dialogues_fit(chat, positions, [*train_problems, *test], config, "[sampler]")
+    where = "[sampler] max_new_tokens"
+    require_dialogues_fit(chat, positions, [*train_problems, *test], config, where)
     router = make_router(config.team.router, config.team.n_agents, config.team.speaking_order)
     sampler = DialogueSampler(chat, router, draw, config.sampler)
     updater = TrustRegionUpdater(chat, config.updater, score_chunk=config.sampler.score_chunk)
