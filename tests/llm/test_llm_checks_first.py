@@ -108,7 +108,10 @@ def test_a_10_mb_line_is_refused_without_reading_it_whole(tmp_path):
 def test_dialogues_longer_than_the_model_are_refused_before_the_run_directory(tmp_path, capsys):
     config = smoke_config(tmp_path, ("max_new_tokens = 4", f"max_new_tokens = {2**62}"))
     err = fails(["train", "--config", str(config), "--name", "r", "--no-progress"], capsys)
-    assert "[sampler] max_new_tokens: the longest dialogue needs" in err and "has 1024 positions" in err
+    assert (
+        "[sampler] max_new_tokens: the longest dialogue needs" in err
+        and "has 1024 positions" in err
+    )
     assert not (tmp_path / "runs" / "r").exists()
     data = tmp_path / "long.jsonl"
     data.write_text(json.dumps({"question": "y" * 20_000, "answer": "1"}) + "\n")
