@@ -312,7 +312,7 @@ def write_swapped_run(
 def run_swap(args: argparse.Namespace) -> int:
     """``teamtr swap``: see the module docstring. Bad input raises SwapError (exit code 2)."""
     from llm.preflight import require_writable_directory
-    from llm.train import build
+    from llm.train import build, require_dialogues_fit
 
     run_dir = Path(args.run)
     config = _run_config(run_dir, "--run")
@@ -337,6 +337,7 @@ def run_swap(args: argparse.Namespace) -> int:
         return 0
 
     parts = build(config, progress=False)
+    require_dialogues_fit(parts.chat, parts.positions, problems, config, "--probe")
     try:
         point = read_resume_point(run_dir, stage, parts.team, parts.updater, parts.sampler._rng)
     except RunDirectoryError as error:

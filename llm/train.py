@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import random
 import time
 from collections.abc import Sequence
@@ -425,7 +426,7 @@ def _run(parts: Components, run_dir: Path, start: ResumePoint, progress: bool) -
                     stage,
                     clock() - run_started,
                     record["wall_seconds"],
-                    record["train_reward"],
+                    record["train_reward"] if record["train_reward"] is not None else math.nan,
                     report.certificate,
                 )
                 if last:

@@ -80,7 +80,7 @@ def teamtr(*args: str) -> subprocess.Popen:
 
 
 def test_a_second_process_on_a_locked_run_exits_2_naming_the_holder(tmp_path):
-    config = smoke_config(tmp_path, stages=200)
+    config = smoke_config(tmp_path, stages=5000)  # runs until it is killed
     run_dir = tmp_path / "runs" / "locked"
     first = teamtr("train", "--config", str(config), "--name", "locked")
     try:
