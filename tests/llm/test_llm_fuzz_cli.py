@@ -118,6 +118,7 @@ def snapshot(root: Path) -> set[str]:
 def test_every_command_line_checks_or_exits_2_with_one_line(workspace, capsys):
     root = Path(workspace["directory"])
     before = snapshot(root)
+    codes: set[int] = set()
 
     @FUZZ
     @given(command_lines(workspace))
@@ -155,8 +156,10 @@ def test_every_command_line_checks_or_exits_2_with_one_line(workspace, capsys):
             "--check",
         ]
     )
+    @example(["train", "--resume", "", "--check"])  # an empty path once reached Path(None)
     def check(argv: list[str]) -> None:
         code = main(argv)
+        codes.add(code)
         out, err = capsys.readouterr()
         assert "Traceback" not in out + err
         assert code in (0, 2), (argv, code, err)
@@ -165,3 +168,4 @@ def test_every_command_line_checks_or_exits_2_with_one_line(workspace, capsys):
         assert snapshot(root) == before, argv  # a check writes nothing
 
     check()
+    assert codes == {0, 2}  # the draws reached both valid and invalid command lines
