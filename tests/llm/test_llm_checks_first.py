@@ -180,10 +180,14 @@ def test_evaluation_progress_moves_with_every_generated_batch(char_tokenizer, ca
 def test_no_progress_silences_the_gguf_loading_bars():
     import transformers.modeling_gguf_pytorch_utils as gguf_loading
 
+    from transformers.utils import logging as transformers_logging
+
     original = gguf_loading.tqdm
+    assert transformers_logging.is_progress_bar_enabled()
     with library_bars(False):
-        assert gguf_loading.tqdm(range(3)).disable
-    assert gguf_loading.tqdm is original
+        assert gguf_loading.tqdm(range(3)).disable  # "Converting and de-quantizing GGUF ..."
+        assert not transformers_logging.is_progress_bar_enabled()  # "Loading weights"
+    assert gguf_loading.tqdm is original and transformers_logging.is_progress_bar_enabled()
     with library_bars(True):
         assert gguf_loading.tqdm is original
 
