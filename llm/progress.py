@@ -2,8 +2,8 @@
 
 A bar redraws itself with carriage returns, which in a log file (CI, ``nohup``, ``2> log``)
 become one long line of frames; so bars are drawn only when stderr is a terminal, and
-otherwise each stage prints one summary line. ``--no-progress`` silences both, and the
-loading bars of the libraries too (``library_bars``).
+otherwise each stage prints one summary line. The libraries' model-loading bars follow the
+same rule (``library_bars``); ``--no-progress`` silences everything.
 """
 
 from __future__ import annotations

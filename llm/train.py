@@ -55,7 +55,7 @@ from llm.preflight import (
     require_context_fits,
     require_writable_directory,
 )
-from llm.progress import StageProgress, library_bars
+from llm.progress import StageProgress, library_bars, on_terminal
 from llm.router import make_router
 from llm.rundir import (
     TrainingInterrupted,
@@ -148,7 +148,7 @@ def build_backbone(config: RunConfig, progress: bool = True):
     sources`` lists one source per agent, one base model per agent) and the number of
     positions every base model has."""
     seed = config.run.seed
-    with library_bars(progress):
+    with library_bars(progress and on_terminal()):  # no carriage-return frames in a log
         if not config.model.sources:
             loaded = [load_base_model(config.model.source, seed)]
         else:
