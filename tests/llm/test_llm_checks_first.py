@@ -179,7 +179,6 @@ def test_evaluation_progress_moves_with_every_generated_batch(char_tokenizer, ca
 
 def test_no_progress_silences_the_gguf_loading_bars():
     import transformers.modeling_gguf_pytorch_utils as gguf_loading
-
     from transformers.utils import logging as transformers_logging
 
     original = gguf_loading.tqdm

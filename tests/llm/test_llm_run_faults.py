@@ -212,3 +212,18 @@ def test_eval_records_the_checkpoint_it_used_after_a_fallback(finished_run, tmp_
     assert result["checkpoint"] == "stage_1"
     assert result["skipped_checkpoints"][0].startswith("stage_2: ")
     assert result["run"] == str(run_dir)
+
+
+def test_eval_results_that_cannot_be_written_exit_1_and_are_printed(
+    finished_run, tmp_path, capsys, monkeypatch
+):
+    def full(path: Path, data: bytes) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+    monkeypatch.setattr(llm.checkpoint, "_write_durably", full)
+    out = tmp_path / "eval.json"
+    assert main(["eval", "--run", str(finished_run), "--json", str(out), "--no-progress"]) == 1
+    err = one_error_line(capsys.readouterr().err)
+    assert f"--json {out}: cannot write the results: No space left on device" in err
+    assert '"checkpoint": "stage_2"' in err  # the evaluation is not lost
+    assert list(tmp_path.iterdir()) == []  # nor is half a file left
