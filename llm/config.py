@@ -210,6 +210,15 @@ BOUNDS: dict[tuple[str, str], Bound] = {
 RUN_NAME = re.compile(r"[A-Za-z0-9._+-]+")
 
 
+def check_run_name(name: str, where: str) -> None:
+    """A run directory name is one plain path component (no ``/``, ``..``, ``~``), so that a
+    run never writes outside ``[run] output_dir``; ``where`` names the key or option."""
+    if not RUN_NAME.fullmatch(name) or name in (".", ".."):
+        raise ConfigError(
+            f"{where}: must be a plain directory name (letters, digits, . _ + -), got {name!r}"
+        )
+
+
 @dataclass(frozen=True)
 class Locator:
     """Turns (section, key) into ``file:line: [section] key`` for messages."""
@@ -341,12 +350,8 @@ def _check_team(config: RunConfig, locate: Locator) -> None:
         raise ConfigError(f"{where}: must not repeat an agent, got {list(order)}")
     if team.router == "handoff" and len(order) > 1:
         raise ConfigError(f"{where}: handoff takes [first speaker] only, got {list(order)}")
-    name = config.run.name
-    if name and (not RUN_NAME.fullmatch(name) or name in (".", "..")):
-        raise ConfigError(
-            f"{locate('run', 'name')}: must be a plain directory name (letters, digits, . _ + -), "
-            f"got {name!r}"
-        )
+    if config.run.name:
+        check_run_name(config.run.name, locate("run", "name"))
 
 
 def _check_stage(config: RunConfig, locate: Locator) -> None:

@@ -3,7 +3,8 @@
 Each raises ``ConfigError`` (exit code 2) with one message naming the option or key, the path
 or value, and what is expected: where a run directory or a results file will go (a directory
 that can be created and written, with some free space), whether a run name is one path
-component, and whether the longest dialogue fits the model's context window.
+component (``llm.config.check_run_name``), and whether the longest dialogue fits the
+model's context window.
 """
 
 from __future__ import annotations
@@ -14,19 +15,19 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
-from llm.config import RUN_NAME, ConfigError
+from llm.config import ConfigError, check_run_name
+
+__all__ = [
+    "MIN_FREE_BYTES",
+    "check_run_name",
+    "require_context_fits",
+    "require_writable_directory",
+    "require_writable_file",
+]
 
 MIN_FREE_BYTES = 64 * 2**20
 """Free space a run directory's file system must have at the start (a LoRA checkpoint of the
 default config is about 20 MB); below it the run would fail at its first checkpoint."""
-
-
-def check_run_name(name: str, where: str) -> None:
-    """A run directory name must be one plain path component (no ``/``, ``..``, ``~``)."""
-    if not RUN_NAME.fullmatch(name) or name in (".", ".."):
-        raise ConfigError(
-            f"{where}: must be a plain directory name (letters, digits, . _ + -), got {name!r}"
-        )
 
 
 def _nearest_existing(path: Path) -> Path:
