@@ -40,9 +40,9 @@ from numpy.typing import NDArray
 from tqdm import tqdm
 
 import sim
-from sim.alignment import COVER_TOLERANCE, SwapCertificate, align_agent, swap_certificate
-from sim.experiments.sim_train import FAMILIES, build_family, check_certified_improvement
-from teamtr import StageConfig, run_stages
+from sim.alignment import SwapCertificate, align_agent, swap_certificate
+from sim.experiments.families import FAMILIES, build_family
+from sim.experiments.training import Trainer
 
 REPLACEMENTS: dict[str, str] = {
     "other-run": (
@@ -190,64 +190,6 @@ def optimal_value(mdp: sim.TurnTakingMDP, tolerance: float = 1e-12) -> float:
     return float(mdp.rho0 @ values)
 
 
-@dataclass
-class Trainer:
-    """Exact TeamTR stages on one MDP; every stage is checked against its certificate."""
-
-    mdp: sim.TurnTakingMDP
-    radius: float
-    seed: int
-
-    def value(self, team: Any) -> float:
-        return float(sim.evaluate(self.mdp, team.table).J)
-
-    def train_alone(
-        self, team: sim.TabularTeam, agent: int, updates: int
-    ) -> tuple[sim.TabularTeam, list[float]]:
-        """``updates`` exact trust-region updates of ``agent`` only, the others frozen.
-
-        Each update is certified by Thm 3.4 (gain >= L - penalty); raises if one is not.
-        """
-        sampler, updater = sim.ExactSampler(self.mdp), sim.ExactUpdater(self.mdp)
-        penalty = self.mdp.penalty_model()
-        curve = [self.value(team)]
-        for index in range(updates):
-            update = updater.update(team, agent, sampler.sample(team), self.radius)
-            if not update.accepted or update.kl > self.radius * (1.0 + 1e-6):
-                continue
-            team = team.with_agent(agent, update.policy)
-            curve.append(self.value(team))
-            certificate = update.surrogate - penalty.kl_penalty(update.advantage_bound, update.kl)
-            slack = COVER_TOLERANCE * max(1.0, abs(curve[-2]))
-            if curve[-1] - curve[-2] < certificate - slack:
-                raise SwapCertificateViolation(
-                    f"seed {self.seed}: update {index} of agent {agent} gained "
-                    f"{curve[-1] - curve[-2]:.6g} < certificate {certificate:.6g}"
-                )
-        return team, curve
-
-    def train(self, team: sim.TabularTeam, stages: int, label: str) -> tuple[Any, list[float]]:
-        """``stages`` TeamTR stages from ``team``; return the final team and J before/after each."""
-        config = StageConfig(scheme="teamtr", radius=self.radius, order="fixed", seed=self.seed)
-        curve = [self.value(team)]
-        for index, (report, trained) in enumerate(
-            run_stages(
-                team,
-                sim.ExactSampler(self.mdp),
-                sim.ExactUpdater(self.mdp),
-                config,
-                self.mdp.penalty_model(),
-                stages,
-                self.value,
-            )
-        ):
-            check_certified_improvement(report, f"seed {self.seed}, {label}, stage {index}")
-            assert report.j_end is not None
-            curve.append(report.j_end)
-            team = trained
-        return team, curve
-
-
 def _certificate_record(certificate: SwapCertificate) -> dict[str, Any]:
     record = certificate.as_dict()
     # JSON has no infinity: a direct swap onto an action the current agent never takes has
@@ -311,7 +253,10 @@ def study_seed(settings: StudySettings, seed: int) -> dict[str, Any]:
         teammates = sim.random_team(
             mdp, np.random.default_rng([seed, 2]), OTHER_TEAM_CONCENTRATION
         ).with_agent(agent, donor_start.table)
-        other_team, other_curve = trainer.train_alone(teammates, agent, settings.donor_stages)
+        # agent k trained alone: one trust-region update of agent k per stage, the others frozen.
+        other_team, other_curve = trainer.train(
+            teammates, settings.donor_stages, f"agent {agent} alone", order=(agent,)
+        )
         replacement, replacement_team_j = replacement_table(other_team), other_curve[-1]
     current = sim.evaluate(mdp, trained.table)
     _, no_swap_curve = trainer.train(trained, further, "no swap")
