@@ -1,6 +1,7 @@
 """Does a backend keep the promises the stage loop relies on? (``teamtr.protocols``)
 
-``check_backend(team, sampler, updater)`` runs small composable checks, one per behavioural
+``check_backend(team, sampler, updater)`` runs small composable checks (each takes a
+``Backend``, the parts and how to probe them), one per behavioural
 promise of the protocols, on a backend's own parts, and raises ``BackendCheckError`` naming the
 promise that fails. It is the analogue of Gymnasium's ``check_env`` for a third backend:
 
@@ -24,6 +25,7 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -36,6 +38,26 @@ Statistic = Callable[[Any], Any]
 
 class BackendCheckError(AssertionError):
     """A backend broke one of the protocols' behavioural promises."""
+
+
+@dataclass(frozen=True)
+class Backend:
+    """The parts a backend supplies, and how to probe them."""
+
+    team: TeamPolicy
+    """A team that can improve at ``radius`` (the checks need one accepted update)."""
+    sampler: Sampler
+    updater: AgentUpdater
+    radius: float = 0.01
+    """delta_i of the probing updates."""
+    statistic: Statistic | None = None
+    """A deterministic function of the rollouts' distribution, where the backend has one."""
+    tolerance: float = 1e-9
+    """How far ``statistic`` of prefix-reusing and of fresh rollouts may differ."""
+
+    def __post_init__(self) -> None:
+        if not (self.radius > 0 and math.isfinite(self.radius)):
+            raise ValueError(f"radius must be a finite positive number, got {self.radius!r}")
 
 
 def same_policy(a: Any, b: Any) -> bool:
@@ -69,27 +91,25 @@ def _require_unchanged(team: TeamPolicy, snapshot: list[Any], after: str) -> Non
             raise BackendCheckError(f"teams must be values: agent {k} of a team changed {after}")
 
 
-def _first_update(
-    team: TeamPolicy, sampler: Sampler, updater: AgentUpdater, radius: float
-) -> tuple[int, Any, Any]:
+def _first_update(backend: Backend) -> tuple[int, Any, Any]:
     """(agent, rollouts, update) of the first agent whose update is accepted."""
-    rollouts = sampler.sample(team)
+    team = backend.team
+    rollouts = backend.sampler.sample(team)
     for agent in range(team.n_agents):
-        update = updater.update(team, agent, rollouts, radius)
+        update = backend.updater.update(team, agent, rollouts, backend.radius)
         if update.accepted:
             return agent, rollouts, update
     raise BackendCheckError(
-        f"no agent's update was accepted at radius {radius}: the checks need one accepted update "
-        "(pass a team that can improve, or a larger radius)"
+        f"no agent's update was accepted at radius {backend.radius}: the checks need one "
+        "accepted update (pass a team that can improve, or a larger radius)"
     )
 
 
-def check_team_is_a_value(
-    team: TeamPolicy, sampler: Sampler, updater: AgentUpdater, radius: float
-) -> None:
+def check_team_is_a_value(backend: Backend) -> None:
     """``with_agent`` and ``update`` leave the team they are given exactly as it was."""
+    team = backend.team
     snapshot = _snapshot(team)
-    agent, _, update = _first_update(team, sampler, updater, radius)
+    agent, _, update = _first_update(backend)
     _require_unchanged(team, snapshot, "during AgentUpdater.update")
     new = team.with_agent(agent, update.policy)
     _require_unchanged(team, snapshot, f"when with_agent({agent}, ...) built another team from it")
@@ -103,17 +123,15 @@ def check_team_is_a_value(
         raise BackendCheckError(f"with_agent({agent}, policy) does not play that policy")
 
 
-def check_rollouts_record_their_team(
-    team: TeamPolicy, sampler: Sampler, updater: AgentUpdater, radius: float
-) -> None:
+def check_rollouts_record_their_team(backend: Backend) -> None:
     """``rollouts.behaviour`` is the team that was sampled, also when a prefix is reused."""
-    rollouts = sampler.sample(team)
+    team = backend.team
+    agent, rollouts, update = _first_update(backend)
     if not same_team(rollouts.behaviour, team):
         raise BackendCheckError("sample(team).behaviour is not the team that was sampled")
-    agent, _, update = _first_update(team, sampler, updater, radius)
     new = team.with_agent(agent, update.policy)
     for previous, label in ((None, "fresh"), (rollouts, "prefix-reusing")):
-        resampled = sampler.sample(new, previous=previous, updated_agent=agent)
+        resampled = backend.sampler.sample(new, previous=previous, updated_agent=agent)
         if not same_team(resampled.behaviour, new):
             raise BackendCheckError(
                 f"{label} rollouts of a team with agent {agent} updated record another team "
@@ -121,15 +139,14 @@ def check_rollouts_record_their_team(
             )
 
 
-def check_updates_inside_radius(
-    team: TeamPolicy, sampler: Sampler, updater: AgentUpdater, radius: float
-) -> None:
+def check_updates_inside_radius(backend: Backend) -> None:
     """No update is accepted with E_d[KL_i] > delta_i or a non-finite statistic, at ``radius``
     and at a hundredth of it (a tight radius is where a careless step overshoots)."""
-    rollouts = sampler.sample(team)
-    for delta in (radius, radius / 100.0):
+    team = backend.team
+    rollouts = backend.sampler.sample(team)
+    for delta in (backend.radius, backend.radius / 100.0):
         for agent in range(team.n_agents):
-            update = updater.update(team, agent, rollouts, delta)
+            update = backend.updater.update(team, agent, rollouts, delta)
             if not update.accepted:
                 continue
             values = (update.kl, update.surrogate, update.advantage_bound)
@@ -146,25 +163,19 @@ def check_updates_inside_radius(
                 )
 
 
-def check_resampling_is_on_policy(
-    team: TeamPolicy,
-    sampler: Sampler,
-    updater: AgentUpdater,
-    radius: float,
-    statistic: Statistic | None = None,
-    tolerance: float = 1e-9,
-) -> None:
+def check_resampling_is_on_policy(backend: Backend) -> None:
     """Prefix-reusing rollouts after an update stand for the intermediate team pi_hat^i."""
-    agent, rollouts, update = _first_update(team, sampler, updater, radius)
-    new = team.with_agent(agent, update.policy)
-    resampled = sampler.sample(new, previous=rollouts, updated_agent=agent)
+    agent, rollouts, update = _first_update(backend)
+    new = backend.team.with_agent(agent, update.policy)
+    resampled = backend.sampler.sample(new, previous=rollouts, updated_agent=agent)
     if resampled is rollouts:
         raise BackendCheckError("sample(new team, previous=...) returned the previous rollouts")
     if not same_team(resampled.behaviour, new):
         raise BackendCheckError("resampled rollouts do not record the intermediate team")
+    statistic, tolerance = backend.statistic, backend.tolerance
     if statistic is None:
         return
-    fresh = sampler.sample(new)
+    fresh = backend.sampler.sample(new)
     got, want = np.asarray(statistic(resampled), float), np.asarray(statistic(fresh), float)
     if got.shape != want.shape or not np.allclose(got, want, rtol=0.0, atol=tolerance):
         gap = float(np.max(np.abs(got - want))) if got.shape == want.shape else math.inf
@@ -174,7 +185,7 @@ def check_resampling_is_on_policy(
         )
 
 
-CHECKS: dict[str, Callable[..., None]] = {
+CHECKS: dict[str, Callable[[Backend], None]] = {
     "team_is_a_value": check_team_is_a_value,
     "rollouts_record_their_team": check_rollouts_record_their_team,
     "updates_inside_radius": check_updates_inside_radius,
@@ -198,11 +209,7 @@ def check_backend(
     ``statistic`` (optional) is a deterministic function of the rollouts' distribution; with it,
     prefix-reusing rollouts must agree with fresh ones within ``tolerance``.
     """
-    if radius <= 0 or not math.isfinite(radius):
-        raise ValueError(f"radius must be a finite positive number, got {radius!r}")
-    for name, check in CHECKS.items():
-        if name == "resampling_is_on_policy":
-            check(team, sampler, updater, radius, statistic, tolerance)
-        else:
-            check(team, sampler, updater, radius)
+    backend = Backend(team, sampler, updater, radius, statistic, tolerance)
+    for check in CHECKS.values():
+        check(backend)
     return tuple(CHECKS)

