@@ -1,4 +1,6 @@
-"""The exact trust-region update of one agent (THEORY.md §2, Thm 3.4; ARCHITECTURE.md).
+"""The exact trust-region update of one agent (THEORY.md §2, Thm 3.4).
+
+ARCHITECTURE.md, "The tabular world", places it among the parts of the exact backend.
 
 For agent k, with the occupancy d and advantages A-hat of the rollouts it is given:
 

@@ -1,4 +1,4 @@
-"""The stage loop, written once for every scheme and both backends (ARCHITECTURE.md).
+"""The stage loop, once for every scheme and both backends (ARCHITECTURE.md, "One stage").
 
 One stage of sequential trust-region training, THEORY.md §1–2:
 
