@@ -4,20 +4,9 @@ certificate proxy with exact inputs.
 
 from __future__ import annotations
 
-import numpy as np
-from numpy.typing import NDArray
-
-from proofs_check.tolerances import (
-    float_allowance,
-    value_scale,
-)
-from proofs_check.traces import (
-    Trace,
-    all_update_terms,
-)
+from proofs_check.tolerances import float_allowance, value_scale
+from proofs_check.traces import Trace, all_update_terms
 from teamtr import bounds
-
-FloatArray = NDArray[np.float64]
 
 
 def episodic_per_step_slacks(trace: Trace) -> list[float]:

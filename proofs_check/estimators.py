@@ -27,17 +27,10 @@ from proofs_check.tolerances import (
     float_allowance,
     identity_slack,
 )
-from proofs_check.traces import (
-    Trace,
-)
+from proofs_check.traces import Trace
 from teamtr import bounds
-from teamtr.divergence import (
-    k1_estimator,
-    k3_estimator,
-)
+from teamtr.divergence import k1_estimator, k3_estimator
 from teamtr.surrogate import exact_surrogate
-
-FloatArray = NDArray[np.float64]
 
 
 def _estimator_values(pair: MessagePair, estimator: str, messages: NDArray[np.int64]):

@@ -14,16 +14,8 @@ from proofs_check.instances import (
     token_log_probs,
     token_logits_along,
 )
-from proofs_check.tolerances import (
-    IDENTITY_TOL,
-    identity_slack,
-)
-from teamtr.divergence import (
-    kl,
-    message_kl_from_token_kls,
-    token_kl_from_logits,
-    tv,
-)
+from proofs_check.tolerances import IDENTITY_TOL, identity_slack
+from teamtr.divergence import kl, message_kl_from_token_kls, token_kl_from_logits, tv
 from teamtr.turns import team_divergence_from_agent
 
 FloatArray = NDArray[np.float64]

@@ -8,18 +8,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 from proofs_check import oracle
-from proofs_check.instances import (
-    TabularMDP,
-)
-from proofs_check.tolerances import (
-    float_allowance,
-)
+from proofs_check.instances import TabularMDP
+from proofs_check.tolerances import float_allowance
 from teamtr import bounds
-from teamtr.divergence import (
-    expected,
-    kl,
-    tv,
-)
+from teamtr.divergence import expected, kl, tv
 
 FloatArray = NDArray[np.float64]
 

@@ -8,17 +8,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from proofs_check import oracle
-from proofs_check.instances import (
-    TabularMDP,
-)
-from proofs_check.tolerances import (
-    IDENTITY_TOL,
-    identity_slack,
-    value_scale,
-)
-from proofs_check.traces import (
-    to_sim,
-)
+from proofs_check.instances import TabularMDP
+from proofs_check.tolerances import IDENTITY_TOL, identity_slack, value_scale
+from proofs_check.traces import to_sim
 from teamtr import bounds
 
 FloatArray = NDArray[np.float64]

@@ -10,15 +10,9 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy import optimize
 
-from proofs_check.tolerances import (
-    STAGE0_RTOL,
-    float_allowance,
-)
+from proofs_check.tolerances import STAGE0_RTOL, float_allowance
 from teamtr.alignment import stage0_projection
-from teamtr.divergence import (
-    kl,
-    log_softmax,
-)
+from teamtr.divergence import kl, log_softmax
 
 FloatArray = NDArray[np.float64]
 

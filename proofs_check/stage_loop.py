@@ -6,17 +6,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from proofs_check import oracle
-from proofs_check.instances import (
-    Direction,
-    TabularMDP,
-)
-from proofs_check.tolerances import (
-    float_allowance,
-    value_scale,
-)
-from proofs_check.traces import (
-    to_sim,
-)
+from proofs_check.instances import Direction, TabularMDP
+from proofs_check.tolerances import float_allowance, value_scale
+from proofs_check.traces import to_sim
 
 FloatArray = NDArray[np.float64]
 

@@ -4,21 +4,9 @@ KL form in either direction).
 
 from __future__ import annotations
 
-import numpy as np
-from numpy.typing import NDArray
-
-from proofs_check.tolerances import (
-    float_allowance,
-    value_scale,
-)
-from proofs_check.traces import (
-    Trace,
-    all_update_terms,
-    mdp_penalty,
-)
+from proofs_check.tolerances import float_allowance, value_scale
+from proofs_check.traces import Trace, all_update_terms, mdp_penalty
 from teamtr import bounds
-
-FloatArray = NDArray[np.float64]
 
 
 def theorem_3_4_slacks(trace: Trace, form: str) -> list[float]:

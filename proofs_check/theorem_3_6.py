@@ -4,24 +4,10 @@ any order.
 
 from __future__ import annotations
 
-import numpy as np
-from numpy.typing import NDArray
-
-from proofs_check.instances import (
-    Direction,
-)
-from proofs_check.tolerances import (
-    float_allowance,
-    value_scale,
-)
-from proofs_check.traces import (
-    Trace,
-    all_update_terms,
-    mdp_penalty,
-)
+from proofs_check.instances import Direction
+from proofs_check.tolerances import float_allowance, value_scale
+from proofs_check.traces import Trace, all_update_terms, mdp_penalty
 from teamtr import bounds
-
-FloatArray = NDArray[np.float64]
 
 
 def theorem_3_6_slack(trace: Trace, direction: Direction = "reverse") -> float:

@@ -7,16 +7,8 @@ from collections.abc import Sequence
 import numpy as np
 from numpy.typing import NDArray
 
-from proofs_check.tolerances import (
-    float_allowance,
-    value_scale,
-)
-from proofs_check.traces import (
-    Trace,
-    UpdateTerms,
-    all_update_terms,
-    mdp_penalty,
-)
+from proofs_check.tolerances import float_allowance, value_scale
+from proofs_check.traces import Trace, UpdateTerms, all_update_terms, mdp_penalty
 from teamtr import bounds
 
 FloatArray = NDArray[np.float64]

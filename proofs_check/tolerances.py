@@ -7,15 +7,7 @@ gets ``IDENTITY_TOL`` relative to its scale; an inequality only the floating-poi
 
 from __future__ import annotations
 
-import numpy as np
-from numpy.typing import NDArray
-
-from proofs_check.instances import (
-    TabularMDP,
-)
-
-FloatArray = NDArray[np.float64]
-
+from proofs_check.instances import TabularMDP
 
 FLOAT_SLACK = 1e-10
 """Floating-point allowance of an inequality, relative to the scale of its two sides."""

@@ -23,11 +23,7 @@ from proofs_check.instances import (
     perturb_within_radius,
     tilt,
 )
-from teamtr.divergence import (
-    expected,
-    kl,
-    tv,
-)
+from teamtr.divergence import expected, kl, tv
 from teamtr.penalty import DiscountedPenalty, EpisodicPenalty
 from teamtr.surrogate import exact_surrogate
 from teamtr.turns import replace_agent_rows
