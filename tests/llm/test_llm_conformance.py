@@ -29,8 +29,13 @@ TINY = {
 
 def test_the_tiny_language_model_team_conforms():
     team, sampler, updater, _ = llm.build_team(**TINY)
-    names = check_backend(team, AlternatingRewards(sampler), updater, radius=0.05)
+    graded = AlternatingRewards(sampler)
+    names = check_backend(team, graded, updater, radius=0.05)
     assert names == tuple(CHECKS)
+    # The checks probe real moves: agent 0's first update changes its adapter inside the radius.
+    update = updater.update(team, 0, graded.sample(team), 0.05)
+    assert update.accepted and 0.0 < update.kl <= 0.05
+    assert not update.policy.equal(team.agent(0))
 
 
 def test_build_team_parts_run_a_stage_that_records_what_each_update_used():
