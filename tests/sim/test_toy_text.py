@@ -12,7 +12,9 @@ errors away on CliffWalking and Taxi.
 from __future__ import annotations
 
 import doctest
+import json
 from collections.abc import Sequence
+from pathlib import Path
 
 import gymnasium
 import numpy as np
@@ -21,6 +23,12 @@ from numpy.typing import NDArray
 
 import sim
 import sim.toy_text
+from sim.experiments.gymnasium_check import (
+    epsilon_greedy,
+    gymnasium_returns,
+    ignoring_terminated,
+    main,
+)
 
 Array = NDArray[np.float64]
 TOLERANCE_SE = 4.0
@@ -28,19 +36,6 @@ TOLERANCE_SE = 4.0
 A wrong value must lie more than twice that away, so that the comparison would catch it."""
 GAMMA = 0.95
 EPISODES = 4000
-
-
-def epsilon_greedy(mdp: sim.TurnTakingMDP, epsilon: float) -> Array:
-    """A good policy (greedy in the optimal Q, by value iteration) mixed with uniform."""
-    values = np.zeros(mdp.n_states)
-    for _ in range(5000):
-        q = mdp.R + mdp.gamma * (mdp.P @ values).reshape(mdp.n_states, mdp.n_actions)
-        values, previous = q.max(axis=1), values
-        if np.abs(values - previous).max() < 1e-10:
-            break
-    greedy = np.zeros_like(q)
-    greedy[np.arange(mdp.n_states), q.argmax(axis=1)] = 1.0
-    return (1.0 - epsilon) * greedy + epsilon / mdp.n_actions
 
 
 def monte_carlo(
@@ -51,46 +46,9 @@ def monte_carlo(
     episodes: int = EPISODES,
     max_episode_steps: int | None = 10**9,
 ) -> tuple[float, float]:
-    """Mean return and its standard error over Gymnasium episodes; agent t mod n acts at step t.
-
-    gamma < 1: geometric termination (module docstring), and a time limit too large to matter.
-    gamma == 1: the undiscounted return of the registered environment, time limit included
-    (``max_episode_steps=None`` keeps the registered one).
-    """
-    env = gymnasium.make(env_id, max_episode_steps=max_episode_steps)
-    rng = np.random.default_rng(seed)
-    env.reset(seed=seed)
-    cumulative = [np.cumsum(policy, axis=1) for policy in policies]
-    returns = np.empty(episodes)
-    for episode in range(episodes):
-        state, _ = env.reset()
-        total, t = 0.0, 0
-        while True:
-            row = cumulative[t % len(cumulative)][state]
-            action = min(
-                int(np.searchsorted(row, rng.random() * row[-1], side="right")), len(row) - 1
-            )
-            state, reward, terminated, truncated, _ = env.step(action)
-            total += float(reward)
-            t += 1
-            if terminated or truncated or rng.random() >= gamma:
-                break
-        returns[episode] = total
+    """Mean return of seeded Gymnasium episodes and its standard error."""
+    returns = gymnasium_returns(env_id, policies, gamma, episodes, seed, max_episode_steps)
     return float(returns.mean()), float(returns.std(ddof=1) / np.sqrt(episodes))
-
-
-def ignoring_terminated(env_id: str, gamma: float) -> sim.TurnTakingMDP:
-    """The reading that drops the terminated flag (what from_gymnasium must not do)."""
-    env = gymnasium.make(env_id).unwrapped
-    n_states, n_actions = env.observation_space.n, env.action_space.n
-    P = np.zeros((n_states, n_actions, n_states))
-    R = np.zeros((n_states, n_actions))
-    for s, by_action in env.P.items():
-        for a, outcomes in by_action.items():
-            for probability, next_state, reward, _ in outcomes:
-                P[s, a, next_state] += probability
-                R[s, a] += probability * reward
-    return sim.TurnTakingMDP(P, R, env.initial_state_distrib, gamma, np.zeros(n_states, int))
 
 
 ENVIRONMENTS = ["FrozenLake-v1", "CliffWalking-v1", "Taxi-v4"]
@@ -233,6 +191,15 @@ def test_alternating_team_checks_its_policies() -> None:
         sim.alternating_team(mdp, [np.full((16, 4), 0.25)])
     with pytest.raises(sim.PolicyValidationError, match="shape"):
         sim.alternating_team(mdp, [np.full((17, 4), 0.25)] * 2)
+
+
+def test_report_script_writes_its_rows(tmp_path: Path) -> None:
+    out = tmp_path / "check.json"
+    assert main(["--episodes", "50", "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [row["n_agents"] for row in rows] == [1, 1, 1, 1, 1, 2, 1, 1, 3]
+    assert all(np.isfinite(row["exact_J"]) and row["mc_standard_error"] >= 0 for row in rows)
+    assert main(["--episodes", "1"]) == 2
 
 
 def test_module_examples_run() -> None:
