@@ -4,7 +4,8 @@ An MDP and a team each carry a map from states to the agent acting there. Both a
 ``agent_ids``: integers 0..n-1, every one of them acting somewhere, unless the number of agents
 n is given explicitly (then the ids only have to lie in [0, n)). ``check_team_fits`` is called
 by every function that receives a team together with an MDP (``sim.evaluate``, the samplers,
-``ExactUpdater``), so a team built for another MDP is refused before it updates the wrong states.
+``ExactUpdater``, ``sim.alignment``), so a team built for another MDP is refused before it
+updates the wrong states.
 """
 
 from __future__ import annotations

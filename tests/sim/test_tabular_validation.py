@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import sim
+import sim.alignment
 from teamtr import StageConfig, run_stage
 
 S, A = 12, 3
@@ -46,6 +47,12 @@ CONSUMERS: dict[str, Callable[[sim.TurnTakingMDP, sim.TabularTeam], Any]] = {
     "SampledSampler.sample": lambda mdp, team: sim.SampledSampler(mdp, 2).sample(team),
     "ExactUpdater.update": lambda mdp, team: sim.ExactUpdater(mdp).update(
         team, 0, sim.ExactSampler(mdp).sample(sim.uniform_team(mdp)), 0.1
+    ),
+    "swap_certificate": lambda mdp, team: sim.alignment.swap_certificate(
+        mdp, team, 0, np.full((S, A), 1.0 / A)
+    ),
+    "align_agent": lambda mdp, team: sim.alignment.align_agent(
+        mdp, team, 0, np.full((S, A), 1.0 / A), 0.1
     ),
     "run_stage": lambda mdp, team: run_stage(
         team,
