@@ -18,7 +18,7 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -58,14 +58,16 @@ def gymnasium_returns(
     episodes: int,
     seed: int,
     max_episode_steps: int | None = NO_TIME_LIMIT,
+    make_kwargs: Mapping[str, Any] | None = None,
 ) -> Array:
     """Returns of ``episodes`` seeded episodes of ``gymnasium.make(env_id)``.
 
     ``policies[k]`` is an S_env x A table that agent k uses at steps t with t mod n = k.
     gamma < 1: undiscounted sums up to a geometric stop (module docstring); gamma = 1: the
     plain return, with ``max_episode_steps=None`` keeping the registered time limit.
+    ``make_kwargs`` go to ``gymnasium.make`` (e.g. ``{"is_rainy": True}`` for Taxi).
     """
-    env = gymnasium.make(env_id, max_episode_steps=max_episode_steps)
+    env = gymnasium.make(env_id, max_episode_steps=max_episode_steps, **(make_kwargs or {}))
     rng = np.random.default_rng(seed)
     env.reset(seed=seed)
     cumulative = [np.cumsum(policy, axis=1) for policy in policies]
@@ -86,9 +88,16 @@ def gymnasium_returns(
     return returns
 
 
-def ignoring_terminated(env_id: str, gamma: float, horizon: int | None = None) -> sim.TurnTakingMDP:
+def ignoring_terminated(
+    env_id: str,
+    gamma: float,
+    horizon: int | None = None,
+    make_kwargs: Mapping[str, Any] | None = None,
+) -> sim.TurnTakingMDP:
     """The reading of ``env.P`` that drops the terminated flag (what from_gymnasium avoids)."""
-    env: Any = gymnasium.make(env_id).unwrapped  # a toy-text env: P, initial_state_distrib
+    env: Any = gymnasium.make(
+        env_id, **(make_kwargs or {})
+    ).unwrapped  # a toy-text env: P, initial_state_distrib
     n_states, n_actions = env.observation_space.n, env.action_space.n
     P = np.zeros((n_states, n_actions, n_states))
     R = np.zeros((n_states, n_actions))
@@ -131,9 +140,10 @@ def check(
     episodes: int,
     seed: int,
     horizon: int | None = None,
+    make_kwargs: Mapping[str, Any] | None = None,
 ) -> Row:
     """One row: exact J of the alternating team against the Monte-Carlo mean."""
-    env = gymnasium.make(env_id)
+    env = gymnasium.make(env_id, **(make_kwargs or {}))
     # The good policy is greedy for the discounted single-agent problem (0.99 when episodic).
     single = sim.from_gymnasium(env, gamma=gamma if horizon is None else 0.99)
     n_env = single.n_states - 1
@@ -147,11 +157,12 @@ def check(
     exact = sim.evaluate(mdp, sim.alternating_team(mdp, policies)).J
     naive = None
     if len(policies) == 1:
-        naive = sim.evaluate(ignoring_terminated(env_id, gamma, horizon), policies[0]).J
+        naive_mdp = ignoring_terminated(env_id, gamma, horizon, make_kwargs)
+        naive = sim.evaluate(naive_mdp, policies[0]).J
     limit = None if horizon is not None else NO_TIME_LIMIT
-    returns = gymnasium_returns(env_id, policies, gamma, episodes, seed, limit)
+    returns = gymnasium_returns(env_id, policies, gamma, episodes, seed, limit, make_kwargs)
     return Row(
-        env=env_id,
+        env=env_id + "".join(f" {key}={value}" for key, value in (make_kwargs or {}).items()),
         n_agents=len(policies),
         policies=" / ".join(policy_names),
         gamma=gamma,
@@ -164,18 +175,21 @@ def check(
     )
 
 
-CASES: tuple[tuple[str, tuple[str, ...], int | None], ...] = (
-    ("FrozenLake-v1", ("uniform",), None),
-    ("FrozenLake-v1", ("greedy-0.1",), None),
-    ("FrozenLake-v1", ("greedy-0.1",), 100),
-    ("CliffWalking-v1", ("uniform",), None),
-    ("CliffWalking-v1", ("greedy-0.1",), None),
-    ("CliffWalking-v1", ("greedy-0.1", "uniform"), None),
-    ("Taxi-v4", ("uniform",), None),
-    ("Taxi-v4", ("greedy-0.1",), None),
-    ("Taxi-v4", ("greedy-0.1", "uniform", "greedy-0.5"), None),
+CASES: tuple[tuple[str, dict[str, Any], tuple[str, ...], int | None], ...] = (
+    ("FrozenLake-v1", {}, ("uniform",), None),
+    ("FrozenLake-v1", {}, ("greedy-0.1",), None),
+    ("FrozenLake-v1", {}, ("greedy-0.1",), 100),
+    ("CliffWalking-v1", {}, ("uniform",), None),
+    ("CliffWalking-v1", {}, ("greedy-0.1",), None),
+    ("CliffWalking-v1", {}, ("greedy-0.1", "uniform"), None),
+    ("CliffWalkingSlippery-v1", {}, ("greedy-0.1",), None),
+    ("Taxi-v4", {}, ("uniform",), None),
+    ("Taxi-v4", {}, ("greedy-0.1",), None),
+    ("Taxi-v4", {}, ("greedy-0.1", "uniform", "greedy-0.5"), None),
+    ("Taxi-v4", {"is_rainy": True}, ("greedy-0.1",), None),
 )
-"""(environment, one policy per agent, horizon): horizon 100 is FrozenLake-v1's time limit."""
+"""(environment, gymnasium.make arguments, one policy per agent, horizon): horizon 100 is
+FrozenLake-v1's time limit."""
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
@@ -199,9 +213,11 @@ def run(args: argparse.Namespace) -> int:
         return 2
     began = time.perf_counter()
     rows = []
-    for index, (env_id, policies, horizon) in enumerate(tqdm(CASES, unit="row", file=sys.stderr)):
+    for index, case in enumerate(tqdm(CASES, unit="row", file=sys.stderr)):
+        env_id, make_kwargs, policies, horizon = case
         gamma = args.gamma if horizon is None else 1.0
-        rows.append(check(env_id, policies, gamma, args.episodes, args.seed + index, horizon))
+        seed = args.seed + index
+        rows.append(check(env_id, policies, gamma, args.episodes, seed, horizon, make_kwargs))
     print(
         "| environment | agents' policies | gamma, H | exact J | MC mean ± SE | z | "
         "ignoring terminated |"
