@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import sim
 import sim.alignment
@@ -224,3 +226,22 @@ def test_tiny_positive_tolerance_fails_fast_with_the_residual_reached() -> None:
         sim.evaluate(mdp, sim.uniform_team(mdp), rtol=1e-15, method="krylov-gmres")
     products = int(str(error.value).split(" after ")[1].split()[0])
     assert products < 1000
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(st.lists(st.integers(-3, 12), min_size=1, max_size=10), st.none() | st.integers(1, 14))
+def test_agent_ids_rule(ids: list[int], n_agents: int | None) -> None:
+    """Accepted iff ids are 0..max with none missing (or, given n, all in [0, n) and n <= S)."""
+    n_states = len(ids)
+    if n_agents is None:
+        valid = min(ids) >= 0 and set(ids) == set(range(max(ids) + 1))
+    else:
+        valid = min(ids) >= 0 and max(ids) < n_agents <= n_states
+    try:
+        team = sim.TabularTeam(np.full((n_states, 2), 0.5), ids, n_agents=n_agents)
+    except sim.PolicyValidationError:
+        assert not valid
+        return
+    assert valid
+    assert team.n_agents == (max(ids) + 1 if n_agents is None else n_agents)
+    np.testing.assert_array_equal(team.agent_of_state, ids)
