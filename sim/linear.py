@@ -339,15 +339,19 @@ def _solve_krylov(
         # v + gamma/(1-gamma) * mean(v).
         return v + deflation * v.sum()
 
+    # numpy's floating-point error state is per thread: the workers take the caller's (so
+    # sim.evaluate's overflow handling holds inside them too).
+    caller_errors = np.geterr()
+
+    def solve(operator: Callable[[Vector], Vector], rhs: Vector) -> tuple[Vector, int, float]:
+        with np.errstate(**caller_errors):
+            return _deflated_richardson(operator, preconditioner, rhs, rtol, direct_affordable)
+
     # The two systems are independent and the sparse products release the GIL: solve them
     # side by side on two threads.
     with ThreadPoolExecutor(max_workers=2) as pool:
-        values_job = pool.submit(
-            _deflated_richardson, values_operator, preconditioner, b, rtol, direct_affordable
-        )
-        adjoint_job = pool.submit(
-            _deflated_richardson, adjoint_operator, preconditioner, c, rtol, direct_affordable
-        )
+        values_job = pool.submit(solve, values_operator, b)
+        adjoint_job = pool.submit(solve, adjoint_operator, c)
         x, used_x, res_x = values_job.result()
         y, used_y, res_y = adjoint_job.result()
     if max(res_x, res_y) > rtol:

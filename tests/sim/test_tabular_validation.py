@@ -164,6 +164,16 @@ def test_overflowing_values_raise_without_warnings(horizon: int | None) -> None:
     assert "Rescale the rewards" in str(error.value)
 
 
+def test_overflow_in_the_threaded_krylov_solver_raises_without_warnings() -> None:
+    """The iterative solver runs on worker threads, whose numpy error state is their own."""
+    base = sim.random_mdp(2000, 3, 2, gamma=0.9, seed=0)
+    mdp = sim.TurnTakingMDP(base.P, base.R * 1e308, base.rho0, 0.9, base.agent_of_state)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(sim.NonFiniteResultError, match="V is not finite"):
+            sim.evaluate(mdp, sim.uniform_team(mdp), method="krylov-gmres")
+
+
 def test_updater_refuses_non_finite_rollouts(mdp: sim.TurnTakingMDP) -> None:
     rollouts = sim.ExactSampler(mdp).sample(sim.uniform_team(mdp))
     advantage = rollouts.advantage.copy()
