@@ -4,6 +4,7 @@
   stage grow with the number of agents n, for the stale scheme (Thm 3.7) and TeamTR (Thm 3.6).
 - ``sim_train``: multi-stage training of every scheme on built-in families, exact and sampled.
 - ``swap`` (and ``swap_summary``): the exact swap-shock study, direct versus aligned swaps.
+- ``gymnasium_check``: exact J of ``sim.from_gymnasium`` MDPs against Gymnasium's own rollouts.
 - ``plots``: the figures drawn from the JSON files these commands write (never training).
 
 Shared: ``families`` (the built-in MDP families and the scaling study's turn-taking ring),
