@@ -357,11 +357,16 @@ def _check_team(config: RunConfig, locate: Locator) -> None:
 def _check_stage(config: RunConfig, locate: Locator) -> None:
     """What ``teamtr.StageConfig`` cannot know alone: the team's size and the updater."""
     stage, n_agents = config.stage, config.team.n_agents
-    for key, value in (("radius", stage.radius), ("order", stage.order)):
-        if isinstance(value, tuple) and len(value) != n_agents:
-            raise ConfigError(
-                f"{locate('stage', key)}: needs one entry per agent ({n_agents}), got {list(value)}"
-            )
+    if isinstance(stage.radius, tuple) and len(stage.radius) != n_agents:
+        raise ConfigError(
+            f"{locate('stage', 'radius')}: needs one entry per agent ({n_agents}), "
+            f"got {list(stage.radius)}"
+        )
+    if isinstance(stage.order, tuple) and any(k >= n_agents for k in stage.order):
+        raise ConfigError(
+            f"{locate('stage', 'order')}: agents are numbered 0..{n_agents - 1}, "
+            f"got {list(stage.order)}"
+        )
     if stage.penalty_form == "tv":
         raise ConfigError(
             f'{locate("stage", "penalty_form")}: "tv" needs updates that report their '

@@ -199,25 +199,8 @@ def build(config: RunConfig, progress: bool = True) -> Components:
     return Components(config, chat, backbone.initial_team(), sampler, updater, test, positions)
 
 
-class RecordingSampler:
-    """Delegates to a DialogueSampler and remembers what each call cost (for metrics)."""
-
-    def __init__(self, inner: DialogueSampler) -> None:
-        self.inner = inner
-        self.calls: list[DialogueRollouts] = []
-
-    def sample(self, team, *, previous=None, updated_agent=None):
-        rollouts = self.inner.sample(team, previous=previous, updated_agent=updated_agent)
-        self.calls.append(rollouts)
-        return rollouts
-
-    def importance_weighted(self, rollouts, team):
-        return self.inner.importance_weighted(rollouts, team)
-
-
-def stage_metrics(
-    stage: int, report: StageReport, calls: list[DialogueRollouts], seconds: float
-) -> dict[str, Any]:
+def stage_metrics(stage: int, report: StageReport, seconds: float) -> dict[str, Any]:
+    calls: tuple[DialogueRollouts, ...] = report.sampled_rollouts
     first = calls[0] if calls else None
     return {
         "stage": stage,
@@ -360,7 +343,6 @@ def _run(parts: Components, run_dir: Path, start: ResumePoint, progress: bool) -
         # Lines after the checkpoint belong to stages that will be run again.
         lines = "".join(x + "\n" for x in metrics_lines)
         write_atomically(run_dir / "metrics.jsonl", lines.encode())
-        recorder = RecordingSampler(parts.sampler)
         penalty = EpisodicPenalty(config.sampler.turns)
         # purge_step drops TensorBoard points of stages that are about to be run again.
         writer = SummaryWriter(str(run_dir / "tensorboard"), purge_step=start.stage or None)
@@ -380,18 +362,17 @@ def _run(parts: Components, run_dir: Path, start: ResumePoint, progress: bool) -
             for stage in range(start.stage, stages):
                 require_run_directory()
                 position.update(stage=stage, updates_done=0)
-                recorder.calls.clear()
                 started = time.perf_counter()
                 report, team = run_stage(
                     team,
-                    recorder,
+                    parts.sampler,
                     parts.updater,
                     config.stage,
                     penalty,
                     stage_index=stage,
                     on_update=note_update,
                 )
-                record = stage_metrics(stage, report, recorder.calls, time.perf_counter() - started)
+                record = stage_metrics(stage, report, time.perf_counter() - started)
                 elapsed = clock() - run_started
                 out_of_time = budget_seconds > 0 and elapsed >= budget_seconds
                 last = stage == stages - 1 or out_of_time

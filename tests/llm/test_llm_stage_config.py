@@ -58,6 +58,12 @@ def test_the_stage_section_is_a_teamtr_stage_config_seeded_by_the_run(tmp_path):
     assert dataclasses.replace(RunConfig(), run=load_config(path).run).stage.seed == 7
 
 
+def test_an_order_may_update_some_agents_only(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text("[team]\nn_agents = 3\n[stage]\norder = [2]\n")
+    assert load_config(path).stage.order == (2,)  # agent 2 alone, as teamtr.StageConfig allows
+
+
 def test_the_old_key_update_order_still_reads(tmp_path):
     path = tmp_path / "old.toml"
     path.write_text('[stage]\nupdate_order = "fixed"\n')
@@ -81,8 +87,9 @@ def test_a_run_directory_config_round_trips(tmp_path):
     [
         ("radius = [0.1, 0.2]", "[stage] radius: needs one entry per agent (3), got [0.1, 0.2]"),
         ("radius = [0.1, -0.2, 0.1]", "[stage] radius: must be > 0 (δ_i"),
-        ("order = [0, 1]", "[stage] order: needs one entry per agent (3)"),
-        ("order = [0, 0, 1]", "[stage] order: must be 'fixed', 'random' or a permutation"),
+        ("order = [0, 5]", "[stage] order: agents are numbered 0..2, got [0, 5]"),
+        ("order = [0, 0, 1]", "[stage] order: must be 'fixed', 'random' or a non-empty tuple"),
+        ("order = []", "[stage] order: must be 'fixed', 'random' or a non-empty tuple"),
         ('order = "sorted"', "[stage] order: expected one of ['fixed', 'random']"),
         ("kl_tolerance = 1.5", "[stage] kl_tolerance: must lie in [0, 1)"),
         ('penalty_form = "tv"', '[stage] penalty_form: "tv" needs updates that report'),
