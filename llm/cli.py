@@ -60,7 +60,7 @@ def _parser() -> argparse.ArgumentParser:
 def _train(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from llm.train import TrainingInterrupted, resume, train
+    from llm.train import TrainingInterrupted, placement_of, resume, train
 
     try:
         if args.resume:
@@ -69,6 +69,7 @@ def _train(args: argparse.Namespace) -> int:
             run_dir = resume(args.resume, progress=not args.no_progress)
         else:
             config = load_config(args.config)
+            placement_of(config, args.config)  # an absent device fails before anything loads
             if args.name:
                 run = dataclasses.replace(config.run, name=args.name)
                 config = dataclasses.replace(config, run=run)

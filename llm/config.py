@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from llm.agents import LoraSettings
+from llm.devices import DEVICE_CHOICES, DEVICE_PATTERN
 from llm.dialogue import DEFAULT_SYSTEM_PROMPT
 from llm.sampler import SamplerSettings
 from llm.updater import UpdaterSettings
@@ -125,6 +126,12 @@ class RunSettings:
     budget_clock: Literal["wall", "cpu"] = "wall"
     """"wall": wall-clock seconds; "cpu": this process's CPU seconds, the fair measure when
     runs share a loaded machine (with ``threads = 1`` it equals wall time on an idle core)."""
+    device: str = "auto"
+    """Where the models run: "auto" (CUDA when available, else the CPU), "cpu", "cuda",
+    "cuda:N" or "mps" (``llm.devices``); a device that is absent is an error."""
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    """Base-model weight precision: "auto" is bfloat16 on CUDA and float32 elsewhere. Adapters,
+    their optimiser state, log-softmax and KL stay in float32."""
 
     def __post_init__(self) -> None:
         if self.time_budget_minutes < 0:
@@ -193,6 +200,9 @@ BOUNDS: dict[tuple[str, str], Bound] = {
     ("run", "checkpoint_every"): at_least(0, "0 = only the last stage and on interrupt"),
     ("run", "threads"): at_least(0, "0 = torch's default"),
     ("run", "time_budget_minutes"): at_least(0, "0 = no budget"),
+    ("run", "device"): Bound(
+        lambda v: DEVICE_PATTERN.fullmatch(v) is not None, f"must be {DEVICE_CHOICES}"
+    ),
 }
 """Ranges checked before a section is built, so that each message names its key and line."""
 

@@ -149,6 +149,9 @@ def per_token_kl(
         raise ValueError(f"estimator must be one of {ESTIMATORS}, got {estimator!r}")
     if direction not in DIRECTIONS:
         raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
+    # Float32 whatever the model's dtype: the KLs the trust region admits are a few 1e-3 nats
+    # spread over the whole vocabulary, below bfloat16's resolution (no-op for float32 logits).
+    logits_new, logits_old = logits_new.float(), logits_old.float()
     keep = mask.bool()
     logp_new = torch.log_softmax(logits_new, dim=-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
     logp_old = torch.log_softmax(logits_old, dim=-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)

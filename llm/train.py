@@ -42,7 +42,8 @@ from llm.checkpoint import (
     write_checkpoint,
     write_run_marker,
 )
-from llm.config import RunConfig, load_config
+from llm.config import ConfigError, RunConfig, load_config
+from llm.devices import DeviceNotAvailableError, Placement, resolve_placement
 from llm.dialogue import ChatFormat
 from llm.evaluation import evaluate_team
 from llm.loading import (
@@ -97,11 +98,15 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def load_base_model(source: str, seed: int = 0):
+def load_base_model(source: str, seed: int = 0, placement: Placement | None = None):
     """Tokenizer and base model; any failure to read the files is a ModelNotAvailableError."""
+    where = placement or Placement(torch.device("cpu"), torch.float32)
     try:
         tokenizer = load_tokenizer(source)
-        return tokenizer, load_model(source, vocab_size=len(tokenizer), seed=seed)
+        model = load_model(
+            source, vocab_size=len(tokenizer), seed=seed, dtype=where.dtype, device=where.device
+        )
+        return tokenizer, model
     except ModelNotAvailableError:
         raise
     except Exception as error:  # transformers/gguf/safetensors raise many types on bad files
@@ -111,16 +116,29 @@ def load_base_model(source: str, seed: int = 0):
         ) from None
 
 
+def placement_of(config: RunConfig, source: str = "") -> Placement:
+    """The run's device and dtype; an absent device is a ConfigError naming ``[run] device``
+    (and ``source``, the config file, when given)."""
+    try:
+        return resolve_placement(config.run.device, config.run.dtype)
+    except DeviceNotAvailableError as error:
+        raise ConfigError(f"{source + ': ' if source else ''}[run] device: {error}") from None
+
+
 def build_backbone(config: RunConfig):
     """The tokenizer and the team's backbone: LoRA slots on one base model, or, when
     ``[model] sources`` lists one source per agent, one base model per agent."""
     seed = config.run.seed
+    placement = placement_of(config)
     if not config.model.sources:
-        tokenizer, base = load_base_model(config.model.source, seed)
+        tokenizer, base = load_base_model(config.model.source, seed, placement)
         backbone: Backbone = LoraBackbone.create(base, config.team.n_agents, config.lora, seed=seed)
         return tokenizer, backbone
     # Agent k's model gets seed + k so that random ("tiny") members of a team differ.
-    loaded = [load_base_model(source, seed + k) for k, source in enumerate(config.model.sources)]
+    loaded = [
+        load_base_model(source, seed + k, placement)
+        for k, source in enumerate(config.model.sources)
+    ]
     tokenizers = [tokenizer for tokenizer, _ in loaded]
     require_shared_tokenizer(list(config.model.sources), tokenizers)
     backbone = SeparateBackbone.create([model for _, model in loaded], config.lora, seed=seed)

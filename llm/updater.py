@@ -182,7 +182,9 @@ class TrustRegionUpdater:
                         "before the update (ratio must be 1)"
                     )
             advantages = torch.tensor(
-                [rollouts.advantages[e] * weights[e] for e, _ in batch.refs], dtype=torch.float32
+                [rollouts.advantages[e] * weights[e] for e, _ in batch.refs],
+                dtype=torch.float32,
+                device=logps.device,
             )
             references.append(_Reference(chunk, batch, logps, advantages))
         return references
