@@ -132,6 +132,11 @@ class RunSettings:
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     """Base-model weight precision: "auto" is bfloat16 on CUDA and float32 elsewhere. Adapters,
     their optimiser state, log-softmax and KL stay in float32."""
+    rollout_shards: int = 0
+    """S: each rollout batch is played as S shards of whole GRPO groups, each with its own
+    seed; with data parallelism rank r plays shards r*S/N .. (r+1)*S/N - 1 (``llm.distributed``).
+    0: one shard per process (1 in a plain run). Results depend on S, not on the number of
+    processes: a plain run with S = 2 samples what two processes do."""
 
     def __post_init__(self) -> None:
         if self.time_budget_minutes < 0:
@@ -200,6 +205,7 @@ BOUNDS: dict[tuple[str, str], Bound] = {
     ("run", "checkpoint_every"): at_least(0, "0 = only the last stage and on interrupt"),
     ("run", "threads"): at_least(0, "0 = torch's default"),
     ("run", "time_budget_minutes"): at_least(0, "0 = no budget"),
+    ("run", "rollout_shards"): at_least(0, "0 = one per process"),
     ("run", "device"): Bound(
         lambda v: DEVICE_PATTERN.fullmatch(v) is not None, f"must be {DEVICE_CHOICES}"
     ),
@@ -316,6 +322,13 @@ def _check_team(config: RunConfig, locate: Locator) -> None:
         raise ConfigError(f"{where}: must not repeat an agent, got {list(order)}")
     if team.router == "handoff" and len(order) > 1:
         raise ConfigError(f"{where}: handoff takes [first speaker] only, got {list(order)}")
+    shards = config.run.rollout_shards
+    if shards and config.sampler.prompts_per_batch % shards:
+        raise ConfigError(
+            f"{locate('run', 'rollout_shards')}: must divide [sampler] prompts_per_batch "
+            f"({config.sampler.prompts_per_batch}) so that every shard is whole GRPO groups, "
+            f"got {shards}"
+        )
     name = config.run.name
     if name and (not RUN_NAME.fullmatch(name) or name in (".", "..")):
         raise ConfigError(
