@@ -33,7 +33,12 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-DEVICE_TESTS = ("tests/llm/test_llm_devices.py",)
+DEVICE_TESTS = (
+    "tests/llm/test_llm_devices.py",
+    # A device that does not exist, seen by the launcher and by a rank (fast, no process group).
+    "tests/llm/test_llm_distributed.py::test_the_launcher_checks_the_setup_before_starting_any_rank",
+    "tests/llm/test_llm_distributed.py::test_a_bad_setup_stops_every_rank_with_exit_2_and_rank_0_says_why",
+)
 
 
 def run_part(name: str, command: list[str], limit: float, env: dict[str, str]) -> dict[str, Any]:

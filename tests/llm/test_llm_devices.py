@@ -177,7 +177,13 @@ def test_generation_copy_lives_on_the_run_device_and_merges_in_float32(tmp_path)
         tensors[f"{key}.lora_B.weight"] @ tensors[f"{key}.lora_A.weight"]
     )
     merged = copy.get_submodule(name).weight
-    assert torch.equal(merged, expected.to(torch.bfloat16))
+    # One rounding of the float32 sum: within half a bfloat16 step (2^-9 relative) of it.
+    assert torch.allclose(merged.float(), expected, rtol=2**-8, atol=0)
+    rounded_first = layer.base_layer.weight + (
+        layer.scaling["agent1"]
+        * (tensors[f"{key}.lora_B.weight"] @ tensors[f"{key}.lora_A.weight"])
+    ).to(torch.bfloat16)
+    assert (merged.float() - expected).abs().sum() <= (rounded_first.float() - expected).abs().sum()
 
 
 def test_a_checkpoint_written_on_the_test_device_resumes_on_the_cpu(tmp_path):

@@ -44,6 +44,9 @@ def write_config(directory: Path, extra: str = "") -> Path:
     path = directory / "dp.toml"
     # Four episodes per scoring chunk: each shard of eight episodes is two chunks, so the
     # one-process gradient is accumulated in another order than the two ranks' all-reduce.
+    # gloo on the CPU whatever the machine has (device = "auto" would mean NCCL on a GPU).
+    if "device" not in extra:
+        extra = 'device = "cpu"\n' + extra
     text = CONFIG.format(data=data, runs=directory / "runs", extra=extra)
     path.write_text(text.replace("max_new_tokens = 20", "max_new_tokens = 20\nscore_chunk = 4"))
     return path
