@@ -132,6 +132,10 @@ class RunSettings:
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     """Base-model weight precision: "auto" is bfloat16 on CUDA and float32 elsewhere. Adapters,
     their optimiser state, log-softmax and KL stay in float32."""
+    placement: Literal["together", "spread"] = "together"
+    """Where the agents' models go: "together" on ``device``; "spread" (with ``[model] sources``,
+    one model per agent) puts agent k on ``cuda:(k mod G)`` for the G visible CUDA devices, the
+    natural layout when each agent is its own model. Without CUDA, "spread" changes nothing."""
     rollout_shards: int = 0
     """S: each rollout batch is played as S shards of whole GRPO groups, each with its own
     seed; with data parallelism rank r plays shards r*S/N .. (r+1)*S/N - 1 (``llm.distributed``).
@@ -322,6 +326,11 @@ def _check_team(config: RunConfig, locate: Locator) -> None:
         raise ConfigError(f"{where}: must not repeat an agent, got {list(order)}")
     if team.router == "handoff" and len(order) > 1:
         raise ConfigError(f"{where}: handoff takes [first speaker] only, got {list(order)}")
+    if config.run.placement == "spread" and not sources:
+        raise ConfigError(
+            f'{locate("run", "placement")}: "spread" places one model per agent and needs '
+            "[model] sources (LoRA slots on one base model live on one device)"
+        )
     shards = config.run.rollout_shards
     if shards and config.sampler.prompts_per_batch % shards:
         raise ConfigError(

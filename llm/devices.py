@@ -92,6 +92,17 @@ def resolve_placement(device: str, dtype: str) -> Placement:
     return Placement(resolved, resolve_dtype(dtype, resolved))
 
 
+def agent_devices(
+    placement: Placement, n_agents: int, spread: bool, cuda_devices: int | None = None
+) -> list[torch.device]:
+    """The device of each agent's model: all on ``placement.device``, or, when ``spread`` and
+    the run is on CUDA, agent k on ``cuda:(k mod G)`` for the ``cuda_devices`` = G devices."""
+    if not spread or placement.device.type != "cuda":
+        return [placement.device] * n_agents
+    count = cuda_device_count() if cuda_devices is None else cuda_devices
+    return [torch.device("cuda", k % count) for k in range(n_agents)]
+
+
 def model_device(model: torch.nn.Module) -> torch.device:
     """The device of a model's first parameter (all of a model's parameters share it here)."""
     return next(model.parameters()).device

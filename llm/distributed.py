@@ -111,6 +111,11 @@ def effective_shards(config: RunConfig, world_size: int) -> int:
 def check_world(config: RunConfig, world_size: int, source: str = "") -> int:
     """That ``world_size`` processes can share the config's batches; returns the shard count."""
     where = f"{source}: " if source else ""
+    if world_size > 1 and config.run.placement == "spread":
+        raise ConfigError(
+            f'{where}[run] placement = "spread" spreads one process\'s agents over the GPUs; '
+            f'with {world_size} processes each owns one GPU: use "together"'
+        )
     shards = effective_shards(config, world_size)
     batch = config.sampler.prompts_per_batch
     if shards % world_size:

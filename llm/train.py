@@ -44,7 +44,7 @@ from llm.checkpoint import (
 )
 from llm.collective import Collective
 from llm.config import ConfigError, RunConfig, load_config
-from llm.devices import DeviceNotAvailableError, Placement, resolve_placement
+from llm.devices import DeviceNotAvailableError, Placement, agent_devices, resolve_placement
 from llm.dialogue import ChatFormat
 from llm.distributed import (
     ShardedSampler,
@@ -153,9 +153,11 @@ def build_backbone(config: RunConfig):
         backbone: Backbone = LoraBackbone.create(base, config.team.n_agents, config.lora, seed=seed)
         return tokenizer, backbone
     # Agent k's model gets seed + k so that random ("tiny") members of a team differ.
+    sources = config.model.sources
+    devices = agent_devices(placement, len(sources), config.run.placement == "spread")
     loaded = [
-        load_base_model(source, seed + k, placement)
-        for k, source in enumerate(config.model.sources)
+        load_base_model(source, seed + k, replace(placement, device=devices[k]))
+        for k, source in enumerate(sources)
     ]
     tokenizers = [tokenizer for tokenizer, _ in loaded]
     require_shared_tokenizer(list(config.model.sources), tokenizers)

@@ -18,7 +18,7 @@ from llm_test_support import with_rewards
 from llm.checkpoint import ResumePoint, read_checkpoint, write_checkpoint
 from llm.cli import main
 from llm.config import RunConfig, load_config
-from llm.devices import resolve_device, resolve_dtype
+from llm.devices import Placement, agent_devices, resolve_device, resolve_dtype
 from llm.scoring import chunks, message_logits, output_logits
 from llm.train import Components, build
 from teamtr.config import StageConfig
@@ -239,3 +239,37 @@ def test_the_run_config_records_device_and_dtype(tmp_path, capsys):
     assert main(["train", "--config", str(config), "--name", "r", "--no-progress"]) == 0
     saved = json.loads((tmp_path / "runs" / "r" / "config.json").read_text())
     assert (saved["run"]["device"], saved["run"]["dtype"]) == (TEST_DEVICE, "float32")
+
+
+def test_spread_placement_maps_agent_k_to_gpu_k_mod_g_and_is_a_no_op_on_the_cpu():
+    on_cuda = Placement(torch.device("cuda", 0), torch.bfloat16)
+    assert agent_devices(on_cuda, 5, spread=True, cuda_devices=2) == [
+        torch.device("cuda", k) for k in (0, 1, 0, 1, 0)
+    ]
+    assert agent_devices(on_cuda, 3, spread=False, cuda_devices=2) == [on_cuda.device] * 3
+    on_cpu = Placement(torch.device("cpu"), torch.float32)
+    assert agent_devices(on_cpu, 3, spread=True, cuda_devices=4) == [on_cpu.device] * 3
+
+
+def test_a_spread_heterogeneous_team_trains_with_each_model_on_its_device(tmp_path):
+    extra = f'device = "{TEST_DEVICE}"\nplacement = "spread"'
+    text = write_config(tmp_path, extra).read_text()
+    text = text.replace('source = "tiny"', 'sources = ["tiny", "tiny:16x1"]')
+    config = tmp_path / "spread.toml"
+    config.write_text(text)
+    parts = build(load_config(config))
+    expected = agent_devices(Placement(resolve_device(TEST_DEVICE), torch.float32), 2, spread=True)
+    for model, device in zip(parts.team.backbone.models, expected, strict=True):
+        assert {p.device for p in model.parameters()} == {device}
+    graded = with_rewards(parts.sampler.sample(parts.team), [1.0, 0.0] * 8)
+    for agent in (0, 1):
+        update = parts.updater.update(parts.team, agent, graded, radius=0.05)
+        assert update.accepted and 0 < update.kl <= 0.05
+        assert {t.device for t in update.policy.tensors.values()} == {expected[agent]}
+
+
+def test_spread_placement_needs_one_model_per_agent(tmp_path, capsys):
+    config = write_config(tmp_path, 'placement = "spread"')
+    assert main(["train", "--config", str(config), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "[run] placement" in err and "needs [model] sources" in err
