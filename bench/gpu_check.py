@@ -216,7 +216,7 @@ def main() -> int:
     except Exception as error:  # recorded; the parts below still run
         summary["environment_error"] = repr(error)
     # Time limits (seconds) that keep the whole check under six minutes on one GPU.
-    limits = {"device_tests": 75, "train": 140, "throughput": 90, "distributed": 45}
+    limits = {"device_tests": 70, "train": 140, "throughput": 90, "distributed": 40}
     for part in args.parts:
         if part == "device_tests":
             result = device_tests(out, args.device, env, limits[part])

@@ -126,9 +126,10 @@ def _train(args: argparse.Namespace, argv: list[str]) -> int:
             run_dir = train(config, stem, progress=progress, collective=collective)
     except TrainingInterrupted as stop:
         if rank_from_environment() == 0:
+            world = "" if collective is None else f" --nproc {collective.world_size}"
             print(
                 f"interrupted: state saved in {stop.checkpoint}; continue with "
-                f"`teamtr train --resume {stop.run_dir}`",
+                f"`teamtr train --resume {stop.run_dir}{world}`",
                 file=sys.stderr,
             )
         return INTERRUPTED

@@ -330,6 +330,7 @@ class ShardedSampler(DialogueSampler):
 def launch(nproc: int, argv: list[str]) -> int:
     """``teamtr train ... --nproc N``: start N local ranks with torchrun (standalone rendezvous)
     and return 2 if any rank exited with 2 (bad input), 130 if interrupted, else torchrun's."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import get_args_parser, run
 
@@ -344,6 +345,6 @@ def launch(nproc: int, argv: list[str]) -> int:
             return 130
         print(f"error: a rank failed (exit codes {sorted(codes)})", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, SignalException):  # the ranks got the signal too and saved
         return 130
     return 0
