@@ -190,11 +190,17 @@ def test_a_checkpoint_written_on_the_test_device_resumes_on_the_cpu(tmp_path):
     config = with_placement(load_config(write_config(tmp_path)), TEST_DEVICE, "float32")
     parts = build(config)
     _, team = one_stage(parts)
+    # Whatever the stage's rewards were on this device, an update with a signal moves agent 0
+    # and gives Adam moments to carry over.
+    graded = with_rewards(parts.sampler.sample(team), [1.0, 0.0] * 8)
+    update = parts.updater.update(team, 0, graded, radius=0.05)
+    assert update.accepted
+    team = team.with_agent(0, update.policy)
     assert any(
         not torch.equal(a.tensors[k], b.tensors[k])
         for a, b in zip(team.policies, parts.team.policies, strict=True)
         for k in a.tensors
-    ), "the stage did not move any adapter"
+    ), "nothing moved any adapter"
     point = ResumePoint.capture(1, team, parts.updater, parts.sampler._rng, ("{}",), 1.0)
     directory = write_checkpoint(tmp_path / "run", point)
     read = read_checkpoint(directory)
