@@ -167,19 +167,26 @@ def require_same_world(run_dir: Path, world_size: int) -> None:
 
 
 # -- the process group -------------------------------------------------------------------------
-def backend_for(device: torch.device) -> str:
-    return "nccl" if device.type == "cuda" else "gloo"
-
-
 def start_process_group(spec: WorldSpec, device_setting: str) -> None:
-    """Join the run's process group; a CUDA run puts rank r on ``cuda:LOCAL_RANK``."""
+    """Join the run's process group: NCCL when the run is on CUDA, with rank r on
+    ``cuda:LOCAL_RANK`` (one GPU per process), gloo otherwise."""
     use_cuda = device_setting.startswith("cuda") or (
         device_setting == "auto" and torch.cuda.is_available()
     )
-    if use_cuda and device_setting in ("auto", "cuda"):
-        torch.cuda.set_device(spec.local_rank % max(1, torch.cuda.device_count()))
-    backend = "nccl" if use_cuda else "gloo"
-    dist.init_process_group(backend, timeout=COLLECTIVE_TIMEOUT)
+    if use_cuda:
+        if device_setting in ("auto", "cuda"):
+            per_node = int(os.environ.get("LOCAL_WORLD_SIZE", spec.local_rank + 1))
+            count = torch.cuda.device_count()
+            if per_node > count:
+                raise DistributedSetupError(
+                    f"torch.distributed: {per_node} processes on this node but {count} CUDA "
+                    "device(s); NCCL needs one GPU per process (--nproc-per-node at most "
+                    f'{count}), or set [run] device = "cpu" for gloo'
+                )
+            torch.cuda.set_device(spec.local_rank)
+        else:
+            torch.cuda.set_device(torch.device(device_setting))
+    dist.init_process_group("nccl" if use_cuda else "gloo", timeout=COLLECTIVE_TIMEOUT)
 
 
 def stop_process_group() -> None:
@@ -214,9 +221,6 @@ class ProcessGroupCollective(Collective):
         for parameter, grad in zip(parameters, grads, strict=True):
             parameter.grad = flat[offset : offset + grad.numel()].view_as(grad).clone()
             offset += grad.numel()
-
-    def barrier(self) -> None:
-        dist.barrier()
 
 
 def agree(collective: Collective, error: Exception | None) -> None:
