@@ -25,8 +25,10 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
@@ -106,19 +108,19 @@ def device_tests(out: Path, device: str, env: dict[str, str], limit: float) -> d
     return result
 
 
-def train_config(out: Path, device: str, quick: bool) -> Path:
+def train_config(out: Path, runs: Path, device: str, quick: bool) -> Path:
     """Two stages of the default config (tiny model with --quick), in bfloat16 on ``device``."""
     lines = [
         f"extends = {json.dumps(str(REPO / 'configs' / 'default.toml'))}",
         "[stage]",
         "stages = 2",
         "[run]",
-        f"output_dir = {json.dumps(str(out / 'runs'))}",
+        f"output_dir = {json.dumps(str(runs))}",
         'name = "default_two_stages"',
         f'device = "{device}"',
         'dtype = "bfloat16"',
         "eval_every = 2",
-        "checkpoint_every = 1",
+        "checkpoint_every = 2",
     ]
     if quick:
         lines += ["[model]", 'source = "tiny"', "[task]", "eval_size = 8"]
@@ -127,12 +129,12 @@ def train_config(out: Path, device: str, quick: bool) -> Path:
     return path
 
 
-def train(out: Path, device: str, quick: bool, env: dict[str, str], limit: float):
-    config = train_config(out, device, quick)
+def train(out: Path, runs: Path, device: str, quick: bool, env: dict[str, str], limit: float):
+    config = train_config(out, runs, device, quick)
     command = [sys.executable, "-m", "teamtr", "train", "--config", str(config), "--no-progress"]
     result = run_part("train", command, limit, env)
     result["config"] = config.read_text()
-    metrics = out / "runs" / "default_two_stages" / "metrics.jsonl"
+    metrics = runs / "default_two_stages" / "metrics.jsonl"
     if metrics.is_file():
         records = [json.loads(line) for line in metrics.read_text().splitlines()]
         result["stages"] = [
@@ -166,7 +168,9 @@ def throughput(out: Path, device: str, quick: bool, env: dict[str, str], limit: 
     return result
 
 
-def distributed(out: Path, device: str, env: dict[str, str], limit: float) -> dict[str, Any]:
+def distributed(
+    out: Path, runs: Path, device: str, env: dict[str, str], limit: float
+) -> dict[str, Any]:
     """One rank through the torch.distributed path (NCCL on CUDA, gloo on the CPU)."""
     config = out / "gpu_distributed.toml"
     config.write_text(
@@ -174,7 +178,7 @@ def distributed(out: Path, device: str, env: dict[str, str], limit: float) -> di
             [
                 f"extends = {json.dumps(str(REPO / 'configs' / 'smoke.toml'))}",
                 "[run]",
-                f"output_dir = {json.dumps(str(out / 'runs'))}",
+                f"output_dir = {json.dumps(str(runs))}",
                 'name = "distributed_one_rank"',
                 f'device = "{device}"',
             ]
@@ -183,7 +187,7 @@ def distributed(out: Path, device: str, env: dict[str, str], limit: float) -> di
     )
     command = [sys.executable, "-m", "teamtr", "train", "--config", str(config), "--nproc", "1"]
     result = run_part("distributed", command + ["--no-progress"], limit, env)
-    metrics = out / "runs" / "distributed_one_rank" / "metrics.jsonl"
+    metrics = runs / "distributed_one_rank" / "metrics.jsonl"
     if metrics.is_file():
         result["metrics_lines"] = len(metrics.read_text().splitlines())
     return result
@@ -199,6 +203,9 @@ def main() -> int:
     parser.add_argument("--device", default="cuda", help='"cuda" (default), "cuda:N" or "cpu"')
     parser.add_argument("--quick", action="store_true", help="tiny model instead of SmolLM2")
     parser.add_argument(
+        "--keep-runs", action="store_true", help="keep the run directories (checkpoints: ~0.3 GB)"
+    )
+    parser.add_argument(
         "--parts",
         nargs="+",
         default=["device_tests", "train", "throughput", "distributed"],
@@ -209,6 +216,8 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYTHONHASHSEED": "0", "HYPOTHESIS_PROFILE": "quick"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH", "")]))
+    # Run directories (SmolLM2 checkpoints are large) go to scratch space, not into ``out``.
+    runs = Path(tempfile.mkdtemp(prefix="teamtr_gpu_check_"))
     started = time.perf_counter()
     summary: dict[str, Any] = {"device": args.device, "quick": args.quick, "parts": {}}
     try:
@@ -221,14 +230,18 @@ def main() -> int:
         if part == "device_tests":
             result = device_tests(out, args.device, env, limits[part])
         elif part == "train":
-            result = train(out, args.device, args.quick, env, limits[part])
+            result = train(out, runs, args.device, args.quick, env, limits[part])
         elif part == "throughput":
             result = throughput(out, args.device, args.quick, env, limits[part])
         else:
-            result = distributed(out, args.device, env, limits[part])
+            result = distributed(out, runs, args.device, env, limits[part])
         write(out, f"gpu_{part}.json", result)
         summary["parts"][part] = {k: result[k] for k in ("status", "exit_code", "seconds")}
     summary["total_seconds"] = time.perf_counter() - started
+    if args.keep_runs:
+        summary["runs"] = str(runs)
+    else:
+        shutil.rmtree(runs, ignore_errors=True)
     write(out, "gpu_summary.json", summary)
     print_summary(out, summary)
     return 0 if all(p["status"] == "ok" for p in summary["parts"].values()) else 1
