@@ -17,6 +17,7 @@ from pathlib import Path
 from llm.agents import LoraTeam
 from llm.checkpoint import RunDirectoryError
 from llm.config import ConfigError, load_config
+from llm.devices import DEVICE_CHOICES, DEVICE_PATTERN
 from llm.distributed import DistributedSetupError, launched_by_torchrun, rank_from_environment
 from llm.loading import IncompatibleTeamError, ModelNotAvailableError
 from llm.tasks import TaskDataError, load_jsonl
@@ -36,6 +37,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     train.add_argument("--name", help="run directory name (overrides [run] name)")
     train.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    train.add_argument(
+        "--device",
+        help='override [run] device, e.g. "cpu" to resume on a CPU a run trained on a GPU',
+    )
     train.add_argument(
         "--nproc",
         type=int,
@@ -85,6 +90,13 @@ def _train_config(args: argparse.Namespace, world_size: int):
             config = dataclasses.replace(
                 config, run=dataclasses.replace(config.run, name=args.name)
             )
+    if args.device is not None:
+        if not DEVICE_PATTERN.fullmatch(args.device):
+            raise ConfigError(f"--device: must be {DEVICE_CHOICES}, got {args.device!r}")
+        config = dataclasses.replace(
+            config, run=dataclasses.replace(config.run, device=args.device)
+        )
+        source = "--device"
     placement_of(config, source)  # an absent device fails before anything loads
     if world_size > 1 or launched_by_torchrun():
         check_world(config, world_size, source)
@@ -120,7 +132,9 @@ def _train(args: argparse.Namespace, argv: list[str]) -> int:
             config = _train_config(args, 1)
         progress = not args.no_progress
         if args.resume:
-            run_dir = resume(args.resume, progress=progress, collective=collective)
+            run_dir = resume(
+                args.resume, progress=progress, collective=collective, device=args.device
+            )
         else:
             stem = Path(args.config).stem
             run_dir = train(config, stem, progress=progress, collective=collective)

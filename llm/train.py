@@ -370,14 +370,20 @@ def train(
 
 
 def resume(
-    run_dir: str | Path, progress: bool = True, collective: Collective | None = None
+    run_dir: str | Path,
+    progress: bool = True,
+    collective: Collective | None = None,
+    device: str | None = None,
 ) -> Path:
     """Continue a run from its newest valid checkpoint, exactly as if it had not stopped.
 
-    A data-parallel run resumes with the number of processes it was started with.
+    A data-parallel run resumes with the number of processes it was started with. ``device``
+    overrides the run's ``[run] device`` (checkpoints are read onto any device).
     """
     run_dir = Path(run_dir)
     config = resumable_config(run_dir, collective.world_size if collective else 1)
+    if device is not None:
+        config = replace(config, run=replace(config.run, device=device))
     parts = build(config, collective)
     latest = latest_checkpoint(run_dir)
     # Stopped before its first checkpoint: the rebuilt run is exactly the original start.

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -279,3 +280,29 @@ def test_spread_placement_needs_one_model_per_agent(tmp_path, capsys):
     assert main(["train", "--config", str(config), "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert "[run] placement" in err and "needs [model] sources" in err
+
+
+def test_a_run_pinned_to_an_absent_device_resumes_with_device_override(tmp_path, capsys):
+    # A run trained elsewhere on "cuda:99" (its config.json says so), stopped after stage 1.
+    config = write_config(tmp_path, 'device = "cpu"').read_text()
+    path = tmp_path / "two.toml"
+    path.write_text(config.replace("stages = 1", "stages = 2"))
+    assert main(["train", "--config", str(path), "--name", "r", "--no-progress"]) == 0
+    run_dir = tmp_path / "runs" / "r"
+    finished = {
+        f.name: f.read_bytes() for f in (run_dir / "checkpoints" / "stage_2").glob("agent*")
+    }
+    shutil.rmtree(run_dir / "checkpoints" / "stage_2")
+    saved = json.loads((run_dir / "config.json").read_text())
+    saved["run"]["device"] = "cuda:99"
+    (run_dir / "config.json").write_text(json.dumps(saved))
+    capsys.readouterr()
+
+    assert main(["train", "--resume", str(run_dir), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and "config.json: [run] device" in err and "cuda:99" in err
+    assert main(["train", "--resume", str(run_dir), "--device", "cpu", "--no-progress"]) == 0
+    resumed = {f.name: f.read_bytes() for f in (run_dir / "checkpoints" / "stage_2").glob("agent*")}
+    assert resumed == finished  # the same stage 2, bit for bit
+    assert main(["train", "--resume", str(run_dir), "--device", "gpu"]) == 2
+    assert "--device: must be" in capsys.readouterr().err
