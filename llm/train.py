@@ -196,25 +196,8 @@ def build(config: RunConfig, collective: Collective | None = None) -> Components
     return Components(config, chat, backbone.initial_team(), sampler, updater, test, together)
 
 
-class RecordingSampler:
-    """Delegates to a DialogueSampler and remembers what each call cost (for metrics)."""
-
-    def __init__(self, inner: DialogueSampler) -> None:
-        self.inner = inner
-        self.calls: list[DialogueRollouts] = []
-
-    def sample(self, team, *, previous=None, updated_agent=None):
-        rollouts = self.inner.sample(team, previous=previous, updated_agent=updated_agent)
-        self.calls.append(rollouts)
-        return rollouts
-
-    def importance_weighted(self, rollouts, team):
-        return self.inner.importance_weighted(rollouts, team)
-
-
-def stage_metrics(
-    stage: int, report: StageReport, calls: list[DialogueRollouts], seconds: float
-) -> dict[str, Any]:
+def stage_metrics(stage: int, report: StageReport, seconds: float) -> dict[str, Any]:
+    calls: tuple[DialogueRollouts, ...] = report.sampled_rollouts
     first = calls[0] if calls else None
     return {
         "stage": stage,
@@ -463,7 +446,6 @@ def _run(parts: Components, run_dir: Path, start: ResumePoint, progress: bool) -
         lines = "".join(x + "\n" for x in metrics_lines)
         if writes:
             write_atomically(run_dir / "metrics.jsonl", lines.encode())
-        recorder = RecordingSampler(parts.sampler)
         stage_config = StageConfig(
             scheme=config.stage.scheme,
             radius=config.stage.radius,
@@ -494,18 +476,17 @@ def _run(parts: Components, run_dir: Path, start: ResumePoint, progress: bool) -
         ):
             for stage in range(start.stage, stages):
                 position.update(stage=stage, updates_done=0)
-                recorder.calls.clear()
                 started = time.perf_counter()
                 report, team = run_stage(
                     team,
-                    recorder,
+                    parts.sampler,
                     parts.updater,
                     stage_config,
                     penalty,
                     stage_index=stage,
                     on_update=note_update,
                 )
-                record = stage_metrics(stage, report, recorder.calls, time.perf_counter() - started)
+                record = stage_metrics(stage, report, time.perf_counter() - started)
                 elapsed = clock() - run_started
                 out_of_time = budget_seconds > 0 and elapsed >= budget_seconds
                 if together is not None:  # rank 0's clock decides for every rank

@@ -1,5 +1,4 @@
-"""``python -m teamtr``: the ``teamtr`` console script without installing the package (and the
-module ``torchrun -m teamtr`` starts on every rank)."""
+"""``python -m teamtr``: the ``teamtr`` console script."""
 
 from teamtr.cli import main
 
