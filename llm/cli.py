@@ -14,6 +14,8 @@ Exit codes (``docs/runs.md``):
   traceback, and no run directory left behind;
 - 130: interrupted (Ctrl-C, SIGTERM): a checkpoint was saved; the message says how to resume.
 
+In a data-parallel run (``--nproc``, torchrun) every rank stops on bad input and rank 0 says why.
+
 ``--check`` runs every check of a command and exits 0 without loading a model.
 """
 
@@ -27,7 +29,9 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from llm.checkpoint import RunDirectoryError
-from llm.config import ConfigError, load_config
+from llm.config import ConfigError, check_run_name, load_config
+from llm.devices import DEVICE_CHOICES, DEVICE_PATTERN
+from llm.distributed import DistributedSetupError, launched_by_torchrun, rank_from_environment
 from llm.loading import IncompatibleTeamError, ModelNotAvailableError
 from llm.tasks import TaskDataError, load_jsonl
 
@@ -94,6 +98,17 @@ def _parser() -> argparse.ArgumentParser:
     )
     train.add_argument("--name", help="run directory name (overrides [run] name)")
     train.add_argument("--no-progress", action="store_true", help="hide progress bars and lines")
+    train.add_argument(
+        "--device",
+        help='override [run] device, e.g. "cpu" to resume on a CPU a run trained on a GPU',
+    )
+    train.add_argument(
+        "--nproc",
+        type=int,
+        metavar="N",
+        help="data-parallel on N local processes: starts `torchrun --nproc-per-node N -m teamtr "
+        "train ...` (gloo on the CPU, NCCL on CUDA; see llm/distributed.py)",
+    )
     _check_flag(train)
     evaluate = commands.add_parser("eval", help="evaluate a trained or untrained team")
     source = evaluate.add_mutually_exclusive_group(required=True)
@@ -125,39 +140,119 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _train(args: argparse.Namespace) -> int:
+def _train_config(args: argparse.Namespace, world_size: int):
+    """The config a ``train`` command runs, checked for ``world_size`` processes before any
+    process group or model exists (so that a bad setup stops every rank at once)."""
     import dataclasses
 
-    from llm.preflight import check_run_name
-    from llm.train import TrainingInterrupted, check_resumable, check_training, resume, train
+    from llm.distributed import check_world
+    from llm.train import placement_of, resumable_config
 
-    try:
-        if args.resume is not None:
-            if args.name:
-                raise ConfigError("--name cannot be combined with --resume")
-            if args.check:
-                check_resumable(Path(args.resume))
-                return 0
-            run_dir = resume(args.resume, progress=not args.no_progress)
-        else:
-            config = load_config(args.config)
-            if args.name is not None:
-                check_run_name(args.name, "--name")
-                run = dataclasses.replace(config.run, name=args.name)
-                config = dataclasses.replace(config, run=run)
-            if args.check:
-                check_training(config, Path(args.config).stem)
-                return 0
-            run_dir = train(config, Path(args.config).stem, progress=not args.no_progress)
-    except TrainingInterrupted as stop:
-        print(
-            f"interrupted: state saved in {stop.checkpoint}; continue with "
-            f"`teamtr train --resume {stop.run_dir}`",
-            file=sys.stderr,
+    if args.resume is not None:
+        if args.name:
+            raise ConfigError("--name cannot be combined with --resume")
+        config = resumable_config(Path(args.resume), world_size)
+        source = str(Path(args.resume) / "config.json")
+    else:
+        config = load_config(args.config)
+        source = args.config
+        if args.name is not None:
+            check_run_name(args.name, "--name")
+            config = dataclasses.replace(
+                config, run=dataclasses.replace(config.run, name=args.name)
+            )
+    if args.device is not None:
+        if not DEVICE_PATTERN.fullmatch(args.device):
+            raise ConfigError(f"--device: must be {DEVICE_CHOICES}, got {args.device!r}")
+        config = dataclasses.replace(
+            config, run=dataclasses.replace(config.run, device=args.device)
         )
-        return INTERRUPTED
-    print(f"run directory: {run_dir}")
+        source = "--device"
+    placement_of(config, source)  # an absent device fails before anything loads
+    if world_size > 1 or launched_by_torchrun():
+        check_world(config, world_size, source)
+    return config
+
+
+def _checked(args: argparse.Namespace, config) -> int:
+    """``train --check``: what a new run checks before its model loads (a resumed run's
+    checks were made by ``_train_config``)."""
+    from llm.train import check_training
+
+    if args.resume is None:
+        check_training(config, Path(args.config).stem)
     return 0
+
+
+def _train(args: argparse.Namespace, argv: list[str]) -> int:
+    from llm.distributed import (
+        WorldSpec,
+        launch,
+        start_process_group,
+        stop_process_group,
+    )
+    from llm.train import TrainingInterrupted, resume, train
+
+    if args.nproc is not None:
+        if args.nproc < 1:
+            raise ConfigError(f"--nproc: must be >= 1, got {args.nproc}")
+        if launched_by_torchrun():
+            raise ConfigError("--nproc starts torchrun itself; do not combine it with torchrun")
+        config = _train_config(args, args.nproc)
+        if args.check:
+            return _checked(args, config)
+        return launch(args.nproc, _without_nproc(argv[1:]))
+    collective = None
+    try:
+        if launched_by_torchrun():
+            spec = WorldSpec.from_environment()
+            config = _train_config(args, spec.world_size)
+            if args.check:
+                return _checked(args, config)
+            start_process_group(spec, config.run.device)
+            from llm.distributed import ProcessGroupCollective
+
+            collective = ProcessGroupCollective()
+        else:
+            config = _train_config(args, 1)
+            if args.check:
+                return _checked(args, config)
+        progress = not args.no_progress
+        if args.resume is not None:
+            run_dir = resume(
+                args.resume, progress=progress, collective=collective, device=args.device
+            )
+        else:
+            stem = Path(args.config).stem
+            run_dir = train(config, stem, progress=progress, collective=collective)
+    except TrainingInterrupted as stop:
+        if rank_from_environment() == 0:
+            world = "" if collective is None else f" --nproc {collective.world_size}"
+            print(
+                f"interrupted: state saved in {stop.checkpoint}; continue with "
+                f"`teamtr train --resume {stop.run_dir}{world}`",
+                file=sys.stderr,
+            )
+        return INTERRUPTED
+    finally:
+        if collective is not None:
+            stop_process_group()
+    if rank_from_environment() == 0:
+        print(f"run directory: {run_dir}")
+    return 0
+
+
+def _without_nproc(argv: list[str]) -> list[str]:
+    """``argv`` without ``--nproc N`` / ``--nproc=N`` (what each rank is started with)."""
+    kept, skip = [], False
+    for argument in argv:
+        if skip:
+            skip = False
+        elif argument == "--nproc":
+            skip = True
+        elif not argument.startswith("--nproc="):
+            kept.append(argument)
+    return kept
 
 
 def _write_results(path: Path, result: dict[str, Any]) -> None:
@@ -224,7 +319,7 @@ def main(argv: list[str]) -> int:
 
     try:
         if args.command == "train":
-            return _train(args)
+            return _train(args, argv)
         if args.command == "eval":
             return _eval(args)
         from llm.swap import run_swap
@@ -236,15 +331,18 @@ def main(argv: list[str]) -> int:
         ModelNotAvailableError,
         IncompatibleTeamError,
         RunDirectoryError,
+        DistributedSetupError,
     ) as error:
-        print(f"error: {error}", file=sys.stderr)
+        if rank_from_environment() == 0:  # every rank stops; one says why
+            print(f"error: {error}", file=sys.stderr)
         return BAD_INPUT
     except RunFailed as error:
         print(f"error: {error}", file=sys.stderr)
         return RUN_FAILED
     except OSError as error:  # found while reading the input (faults mid-run are RunFailed)
         where = f"{error.filename}: " if error.filename else ""
-        print(f"error: {where}{error.strerror or error}", file=sys.stderr)
+        if rank_from_environment() == 0:
+            print(f"error: {where}{error.strerror or error}", file=sys.stderr)
         return BAD_INPUT
 
 

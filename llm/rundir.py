@@ -165,13 +165,15 @@ def record_failure(
     position: dict[str, int],
     point: ResumePoint,
     save: Callable[[ResumePoint], Path],
+    writes: bool = True,
 ) -> None:
     """Save what can be saved after ``error``; an error of the surroundings (``OSError``)
-    becomes ``RunFailed`` with one message, any other (a bug) propagates as it is."""
+    becomes ``RunFailed`` with one message, any other (a bug) propagates as it is. Only the
+    process that ``writes`` the run (rank 0 of a data-parallel run) saves and logs."""
     gone = not run_dir.is_dir()
     saved = "no checkpoint could be written"
     checkpoint = None
-    if not gone:
+    if writes and not gone:
         try:
             checkpoint = save(point).name
             saved = f"state saved in {run_dir / CHECKPOINTS / checkpoint}"

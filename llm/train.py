@@ -18,10 +18,11 @@ from __future__ import annotations
 import errno
 import json
 import math
+import os
 import random
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,9 @@ import torch
 
 from llm.agents import Backbone, LoraBackbone, LoraTeam, SeparateBackbone
 from llm.checkpoint import (
+    CHECKPOINTS,
+    STAGE_PREFIX,
+    LatestCheckpoint,
     ResumePoint,
     RunDirectoryError,
     latest_checkpoint,
@@ -40,8 +44,19 @@ from llm.checkpoint import (
     write_atomically,
     write_checkpoint,
 )
+from llm.collective import Collective
 from llm.config import ConfigError, RunConfig, load_config
+from llm.devices import DeviceNotAvailableError, Placement, agent_devices, resolve_placement
 from llm.dialogue import ChatFormat
+from llm.distributed import (
+    ShardedSampler,
+    agree,
+    check_world,
+    effective_shards,
+    record_world,
+    replicas_agree,
+    require_same_world,
+)
 from llm.evaluation import evaluate_team
 from llm.loading import (
     ModelNotAvailableError,
@@ -67,6 +82,7 @@ from llm.rundir import (
     signals_deferred,
     sigterm_interrupts,
 )
+from llm.runlock import RunLock
 from llm.runlock import acquire as acquire_run_lock
 from llm.sampler import DialogueRollouts, DialogueSampler
 from llm.tasks import ArithmeticSuite, Problem, load_jsonl
@@ -88,6 +104,14 @@ class Components:
     test_problems: list[Problem]
     positions: int
     """The context window: positions of the shortest base model of the team."""
+    collective: Collective | None = None
+    """Set when the rollouts are sharded (``llm.distributed``): data parallelism, or a single
+    process with ``[run] rollout_shards`` > 1."""
+
+    @property
+    def writes_files(self) -> bool:
+        """Whether this process writes the run's files (rank 0 of a data-parallel run)."""
+        return self.collective is None or self.collective.is_main
 
 
 MAX_ARITHMETIC_TEST_SET = 1000
@@ -129,11 +153,15 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def load_base_model(source: str, seed: int = 0):
+def load_base_model(source: str, seed: int = 0, placement: Placement | None = None):
     """Tokenizer and base model; any failure to read the files is a ModelNotAvailableError."""
+    where = placement or Placement(torch.device("cpu"), torch.float32)
     try:
         tokenizer = load_tokenizer(source)
-        return tokenizer, load_model(source, vocab_size=len(tokenizer), seed=seed)
+        model = load_model(
+            source, vocab_size=len(tokenizer), seed=seed, dtype=where.dtype, device=where.device
+        )
+        return tokenizer, model
     except ModelNotAvailableError:
         raise
     except Exception as error:  # transformers/gguf/safetensors raise many types on bad files
@@ -143,18 +171,32 @@ def load_base_model(source: str, seed: int = 0):
         ) from None
 
 
+def placement_of(config: RunConfig, source: str = "") -> Placement:
+    """The run's device and dtype; an absent device is a ConfigError naming ``[run] device``
+    (and ``source``, the config file, when given)."""
+    try:
+        return resolve_placement(config.run.device, config.run.dtype)
+    except DeviceNotAvailableError as error:
+        raise ConfigError(f"{source + ': ' if source else ''}[run] device: {error}") from None
+
+
 def build_backbone(config: RunConfig, progress: bool = True):
     """The tokenizer, the team's backbone (LoRA slots on one base model, or, when ``[model]
     sources`` lists one source per agent, one base model per agent) and the number of
     positions every base model has."""
     seed = config.run.seed
+    placement = placement_of(config)
     with library_bars(progress and on_terminal()):  # no carriage-return frames in a log
         if not config.model.sources:
-            loaded = [load_base_model(config.model.source, seed)]
+            loaded = [load_base_model(config.model.source, seed, placement)]
         else:
             # Agent k's model gets seed + k so that random ("tiny") members of a team differ.
-            sources = enumerate(config.model.sources)
-            loaded = [load_base_model(source, seed + k) for k, source in sources]
+            sources = config.model.sources
+            devices = agent_devices(placement, len(sources), config.run.placement == "spread")
+            loaded = [
+                load_base_model(source, seed + k, replace(placement, device=devices[k]))
+                for k, source in enumerate(sources)
+            ]
     positions = min(getattr(m.config, "max_position_embeddings", 2**62) for _, m in loaded)
     if not config.model.sources:
         tokenizer, base = loaded[0]
@@ -181,8 +223,11 @@ def require_dialogues_fit(
     )
 
 
-def build(config: RunConfig, progress: bool = True) -> Components:
-    """Data first (cheap, and a bad line must not cost a model load), then the models."""
+def build(
+    config: RunConfig, collective: Collective | None = None, progress: bool = True
+) -> Components:
+    """A run's components: data first (cheap, and a bad line must not cost a model load), then
+    the models; ``collective``: this process's rank in a data-parallel run."""
     draw, test, train_problems = problem_sources(config)
     if config.run.threads:
         torch.set_num_threads(config.run.threads)
@@ -194,9 +239,18 @@ def build(config: RunConfig, progress: bool = True) -> Components:
     where = "[sampler] max_new_tokens"
     require_dialogues_fit(chat, positions, [*train_problems, *test], config, where)
     router = make_router(config.team.router, config.team.n_agents, config.team.speaking_order)
-    sampler = DialogueSampler(chat, router, draw, config.sampler)
-    updater = TrustRegionUpdater(chat, config.updater, score_chunk=config.sampler.score_chunk)
-    return Components(config, chat, backbone.initial_team(), sampler, updater, test, positions)
+    team = backbone.initial_team()
+    chunk = config.sampler.score_chunk
+    shards = effective_shards(config, collective.world_size if collective else 1)
+    if collective is None and shards == 1:
+        sampler = DialogueSampler(chat, router, draw, config.sampler)
+        updater = TrustRegionUpdater(chat, config.updater, score_chunk=chunk)
+        return Components(config, chat, team, sampler, updater, test, positions)
+    together = collective or Collective()
+    check_world(config, together.world_size)
+    sampler = ShardedSampler(chat, router, draw, config.sampler, shards=shards, collective=together)
+    updater = TrustRegionUpdater(chat, config.updater, score_chunk=chunk, collective=together)
+    return Components(config, chat, team, sampler, updater, test, positions, together)
 
 
 def stage_metrics(stage: int, report: StageReport, seconds: float) -> dict[str, Any]:
@@ -252,64 +306,144 @@ def check_training(config: RunConfig, config_name: str = "run") -> Path:
     return run_dir
 
 
-def check_resumable(run_dir: Path) -> RunConfig:
-    """What ``resume`` checks before it takes the lock; returns the run's config."""
-    if not run_dir.is_dir():
-        raise RunDirectoryError(f"{run_dir}: no such run directory")
-    require_resumable(run_dir)
-    return load_config(run_dir / "config.json")
+def train(
+    config: RunConfig,
+    config_name: str = "run",
+    progress: bool = True,
+    collective: Collective | None = None,
+) -> Path:
+    """Run ``config.stage.stages`` stages in a new run directory; returns its path.
 
-
-def train(config: RunConfig, config_name: str = "run", progress: bool = True) -> Path:
-    """Run ``config.stage.stages`` stages in a new run directory; returns its path."""
-    run_dir = check_training(config, config_name)
-    parts = build(config, progress)  # model and data are loaded before anything is written
-    lock = create_run_directory(run_dir, config)
+    ``collective``: this process's rank in a data-parallel run (``llm.distributed``); rank 0
+    creates, locks and writes the run directory.
+    """
+    if collective is None:
+        run_dir = check_training(config, config_name)
+    else:
+        name = config.run.name or f"{config_name}-{datetime.now():%Y%m%d-%H%M%S}"
+        name = collective.broadcast(name)  # rank 0's timestamp names the run
+        shards = check_world(config, collective.world_size)
+        config = replace(config, run=replace(config.run, rollout_shards=shards, name=name))
+        run_dir = Path(config.run.output_dir) / name
+        agree(collective, _failure(check_training, config, config_name))
+    parts = build(config, collective, progress)  # data and model load before anything is written
+    lock = None
     try:
-        log_event(run_dir, "started")
+        if parts.writes_files:
+            lock = create_run_directory(run_dir, config)
+            if collective is not None:
+                record_world(run_dir, collective.world_size, config.run.rollout_shards)
+            log_event(run_dir, "started")
+        if collective is not None:
+            collective.gather(None)  # every rank waits until the run directory exists
         start = ResumePoint.capture(0, parts.team, parts.updater, parts.sampler._rng, (), 0.0)
         return _run(parts, run_dir, start, progress)
     finally:
-        lock.release()
+        if lock is not None:
+            lock.release()
 
 
-def resume(run_dir: str | Path, progress: bool = True) -> Path:
-    """Continue a run from its newest valid checkpoint, exactly as if it had not stopped."""
+def resume(
+    run_dir: str | Path,
+    progress: bool = True,
+    collective: Collective | None = None,
+    device: str | None = None,
+) -> Path:
+    """Continue a run from its newest valid checkpoint, exactly as if it had not stopped.
+
+    The process that writes the run (rank 0 of a data-parallel run, which resumes with the
+    number of processes it was started with) takes the run lock and cleans up interrupted
+    writes first. ``device`` overrides the run's ``[run] device`` (checkpoints are read onto
+    any device).
+    """
     run_dir = Path(run_dir)
-    config = check_resumable(run_dir)
-    lock = acquire_run_lock(run_dir)
+    config = resumable_config(run_dir, collective.world_size if collective else 1)
+    if device is not None:
+        config = replace(config, run=replace(config.run, device=device))
+    writes = collective is None or collective.is_main
+    lock = None
     try:
-        require_writable_directory(run_dir, "--resume", MIN_FREE_BYTES)
-        recovered = recover_interrupted_writes(run_dir)
+        if writes:
+            try:
+                lock = _lock_and_recover(run_dir)
+            except (RunDirectoryError, ConfigError) as error:
+                if collective is None:
+                    raise
+                agree(collective, error)
+        if collective is not None:
+            agree(collective, None)  # every rank reads the checkpoints once rank 0 is done
         latest = latest_checkpoint(run_dir)
-        if lock.stale_pid is not None or recovered:
-            log_event(run_dir, "recovered", stale_lock_pid=lock.stale_pid, actions=recovered)
         if latest.point is not None and latest.point.finished:
             # Said before the model loads: there is nothing to load it for.
-            log_event(
-                run_dir,
-                "resumed",
-                checkpoint=latest.directory.name if latest.directory else None,
-                stage=latest.point.stage,
-                skipped=list(latest.skipped),
-            )
-            print(f"{run_dir}: already complete after {latest.point.stage} stages; nothing to do")
+            if writes:
+                _log_resumed(run_dir, latest, latest.point.stage)
+                print(
+                    f"{run_dir}: already complete after {latest.point.stage} stages; nothing to do"
+                )
             return run_dir
-        parts = build(config, progress)
+        parts = build(config, collective, progress)
         # Stopped before its first checkpoint: the rebuilt run is exactly the original start.
         point = latest.point or ResumePoint.capture(
             0, parts.team, parts.updater, parts.sampler._rng, (), 0.0
         )
-        log_event(
-            run_dir,
-            "resumed",
-            checkpoint=latest.directory.name if latest.directory else None,
-            stage=point.stage,
-            skipped=list(latest.skipped),
-        )
+        if writes:
+            _log_resumed(run_dir, latest, point.stage)
         return _run(parts, run_dir, point, progress)
     finally:
+        if lock is not None:
+            lock.release()
+
+
+def _lock_and_recover(run_dir: Path) -> RunLock:
+    """Take the run lock, then clean up what interrupted writes left (``llm.checkpoint``)."""
+    lock = acquire_run_lock(run_dir)
+    try:
+        require_writable_directory(run_dir, "--resume", MIN_FREE_BYTES)
+        recovered = recover_interrupted_writes(run_dir)
+        if lock.stale_pid is not None or recovered:
+            log_event(run_dir, "recovered", stale_lock_pid=lock.stale_pid, actions=recovered)
+    except BaseException:
         lock.release()
+        raise
+    return lock
+
+
+def _log_resumed(run_dir: Path, latest: LatestCheckpoint, stage: int) -> None:
+    log_event(
+        run_dir,
+        "resumed",
+        checkpoint=latest.directory.name if latest.directory else None,
+        stage=stage,
+        skipped=list(latest.skipped),
+    )
+
+
+def resumable_config(run_dir: Path, world_size: int = 1) -> RunConfig:
+    """The config of a run directory that can be resumed by ``world_size`` processes."""
+    if not run_dir.is_dir():
+        raise RunDirectoryError(f"{run_dir}: no such run directory")
+    require_resumable(run_dir)
+    require_same_world(run_dir, world_size)
+    return load_config(run_dir / "config.json")
+
+
+def _failure(check: Any, *args: Any) -> Exception | None:
+    """The error ``check(*args)`` raises, if any (to be agreed on by every rank)."""
+    try:
+        check(*args)
+    except (RunDirectoryError, ConfigError) as error:
+        return error
+    return None
+
+
+class _NoWriter:
+    """Stands in for TensorBoard's writer on ranks other than 0."""
+
+    def add_scalar(self, *_args: Any) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
 
 
 def _run(parts: Components, run_dir: Path, start: ResumePoint, progress: bool) -> Path:
@@ -324,13 +458,18 @@ def _run(parts: Components, run_dir: Path, start: ResumePoint, progress: bool) -
 
     def require_run_directory() -> None:
         """A deleted (or replaced) run directory is never recreated half-empty."""
-        if directory_identity(run_dir) != identity:
+        if parts.writes_files and directory_identity(run_dir) != identity:
             raise FileNotFoundError(errno.ENOENT, "run directory deleted", str(run_dir))
 
     def note_update(record: UpdateRecord) -> None:
         position["updates_done"] = record.position + 1
 
+    writes = parts.writes_files
+    together = parts.collective
+
     def save(point: ResumePoint) -> Path:
+        if not writes:  # rank 0 saves; the others only say where
+            return run_dir / CHECKPOINTS / f"{STAGE_PREFIX}{point.stage}"
         require_run_directory()
         with signals_deferred(reraise=False):
             return write_checkpoint(run_dir, point)
@@ -342,10 +481,15 @@ def _run(parts: Components, run_dir: Path, start: ResumePoint, progress: bool) -
         metrics_lines = list(start.metrics_lines)
         # Lines after the checkpoint belong to stages that will be run again.
         lines = "".join(x + "\n" for x in metrics_lines)
-        write_atomically(run_dir / "metrics.jsonl", lines.encode())
+        if writes:
+            write_atomically(run_dir / "metrics.jsonl", lines.encode())
         penalty = EpisodicPenalty(config.sampler.turns)
         # purge_step drops TensorBoard points of stages that are about to be run again.
-        writer = SummaryWriter(str(run_dir / "tensorboard"), purge_step=start.stage or None)
+        writer = (
+            SummaryWriter(str(run_dir / "tensorboard"), purge_step=start.stage or None)
+            if writes
+            else _NoWriter()
+        )
         stages = config.stage.stages
         budget_seconds = 60.0 * config.run.time_budget_minutes
         clock = time.process_time if config.run.budget_clock == "cpu" else time.perf_counter
@@ -356,9 +500,10 @@ def _run(parts: Components, run_dir: Path, start: ResumePoint, progress: bool) -
             start_stage=start.stage,
             budget_seconds=budget_seconds,
             elapsed_seconds=start.elapsed_seconds,
-            enabled=progress,
+            enabled=progress and writes,
         )
-        with sigterm_interrupts(), (run_dir / "metrics.jsonl").open("a") as metrics:
+        metrics_path = run_dir / "metrics.jsonl" if writes else Path(os.devnull)
+        with sigterm_interrupts(), metrics_path.open("a") as metrics:
             for stage in range(start.stage, stages):
                 require_run_directory()
                 position.update(stage=stage, updates_done=0)
@@ -375,13 +520,18 @@ def _run(parts: Components, run_dir: Path, start: ResumePoint, progress: bool) -
                 record = stage_metrics(stage, report, time.perf_counter() - started)
                 elapsed = clock() - run_started
                 out_of_time = budget_seconds > 0 and elapsed >= budget_seconds
+                if together is not None:  # rank 0's clock decides for every rank
+                    out_of_time = together.broadcast(out_of_time)
+                    replicas_agree(together, team.policies)
                 last = stage == stages - 1 or out_of_time
                 if (
                     config.run.eval_every
                     and ((stage + 1) % config.run.eval_every == 0 or last)
                     and parts.test_problems
                 ):
-                    record["eval"] = evaluate_team(team, parts.sampler, parts.test_problems)
+                    record["eval"] = evaluate_team(
+                        team, parts.sampler, parts.test_problems, collective=together
+                    )
                 require_run_directory()
                 line = json.dumps(record)
                 metrics.write(line + "\n")
@@ -397,8 +547,12 @@ def _run(parts: Components, run_dir: Path, start: ResumePoint, progress: bool) -
                     finished=last,
                 )
                 log_scalars(writer, stage, record)
-                if last or (
-                    config.run.checkpoint_every and (stage + 1) % config.run.checkpoint_every == 0
+                if writes and (
+                    last
+                    or (
+                        config.run.checkpoint_every
+                        and (stage + 1) % config.run.checkpoint_every == 0
+                    )
                 ):
                     require_run_directory()
                     with signals_deferred():
@@ -414,18 +568,19 @@ def _run(parts: Components, run_dir: Path, start: ResumePoint, progress: bool) -
                     break
     except KeyboardInterrupt:
         checkpoint = save(resume_point)
-        log_event(
-            run_dir,
-            "interrupted",
-            **position,
-            checkpoint=checkpoint.name,
-            resumes_at={"stage": resume_point.stage, "update": 0},
-        )
+        if writes:
+            log_event(
+                run_dir,
+                "interrupted",
+                **position,
+                checkpoint=checkpoint.name,
+                resumes_at={"stage": resume_point.stage, "update": 0},
+            )
         raise TrainingInterrupted(run_dir, checkpoint) from None
     except RunDirectoryError:  # the checkpoint does not fit the run: nothing new to save
         raise
     except Exception as error:
-        record_failure(run_dir, error, position, resume_point, save)
+        record_failure(run_dir, error, position, resume_point, save, writes=writes)
         raise
     finally:
         if bar is not None:
