@@ -241,7 +241,7 @@ def stage_directories(run_dir: Path) -> list[Path]:
 def write_checkpoint(run_dir: Path, point: ResumePoint) -> Path:
     """Write ``point`` as ``checkpoints/stage_{point.stage}``, atomically; returns its path."""
     parent = run_dir / CHECKPOINTS
-    parent.mkdir(exist_ok=True)  # not parents: a deleted run directory is not recreated
+    parent.mkdir(parents=True, exist_ok=True)
     final = parent / f"{STAGE_PREFIX}{point.stage}"
     temporary = parent / f".{final.name}.tmp-{os.getpid()}"
     if temporary.exists():
