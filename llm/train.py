@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from llm import profiling
 from llm.agents import Backbone, LoraBackbone, LoraTeam, SeparateBackbone
 from llm.checkpoint import (
     ResumePoint,
@@ -284,12 +285,20 @@ def sigterm_interrupts() -> Iterator[None]:
 
 
 # -- training --------------------------------------------------------------------------------------
-def train(config: RunConfig, config_name: str = "run", progress: bool = True) -> Path:
-    """Run ``config.stage.stages`` stages in a new run directory; returns its path."""
+def train(
+    config: RunConfig,
+    config_name: str = "run",
+    progress: bool = True,
+    parts: Components | None = None,
+) -> Path:
+    """Run ``config.stage.stages`` stages in a new run directory; returns its path.
+
+    ``parts`` are the run's components when the caller has built them (``build(config)``).
+    """
     name = config.run.name or f"{config_name}-{datetime.now():%Y%m%d-%H%M%S}"
     run_dir = Path(config.run.output_dir) / name
     require_new_run_directory(run_dir)
-    parts = build(config)  # model and data are loaded before anything is written
+    parts = parts or build(config)  # model and data are loaded before anything is written
     create_run_directory(run_dir, config)
     log_event(run_dir, "started")
     start = ResumePoint.capture(0, parts.team, parts.updater, parts.sampler._rng, (), 0.0)
@@ -375,16 +384,22 @@ def _run(parts: Components, run_dir: Path, start: ResumePoint, progress: bool) -
                 position.update(stage=stage, updates_done=0)
                 recorder.calls.clear()
                 started = time.perf_counter()
-                report, team = run_stage(
-                    team,
-                    recorder,
-                    parts.updater,
-                    stage_config,
-                    penalty,
-                    stage_index=stage,
-                    on_update=note_update,
-                )
-                record = stage_metrics(stage, report, recorder.calls, time.perf_counter() - started)
+                # Exclusive of the sampler's and updater's own sections: the certificate
+                # (Thm 3.4/3.6 arithmetic on the updates' measurements) and the loop's bookkeeping.
+                with profiling.section("certificate and stage loop"):
+                    report, team = run_stage(
+                        team,
+                        recorder,
+                        parts.updater,
+                        stage_config,
+                        penalty,
+                        stage_index=stage,
+                        on_update=note_update,
+                    )
+                with profiling.section("logging"):
+                    record = stage_metrics(
+                        stage, report, recorder.calls, time.perf_counter() - started
+                    )
                 elapsed = clock() - run_started
                 out_of_time = budget_seconds > 0 and elapsed >= budget_seconds
                 last = stage == stages - 1 or out_of_time
@@ -394,29 +409,33 @@ def _run(parts: Components, run_dir: Path, start: ResumePoint, progress: bool) -
                     and parts.test_problems
                 ):
                     record["eval"] = evaluate_team(team, parts.sampler, parts.test_problems)
-                line = json.dumps(record)
-                metrics.write(line + "\n")
-                metrics.flush()
-                metrics_lines.append(line)
-                resume_point = ResumePoint.capture(
-                    stage + 1,
-                    team,
-                    parts.updater,
-                    sampler_rng,
-                    tuple(metrics_lines),
-                    clock() - run_started,
-                    finished=last,
-                )
-                log_scalars(writer, stage, record)
+                with profiling.section("logging"):
+                    line = json.dumps(record)
+                    metrics.write(line + "\n")
+                    metrics.flush()
+                    metrics_lines.append(line)
+                with profiling.section("checkpoint"):
+                    resume_point = ResumePoint.capture(
+                        stage + 1,
+                        team,
+                        parts.updater,
+                        sampler_rng,
+                        tuple(metrics_lines),
+                        clock() - run_started,
+                        finished=last,
+                    )
+                with profiling.section("logging"):
+                    log_scalars(writer, stage, record)
                 if last or (
                     config.run.checkpoint_every and (stage + 1) % config.run.checkpoint_every == 0
                 ):
-                    with signals_deferred():
+                    with profiling.section("checkpoint"), signals_deferred():
                         write_checkpoint(run_dir, resume_point)
-                bar.set_postfix(
-                    reward=f"{record['train_reward']:.2f}", cert=f"{report.certificate:.3g}"
-                )
-                bar.update(1)
+                with profiling.section("logging"):
+                    bar.set_postfix(
+                        reward=f"{record['train_reward']:.2f}", cert=f"{report.certificate:.3g}"
+                    )
+                    bar.update(1)
                 if last:
                     break
     except KeyboardInterrupt:
