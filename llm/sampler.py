@@ -24,12 +24,13 @@ import numpy as np
 import torch
 from transformers import GenerationConfig
 
+from llm import profiling
 from llm.agents import LoraTeam
 from llm.dialogue import ChatFormat, Episode, Turn
 from llm.losses import group_normalised_advantages
 from llm.rewards import grade
 from llm.router import Router
-from llm.scoring import chunks, message_logits
+from llm.scoring import score_chunks
 from llm.tasks import Problem
 
 ProblemSource = Callable[[np.random.Generator, int], list[Problem]]
@@ -75,6 +76,68 @@ class SamplerSettings:
             raise ValueError(f"a_max must be > 0, got {self.a_max}")
 
 
+class BehaviourLogps(Sequence[Sequence[torch.Tensor]]):
+    """Per episode, per turn: the message's token log-probs under the behaviour team, each
+    agent's computed on first use (``logps[e][t]``, as the tuple of tuples it stands for).
+
+    An update reads only its own agent's log-probs (the ratio check), and TeamTR samples again
+    after every update: scoring every agent's messages at every sampling round would cost
+    n - 1 training forward passes per round that nothing reads. The values are those the eager
+    computation gives, bit for bit: the same forward pass of the same (immutable) behaviour
+    team on the same chunks, only later.
+    """
+
+    def __init__(
+        self,
+        episodes: tuple[Episode, ...],
+        compute: Callable[[int], dict[tuple[int, int], torch.Tensor]],
+    ) -> None:
+        self._episodes = episodes
+        self._compute = compute
+        self._per_agent: dict[int, dict[tuple[int, int], torch.Tensor]] = {}
+
+    def of_agent(self, agent: int) -> dict[tuple[int, int], torch.Tensor]:
+        if agent not in self._per_agent:
+            self._per_agent[agent] = self._compute(agent)
+        return self._per_agent[agent]
+
+    def turn(self, episode: int, turn: int) -> torch.Tensor:
+        agent = self._episodes[episode].turns[turn].agent
+        return self.of_agent(agent).get((episode, turn), torch.zeros(0))
+
+    def __len__(self) -> int:
+        return len(self._episodes)
+
+    def __getitem__(self, episode):  # type: ignore[override]
+        if isinstance(episode, slice):
+            return tuple(self[e] for e in range(len(self))[episode])
+        return _EpisodeLogps(self, episode)
+
+
+def prepare_logps(rollouts: DialogueRollouts, agent: int) -> None:
+    """Compute ``agent``'s behaviour log-probs now, if they are computed lazily: that loads the
+    behaviour team into the backbone, which must happen before the caller loads another team."""
+    if isinstance(rollouts.old_logps, BehaviourLogps):
+        rollouts.old_logps.of_agent(agent)
+
+
+class _EpisodeLogps(Sequence[torch.Tensor]):
+    def __init__(self, table: BehaviourLogps, episode: int) -> None:
+        self._table = table
+        self._episode = episode
+        self._turns = len(table._episodes[episode].turns)
+
+    def __len__(self) -> int:
+        return self._turns
+
+    def __getitem__(self, turn):  # type: ignore[override]
+        if isinstance(turn, slice):
+            return tuple(self[t] for t in range(self._turns)[turn])
+        if not -self._turns <= turn < self._turns:
+            raise IndexError(turn)
+        return self._table.turn(self._episode, turn % self._turns)
+
+
 @dataclass(frozen=True)
 class DialogueRollouts:
     """Episodes of one behaviour team with rewards, advantages and behaviour log-probs."""
@@ -86,8 +149,9 @@ class DialogueRollouts:
     """False where the final answer could not be parsed (scored 0: fail-closed)."""
     advantages: np.ndarray
     """Group-normalised, clipped to A_max; one per episode, shared by all its turns."""
-    old_logps: tuple[tuple[torch.Tensor, ...], ...]
-    """Per episode, per turn: the message's token log-probs under ``behaviour``."""
+    old_logps: Sequence[Sequence[torch.Tensor]]
+    """Per episode, per turn: the message's token log-probs under ``behaviour`` (a
+    ``BehaviourLogps`` computes each agent's on first use)."""
     settings: SamplerSettings
     weights: np.ndarray = field(default_factory=lambda: np.ones(0))
     """Per-episode importance weights (HAPPO); ones for on-policy rollouts."""
@@ -148,6 +212,9 @@ def generate_messages(
     for row in output[:, length:].tolist():
         cut = row.index(chat.stop_id) + 1 if chat.stop_id in row else len(row)
         messages.append(tuple(row[:cut]))
+    profiling.count("generated tokens", sum(len(m) for m in messages))
+    profiling.count("generation steps", output.shape[1] - length)
+    profiling.count("generation rows", len(contexts))
     return messages
 
 
@@ -160,11 +227,18 @@ class DialogueSampler:
         router: Router,
         problems: ProblemSource,
         settings: SamplerSettings,
+        *,
+        reuse_work: bool = True,
     ) -> None:
         self.chat = chat
         self.router = router
         self.problems = problems
         self.settings = settings
+        self.reuse_work = reuse_work
+        """Score each group's prompt once (``llm.scoring.message_logits``; the updater must do
+        the same, so that its ratio check compares identical computations) and each agent's
+        behaviour log-probs only when first asked for (``BehaviourLogps``). False: the
+        straightforward path, kept as the reference of the equality tests and the profile."""
         self._rng = np.random.default_rng(settings.seed)
 
     # -- generation ---------------------------------------------------------------------------
@@ -219,9 +293,10 @@ class DialogueSampler:
                 indices = pending[agent]
                 model = self.speaker_model(team, agent)
                 contexts = [self.chat.context(episodes[i], agent) for i in indices]
-                messages = generate_messages(
-                    model, contexts, self.chat, s.max_new_tokens, temperature
-                )
+                with profiling.section(f"sampling turn {len(episodes[indices[0]].turns) + 1}"):
+                    messages = generate_messages(
+                        model, contexts, self.chat, s.max_new_tokens, temperature
+                    )
                 for index, message in zip(indices, messages, strict=True):
                     episode = episodes[index]
                     episodes[index] = episode.with_turns([*episode.turns, Turn(agent, message)])
@@ -233,34 +308,54 @@ class DialogueSampler:
         """Every message's token log-probs under its speaker, by the training forward pass."""
         per_episode: list[list[torch.Tensor]] = [[torch.zeros(0)] * len(e.turns) for e in episodes]
         for agent in range(team.n_agents):
-            model = team.use(agent)
-            for chunk in chunks(range(len(episodes)), self.settings.score_chunk):
-                with torch.no_grad():
-                    batch = message_logits(
-                        model, self.chat, episodes, agent, chunk, self.settings.temperature
-                    )
-                if batch is None:
-                    continue
-                logps = batch.token_logps()
-                for row, (e, t) in enumerate(batch.refs):
-                    per_episode[e][t] = logps[row][batch.mask[row]].clone()
+            for (e, t), logps in self.agent_logps(team, episodes, agent).items():
+                per_episode[e][t] = logps
         return tuple(tuple(turns) for turns in per_episode)
+
+    def agent_logps(
+        self, team: LoraTeam, episodes: Sequence[Episode], agent: int
+    ) -> dict[tuple[int, int], torch.Tensor]:
+        """``agent``'s message token log-probs under ``team``, keyed by (episode, turn)."""
+        out = {}
+        with profiling.section("behaviour log-probs"), torch.no_grad():
+            for _, batch in self._score_chunks(team.use(agent), episodes, agent):
+                logps = batch.token_logps()
+                for row, ref in enumerate(batch.refs):
+                    out[ref] = logps[row][batch.mask[row]].clone()
+        return out
+
+    def _score_chunks(self, model: torch.nn.Module, episodes: Sequence[Episode], agent: int):
+        return score_chunks(
+            model,
+            self.chat,
+            episodes,
+            agent,
+            self.settings.score_chunk,
+            self.settings.temperature,
+            share_prompt=self.reuse_work,
+        )
 
     def finish(
         self, team: LoraTeam, episodes: list[Episode], generated: int, reused: int, started: float
     ) -> DialogueRollouts:
-        grades = [grade(self.chat.message_text(e.turns[-1]), e.problem.answer) for e in episodes]
+        with profiling.section("grading"):
+            grades = [
+                grade(self.chat.message_text(e.turns[-1]), e.problem.answer) for e in episodes
+            ]
         rewards = np.array([g.reward for g in grades])
         advantages = group_normalised_advantages(
             torch.tensor(rewards), self.settings.group_size, self.settings.a_max
         ).numpy()
+        frozen = tuple(episodes)
         return DialogueRollouts(
             behaviour=team,
-            episodes=tuple(episodes),
+            episodes=frozen,
             rewards=rewards,
             parsed=np.array([g.parsed for g in grades]),
             advantages=advantages,
-            old_logps=self.behaviour_logps(team, episodes),
+            old_logps=BehaviourLogps(frozen, lambda agent: self.agent_logps(team, frozen, agent))
+            if self.reuse_work
+            else self.behaviour_logps(team, frozen),
             settings=self.settings,
             weights=np.ones(len(episodes)),
             generated_tokens=generated,
@@ -301,14 +396,10 @@ class DialogueSampler:
         """HAPPO: weight each episode by the product of the changed agents' message ratios."""
         log_weights = np.zeros(len(rollouts.episodes))
         for agent in team.differing_agents(rollouts.behaviour):
-            model = team.use(agent)
-            for chunk in chunks(range(len(rollouts.episodes)), self.settings.score_chunk):
-                with torch.no_grad():
-                    batch = message_logits(
-                        model, self.chat, rollouts.episodes, agent, chunk, self.settings.temperature
-                    )
-                if batch is None:
-                    continue
+            prepare_logps(rollouts, agent)  # before ``team`` is loaded into the backbone
+            with profiling.section("importance weights"), torch.no_grad():
+                scored = list(self._score_chunks(team.use(agent), rollouts.episodes, agent))
+            for _, batch in scored:
                 logps = batch.token_logps()
                 for row, (e, t) in enumerate(batch.refs):
                     new = float(logps[row][batch.mask[row]].sum())
