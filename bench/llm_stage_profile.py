@@ -15,8 +15,9 @@ transcript scored in full, every agent's behaviour log-probs at every sampling r
 ``after`` reuses what is exact to reuse (``llm.updater``, ``llm.backtracking``,
 ``llm.scoring``). Both are timed in one process on the same machine, one after the other.
 
-``generation`` measures the sampler against what the hardware allows on the same batch: the
-sampler's ``model.generate`` call, the same number of decoding steps as bare forward passes with
+``generation`` measures the sampler against what the hardware allows on the same batch (the
+first turn of the default batch): the sampler's ``model.generate`` call on whole contexts and
+with each group's prompt run once (``prompt_lengths``, the ``after`` path), the same number of decoding steps as bare forward passes with
 a static key/value cache (no sampling, no generation loop machinery), and one teacher-forced
 forward pass over the same tokens (the floor: every token's compute in one batched call).
 
@@ -163,6 +164,12 @@ def generation_limit(source: str, quick: bool, scratch: Path) -> dict[str, float
     started = time.process_time()
     messages = generate_messages(model, contexts, chat, s.max_new_tokens, s.temperature)
     sampler_seconds = time.process_time() - started
+    torch.manual_seed(0)
+    started = time.process_time()
+    shared = generate_messages(
+        model, contexts, chat, s.max_new_tokens, s.temperature, [len(e.prompt) for e in episodes]
+    )
+    shared_seconds = time.process_time() - started
     steps = max(len(m) for m in messages)
     generated = sum(len(m) for m in messages)
     # The same batch, left-padded as the sampler does, continued with the sampled tokens.
@@ -208,10 +215,13 @@ def generation_limit(source: str, quick: bool, scratch: Path) -> dict[str, float
         "decoding_steps": float(steps),
         "generated_tokens": float(generated),
         "sampler_cpu_seconds": sampler_seconds,
+        "sampler_sharing_prompts_cpu_seconds": shared_seconds,
+        "same_samples_sharing_prompts": float(shared == messages),
         "static_cache_forwards_cpu_seconds": static_seconds,
         "one_teacher_forced_pass_cpu_seconds": one_pass_seconds,
         "sampler_tokens_per_cpu_second": generated / sampler_seconds,
         "ratio_sampler_over_static_cache_forwards": sampler_seconds / static_seconds,
+        "ratio_sampler_sharing_prompts_over_static_cache_forwards": shared_seconds / static_seconds,
         "ratio_sampler_over_one_pass": sampler_seconds / one_pass_seconds,
     }
 

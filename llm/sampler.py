@@ -182,18 +182,30 @@ def generate_messages(
     chat: ChatFormat,
     max_new_tokens: int,
     temperature: float,
+    prompt_lengths: Sequence[int] | None = None,
 ) -> list[tuple[int, ...]]:
     """One message per context, sampled with the KV cache (temperature 0 = greedy).
 
     Pure sampling from softmax(logits / temperature): no top-k/top-p/repetition warpers, so
     the messages follow exactly the policy the updater trains.
+
+    ``prompt_lengths`` (one per context) marks each context's first tokens as its prompt: every
+    distinct prompt then runs through the model once, and its rows continue from that key/value
+    cache (causal attention: a prompt's keys and values do not depend on what follows it), so a
+    group of G dialogues on one problem pays for its prompt once instead of G times.
     """
-    length = max(len(c) for c in contexts)
-    input_ids = torch.full((len(contexts), length), chat.pad_id, dtype=torch.long)
-    attention = torch.zeros((len(contexts), length), dtype=torch.long)
-    for row, context in enumerate(contexts):  # left padding: generation continues on the right
-        input_ids[row, length - len(context) :] = torch.tensor(context)
-        attention[row, length - len(context) :] = 1
+    rows = len(contexts)
+    if prompt_lengths is None:
+        width = max(len(c) for c in contexts)
+        input_ids = torch.full((rows, width), chat.pad_id, dtype=torch.long)
+        attention = torch.zeros((rows, width), dtype=torch.long)
+        for row, context in enumerate(contexts):  # left padding: generation continues right
+            input_ids[row, width - len(context) :] = torch.tensor(context)
+            attention[row, width - len(context) :] = 1
+        cache = None
+    else:
+        input_ids, attention, cache = _prompt_cache(model, contexts, chat, prompt_lengths)
+        width = input_ids.shape[1]
     greedy = temperature == 0
     config = GenerationConfig(
         do_sample=not greedy,
@@ -206,16 +218,57 @@ def generate_messages(
     )
     with torch.no_grad():
         output = model.generate(
-            input_ids=input_ids, attention_mask=attention, generation_config=config
+            input_ids=input_ids, attention_mask=attention, generation_config=config, cache=cache
         )
     messages = []
-    for row in output[:, length:].tolist():
+    for row in output[:, width:].tolist():
         cut = row.index(chat.stop_id) + 1 if chat.stop_id in row else len(row)
         messages.append(tuple(row[:cut]))
     profiling.count("generated tokens", sum(len(m) for m in messages))
-    profiling.count("generation steps", output.shape[1] - length)
-    profiling.count("generation rows", len(contexts))
+    profiling.count("generation steps", output.shape[1] - width)
+    profiling.count("generation rows", rows)
     return messages
+
+
+def _prompt_cache(
+    model: torch.nn.Module,
+    contexts: Sequence[Sequence[int]],
+    chat: ChatFormat,
+    prompt_lengths: Sequence[int],
+):
+    """Inputs laid out as [left-padded prompt | left-padded rest] and the prompts' cache.
+
+    The padding between prompt and rest is masked; positions follow the attention mask, so
+    every real token sits at the position it has in its unpadded context.
+    """
+    prompts = [tuple(c[:p]) for c, p in zip(contexts, prompt_lengths, strict=True)]
+    distinct = list(dict.fromkeys(prompts))
+    group_of = [distinct.index(p) for p in prompts]
+    prompt_width = max(len(p) for p in distinct)
+    rest_width = max(len(c) - len(p) for c, p in zip(contexts, prompts, strict=True))
+    rows = len(contexts)
+    prefix_ids = torch.full((len(distinct), prompt_width), chat.pad_id, dtype=torch.long)
+    prefix_mask = torch.zeros((len(distinct), prompt_width), dtype=torch.long)
+    for g, prompt in enumerate(distinct):
+        prefix_ids[g, prompt_width - len(prompt) :] = torch.tensor(prompt)
+        prefix_mask[g, prompt_width - len(prompt) :] = 1
+    with torch.no_grad():
+        cache = model(
+            input_ids=prefix_ids,
+            attention_mask=prefix_mask,
+            position_ids=(prefix_mask.cumsum(-1) - 1).clamp(min=0),
+            use_cache=True,
+        ).cache
+    cache.reorder_cache(torch.tensor(group_of))  # one row of the cache per context
+    input_ids = torch.full((rows, prompt_width + rest_width), chat.pad_id, dtype=torch.long)
+    attention = torch.zeros((rows, prompt_width + rest_width), dtype=torch.long)
+    for row, (context, prompt) in enumerate(zip(contexts, prompts, strict=True)):
+        input_ids[row, :prompt_width] = prefix_ids[group_of[row]]
+        attention[row, :prompt_width] = prefix_mask[group_of[row]]
+        rest = context[len(prompt) :]
+        input_ids[row, input_ids.shape[1] - len(rest) :] = torch.tensor(rest, dtype=torch.long)
+        attention[row, attention.shape[1] - len(rest) :] = 1
+    return input_ids, attention, cache
 
 
 class DialogueSampler:
@@ -293,9 +346,12 @@ class DialogueSampler:
                 indices = pending[agent]
                 model = self.speaker_model(team, agent)
                 contexts = [self.chat.context(episodes[i], agent) for i in indices]
+                prompt_lengths = (
+                    [len(episodes[i].prompt) for i in indices] if self.reuse_work else None
+                )
                 with profiling.section(f"sampling turn {len(episodes[indices[0]].turns) + 1}"):
                     messages = generate_messages(
-                        model, contexts, self.chat, s.max_new_tokens, temperature
+                        model, contexts, self.chat, s.max_new_tokens, temperature, prompt_lengths
                     )
                 for index, message in zip(indices, messages, strict=True):
                     episode = episodes[index]

@@ -18,7 +18,7 @@ from llm_test_support import arithmetic_sampler, perturb_agent, with_rewards
 
 from llm import profiling
 from llm.losses import per_token_kl, per_token_kl_from_log_probs
-from llm.sampler import BehaviourLogps
+from llm.sampler import BehaviourLogps, generate_messages
 from llm.scoring import message_logits
 from llm.updater import TrustRegionUpdater, UpdaterSettings
 from teamtr.penalty import EpisodicPenalty
@@ -184,3 +184,24 @@ def test_rollouts_keep_lazy_logps_through_replace(team, char_chat):
     rollouts, _ = rollouts_of(team, char_chat, reuse_work=True)
     reweighted = dataclasses.replace(rollouts, weights=np.full(8, 2.0))
     assert reweighted.old_logps is rollouts.old_logps
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.0])
+def test_generation_from_shared_prompts_samples_what_whole_contexts_sample(
+    team, char_chat, temperature
+):
+    """Same seed, same policy: every token of every turn is the same (a wrong cache or position
+    would change the random model's distribution and, over 72 draws, the samples)."""
+    rollouts, _ = rollouts_of(team, char_chat, reuse_work=False)
+    prompt_lengths = [len(e.prompt) for e in rollouts.episodes]
+    for turn in range(3):
+        agent = rollouts.episodes[0].turns[turn].agent
+        contexts = [
+            char_chat.context(e.with_turns(e.turns[:turn]), agent) for e in rollouts.episodes
+        ]
+        for model in (team.generation_model(agent), team.use(agent)):
+            torch.manual_seed(1)
+            whole = generate_messages(model, contexts, char_chat, 6, temperature)
+            torch.manual_seed(1)
+            shared = generate_messages(model, contexts, char_chat, 6, temperature, prompt_lengths)
+            assert shared == whole, turn
