@@ -21,7 +21,8 @@ with each group's prompt run once (``prompt_lengths``, the ``after`` path), the 
 a static key/value cache (no sampling, no generation loop machinery), and one teacher-forced
 forward pass over the same tokens (the floor: every token's compute in one batched call).
 
-Usage: ``.venv/bin/python bench/llm_stage_profile.py [--quick] [--json OUT]``. ``--quick`` runs
+Usage: ``OMP_NUM_THREADS=1 .venv/bin/python bench/llm_stage_profile.py [--quick] [--json OUT]``;
+``--table OUT`` prints a written report's tables again (markdown). ``--quick`` runs
 the tiny random model on a smaller batch (seconds; ``make test`` runs it): a random model never
 answers right, so its rollouts are graded 1, 0, 1, 0, ... to give every update a signal.
 """
@@ -251,17 +252,31 @@ def goals(cases: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]:
 
 
 def print_table(report: dict[str, Any]) -> None:
+    """The report as markdown: CPU seconds per part and path, then counts, goals, generation."""
     cases = report["cases"]
     columns = [(c, p) for c in cases for p in PATHS if p in cases[c]]
     rows = list(dict.fromkeys(r for c, p in columns for r in cases[c][p]["table"]))
-    print("CPU seconds | " + " | ".join(f"{c} {p}" for c, p in columns))
-    for row in [*rows, "total"]:
+    print("| CPU seconds | " + " | ".join(f"{c} {p}" for c, p in columns) + " |")
+    print("|---" * (len(columns) + 1) + "|")
+    for row in [*rows, "**total**"]:
         values = [
-            cases[c][p]["total_cpu_seconds"] if row == "total" else cases[c][p]["table"].get(row, 0)
+            cases[c][p]["total_cpu_seconds"]
+            if row == "**total**"
+            else cases[c][p]["table"].get(row, 0.0)
             for c, p in columns
         ]
-        print(f"{row} | " + " | ".join(f"{v:.2f}" for v in values))
-    print(json.dumps(report.get("goals", {}), indent=1))
+        print(f"| {row} | " + " | ".join(f"{v:.1f}" for v in values) + " |")
+    counts = sorted({k for c, p in columns for k in cases[c][p]["counts"]})
+    for key in counts:
+        values = [cases[c][p]["counts"].get(key, 0.0) for c, p in columns]
+        print(f"| {key} | " + " | ".join(f"{v:.0f}" for v in values) + " |")
+    backtracks = [sum(u["backtracks"] for u in cases[c][p]["updates"]) for c, p in columns]
+    print("| backtracks | " + " | ".join(str(b) for b in backtracks) + " |")
+    print()
+    for path, values in report.get("goals", {}).items():
+        print(f"- {path}: " + ", ".join(f"{k} = {v:.3g}" for k, v in values.items()))
+    for key, value in report.get("generation", {}).items():
+        print(f"- generation {key} = {value:.4g}")
 
 
 def main() -> None:
@@ -272,7 +287,11 @@ def main() -> None:
     parser.add_argument("--paths", nargs="+", choices=PATHS, default=list(PATHS))
     parser.add_argument("--no-generation", action="store_true", help="skip the generation limit")
     parser.add_argument("--json", default=None, help="write the report here (after every case)")
+    parser.add_argument("--table", metavar="JSON", help="only print the tables of a report")
     args = parser.parse_args()
+    if args.table:
+        print_table(json.loads(Path(args.table).read_text()))
+        return
     source = args.source or ("tiny" if args.quick else "smollm2")
     torch.set_num_threads(1)
     # Imported once per process by the first run; not a cost of any stage.

@@ -175,6 +175,8 @@ class TrustRegionUpdater:
         self.reuse_work = reuse_work
         self.share_prompt = reuse_work if share_prompt is None else share_prompt
         """Score each group's prompt once (default: as ``reuse_work``)."""
+        self._first_gradient_error: str | None = None
+        """Set by the reference pass when the first step's loss was not finite."""
         self.optimizers: dict[int, torch.optim.Optimizer] = {}
 
     def optimizer_for(self, team: LoraTeam, agent: int) -> torch.optim.Optimizer:
@@ -351,7 +353,7 @@ class TrustRegionUpdater:
         optimizer = self.optimizer_for(team, agent)
         before_update = ParameterSnapshot(parameters, optimizer)
         optimizer.zero_grad(set_to_none=True)
-        self._first_gradient_error: str | None = None
+        self._first_gradient_error = None
         references = self._references(team, agent, rollouts, n_tokens)
         first_gradient = [p.grad for p in parameters] if self.reuse_work else None
         if first_gradient is not None and not _finite(first_gradient):
