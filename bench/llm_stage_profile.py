@@ -145,6 +145,11 @@ def profile_stage(case: str, path: str, source: str, quick: bool, scratch: Path)
     result = profile.to_dict()
     result["table"] = grouped(result["parts"])  # type: ignore[arg-type]
     result["table"]["unattributed"] = profile.unattributed_seconds
+    result["paths"] = {
+        "sampler_reuse_work": parts.sampler.reuse_work,
+        "updater_reuse_work": parts.updater.reuse_work,
+        "updater_share_prompt": parts.updater.share_prompt,
+    }
     result["updates"] = record["updates"]
     result["certificate"] = record["certificate"]
     result["generated_tokens"] = record["generated_tokens"]

@@ -173,11 +173,15 @@ class TrustRegionUpdater:
         self.temperature = temperature
         self.score_chunk = score_chunk
         self.reuse_work = reuse_work
-        self.share_prompt = reuse_work if share_prompt is None else share_prompt
-        """Score each group's prompt once (default: as ``reuse_work``)."""
+        self._share_prompt = share_prompt
         self._first_gradient_error: str | None = None
         """Set by the reference pass when the first step's loss was not finite."""
         self.optimizers: dict[int, torch.optim.Optimizer] = {}
+
+    @property
+    def share_prompt(self) -> bool:
+        """Score each group's prompt once (unless set otherwise: as ``reuse_work``)."""
+        return self.reuse_work if self._share_prompt is None else self._share_prompt
 
     def optimizer_for(self, team: LoraTeam, agent: int) -> torch.optim.Optimizer:
         if agent not in self.optimizers:

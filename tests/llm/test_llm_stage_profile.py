@@ -41,6 +41,8 @@ def test_every_case_and_path_is_profiled_with_its_parts(report):
     assert set(report["cases"]) == {"teamtr", "stale", "grpo"}
     for case, paths in report["cases"].items():
         assert set(paths) == {"before", "after"}
+        assert set(paths["before"]["paths"].values()) == {False}, case  # all straightforward
+        assert set(paths["after"]["paths"].values()) == {True}, case
         for path, result in paths.items():
             parts = result["parts"]
             for part in ("sampling turn 1", "reference logits", "kl measurement", "checkpoint"):
