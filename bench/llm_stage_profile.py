@@ -87,10 +87,14 @@ class AlternatingRewards(DialogueSampler):
         return dataclasses.replace(rollouts, rewards=rewards, advantages=advantages)
 
 
-def case_config(case: str, source: str, quick: bool, output_dir: Path, label: str) -> RunConfig:
+def case_config(
+    case: str, source: str, quick: bool, output_dir: Path, label: str, seed: int | None = None
+) -> RunConfig:
     path, scheme = CASES[case]
     config = load_config(path)
     sampler = config.sampler
+    if seed is not None:  # the problems drawn and the samples: another stage of the same run
+        sampler = dataclasses.replace(sampler, seed=seed)
     if quick:
         sampler = dataclasses.replace(
             sampler,
@@ -108,6 +112,7 @@ def case_config(case: str, source: str, quick: bool, output_dir: Path, label: st
             config.run,
             output_dir=str(output_dir),
             name=f"{case}-{label}",
+            seed=config.run.seed if seed is None else seed,
             eval_every=0,
             checkpoint_every=1,
             threads=1,
@@ -128,8 +133,10 @@ def grouped(parts: dict[str, dict[str, float]]) -> dict[str, float]:
     return table
 
 
-def profile_stage(case: str, path: str, source: str, quick: bool, scratch: Path) -> dict[str, Any]:
-    config = case_config(case, source, quick, scratch, path)
+def profile_stage(
+    case: str, path: str, source: str, quick: bool, scratch: Path, seed: int | None = None
+) -> dict[str, Any]:
+    config = case_config(case, source, quick, scratch, path, seed)
     parts: Components = build(config)
     reuse = path == "after"
     if quick:
@@ -291,6 +298,9 @@ def main() -> None:
     parser.add_argument("--cases", nargs="+", choices=list(CASES), default=list(CASES))
     parser.add_argument("--paths", nargs="+", choices=PATHS, default=list(PATHS))
     parser.add_argument("--no-generation", action="store_true", help="skip the generation limit")
+    parser.add_argument(
+        "--seed", type=int, help="run and sampler seed instead of the configs' (other problems)"
+    )
     parser.add_argument("--json", default=None, help="write the report here (after every case)")
     parser.add_argument("--table", metavar="JSON", help="only print the tables of a report")
     args = parser.parse_args()
@@ -306,6 +316,7 @@ def main() -> None:
         "source": source,
         "quick": args.quick,
         "threads": torch.get_num_threads(),
+        "seed": args.seed,
         "command": " ".join(["bench/llm_stage_profile.py", *sys.argv[1:]]),
         "cases": {},
     }
@@ -323,7 +334,7 @@ def main() -> None:
         for case in args.cases:
             for path in args.paths:
                 print(f"profiling {case} ({path}) ...", file=sys.stderr, flush=True)
-                result = profile_stage(case, path, source, args.quick, Path(scratch))
+                result = profile_stage(case, path, source, args.quick, Path(scratch), args.seed)
                 report["cases"].setdefault(case, {})[path] = result
                 save()
     print_table(report)
