@@ -39,7 +39,7 @@ from llm.config import RunConfig
 from llm.loading import load_model
 from llm.sampler import SamplerSettings, generate_messages
 from llm.tasks import ArithmeticSuite
-from llm.train import RecordingSampler, build
+from llm.train import build
 from llm.updater import UpdaterSettings
 from teamtr.config import StageConfig
 from teamtr.penalty import EpisodicPenalty
@@ -122,22 +122,22 @@ def generation_throughput(
 def stage_costs(parts, config: RunConfig) -> dict[str, dict[str, float]]:
     results = {}
     for scheme in ("teamtr", "stale"):
-        recorder = RecordingSampler(parts.sampler)
         torch.manual_seed(0)
         started = time.perf_counter()
-        run_stage(
+        report, _ = run_stage(
             parts.team,
-            recorder,
+            parts.sampler,
             parts.updater,
             StageConfig(scheme=scheme, radius=0.02, order="fixed"),
             EpisodicPenalty(config.sampler.turns),
         )
+        calls = report.sampled_rollouts
         results[scheme] = {
             "wall_seconds": time.perf_counter() - started,
-            "sampling_seconds": sum(c.wall_seconds for c in recorder.calls),
-            "generated_tokens": float(sum(c.generated_tokens for c in recorder.calls)),
-            "reused_turns": float(sum(c.reused_turns for c in recorder.calls)),
-            "sample_calls": float(len(recorder.calls)),
+            "sampling_seconds": sum(c.wall_seconds for c in calls),
+            "generated_tokens": float(sum(c.generated_tokens for c in calls)),
+            "reused_turns": float(sum(c.reused_turns for c in calls)),
+            "sample_calls": float(len(calls)),
         }
     results["ratio_teamtr_over_stale"] = {
         key: results["teamtr"][key] / results["stale"][key]

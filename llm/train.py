@@ -145,25 +145,8 @@ def build(config: RunConfig) -> Components:
     return Components(config, chat, backbone.initial_team(), sampler, updater, test)
 
 
-class RecordingSampler:
-    """Delegates to a DialogueSampler and remembers what each call cost (for metrics)."""
-
-    def __init__(self, inner: DialogueSampler) -> None:
-        self.inner = inner
-        self.calls: list[DialogueRollouts] = []
-
-    def sample(self, team, *, previous=None, updated_agent=None):
-        rollouts = self.inner.sample(team, previous=previous, updated_agent=updated_agent)
-        self.calls.append(rollouts)
-        return rollouts
-
-    def importance_weighted(self, rollouts, team):
-        return self.inner.importance_weighted(rollouts, team)
-
-
-def stage_metrics(
-    stage: int, report: StageReport, calls: list[DialogueRollouts], seconds: float
-) -> dict[str, Any]:
+def stage_metrics(stage: int, report: StageReport, seconds: float) -> dict[str, Any]:
+    calls: tuple[DialogueRollouts, ...] = report.sampled_rollouts
     first = calls[0] if calls else None
     return {
         "stage": stage,
@@ -355,7 +338,6 @@ def _run(parts: Components, run_dir: Path, start: ResumePoint, progress: bool) -
         # Lines after the checkpoint belong to stages that will be run again.
         lines = "".join(x + "\n" for x in metrics_lines)
         write_atomically(run_dir / "metrics.jsonl", lines.encode())
-        recorder = RecordingSampler(parts.sampler)
         stage_config = StageConfig(
             scheme=config.stage.scheme,
             radius=config.stage.radius,
@@ -382,14 +364,13 @@ def _run(parts: Components, run_dir: Path, start: ResumePoint, progress: bool) -
         ):
             for stage in range(start.stage, stages):
                 position.update(stage=stage, updates_done=0)
-                recorder.calls.clear()
                 started = time.perf_counter()
                 # Exclusive of the sampler's and updater's own sections: the certificate
                 # (Thm 3.4/3.6 arithmetic on the updates' measurements) and the loop's bookkeeping.
                 with profiling.section("certificate and stage loop"):
                     report, team = run_stage(
                         team,
-                        recorder,
+                        parts.sampler,
                         parts.updater,
                         stage_config,
                         penalty,
@@ -397,9 +378,7 @@ def _run(parts: Components, run_dir: Path, start: ResumePoint, progress: bool) -
                         on_update=note_update,
                     )
                 with profiling.section("logging"):
-                    record = stage_metrics(
-                        stage, report, recorder.calls, time.perf_counter() - started
-                    )
+                    record = stage_metrics(stage, report, time.perf_counter() - started)
                 elapsed = clock() - run_started
                 out_of_time = budget_seconds > 0 and elapsed >= budget_seconds
                 last = stage == stages - 1 or out_of_time

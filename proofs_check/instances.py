@@ -13,7 +13,7 @@ from typing import Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from teamtr.divergence import kl_in_direction, log_softmax
+from teamtr.divergence import kl, kl_in_direction, log_softmax
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -279,3 +279,26 @@ def draw_team(rng: np.random.Generator, mdp: TabularMDP) -> FloatArray:
 def draw_radius(rng: np.random.Generator) -> float:
     """delta_i, log-uniform in [1e-4, 0.5]."""
     return float(np.exp(rng.uniform(np.log(1e-4), np.log(0.5))))
+
+
+# --- seeded instances of the checks of ``teamtr verify`` ------------------------------------
+
+
+def draw_stage0(rng: np.random.Generator) -> tuple[FloatArray, FloatArray, float]:
+    """pi_pre, pi_cur (a few states, near-deterministic at times) and a radius delta0."""
+    n_states, n_actions = int(rng.integers(1, 4)), int(rng.integers(2, 6))
+    pre = random_policy_table(rng, n_states, n_actions, float(rng.uniform(0.3, 4.0)))
+    cur = random_policy_table(rng, n_states, n_actions, float(rng.uniform(0.3, 4.0)))
+    radius = float(rng.uniform(0.05, 1.2)) * float(np.mean(kl(pre, cur)))
+    return pre, cur, max(radius, 1e-4)
+
+
+def draw_message_pair(rng: np.random.Generator) -> MessagePair:
+    """A small pair of token-by-token message policies (V <= 4, T <= 3)."""
+    return random_message_pair(
+        rng,
+        vocab_size=int(rng.integers(2, 5)),
+        length=int(rng.integers(1, 4)),
+        logit_scale=float(rng.uniform(0.2, 3.0)),
+        closeness=float(rng.uniform(0.05, 1.0)),
+    )

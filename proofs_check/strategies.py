@@ -14,7 +14,6 @@ from collections.abc import Sequence
 import numpy as np
 from hypothesis import strategies as st
 
-from proofs_check.checks import Trace, random_proposal, stage_trace
 from proofs_check.instances import (
     Direction,
     MessagePair,
@@ -25,6 +24,7 @@ from proofs_check.instances import (
     random_tabular_mdp,
     tilt,
 )
+from proofs_check.traces import Trace, random_proposal, stage_trace
 
 seeds = st.integers(min_value=0, max_value=2**32 - 1)
 """Seeds of the numpy generators that fill an instance's arrays."""
@@ -81,7 +81,7 @@ def tabular_mdps(
 @st.composite
 def turn_taking_mdps(draw: st.DrawFn, **kwargs: object):
     """``sim.TurnTakingMDP`` objects, with P passed dense (S x A x S) or sparse ((S*A) x S)."""
-    from proofs_check.checks import to_sim
+    from proofs_check.traces import to_sim
 
     mdp = draw(tabular_mdps(**kwargs))  # type: ignore[arg-type]
     return to_sim(mdp, sparse=draw(st.booleans()))
@@ -167,7 +167,7 @@ def exact_update_traces(
 ) -> Trace:
     """A stage of exact-optimal updates (``sim``'s ExactUpdater, KL-constrained maximiser of
     the surrogate under the intermediate occupancy) in a random order."""
-    from proofs_check.checks import exact_proposal
+    from proofs_check.traces import exact_proposal
 
     mdp = draw(tabular_mdps(episodic=episodic, min_agents=min_agents))
     start = draw(team_tables(mdp))

@@ -3,13 +3,10 @@ certificate proxy with exact inputs."""
 
 from hypothesis import given
 
-from proofs_check.checks import (
-    certificate_proxy_slack,
-    drift_slacks,
-    episodic_per_step_slacks,
-    theorem_3_4_slacks,
-)
+from proofs_check.episodic import certificate_proxy_slack, episodic_per_step_slacks
 from proofs_check.strategies import random_update_traces
+from proofs_check.theorem_3_4 import theorem_3_4_slacks
+from proofs_check.theorem_3_7 import drift_slacks
 
 
 @given(random_update_traces(episodic=True))

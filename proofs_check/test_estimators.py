@@ -9,7 +9,7 @@ import numpy as np
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from proofs_check.checks import (
+from proofs_check.estimators import (
     estimator_expectation_slack,
     estimator_unbiased_slack,
     hoeffding_coverage_slack,

@@ -5,7 +5,7 @@ agent acts (state level), and a message's KL is the expected sum of its per-toke
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proofs_check.checks import lemma_3_1_state_slack, message_chain_rule_slack
+from proofs_check.lemma_3_1 import lemma_3_1_state_slack, message_chain_rule_slack
 from proofs_check.strategies import message_pairs, tabular_mdps, team_tables
 
 

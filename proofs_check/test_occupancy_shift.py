@@ -5,7 +5,7 @@ of the bounds rest on."""
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proofs_check.checks import (
+from proofs_check.occupancy_shift import (
     marginal_shift_slack,
     occupancy_shift_slack,
     occupancy_shift_sup_slack,

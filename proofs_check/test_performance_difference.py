@@ -4,7 +4,7 @@ and its episodic form sum_t E_{rho_t^pi', pi'}[A_t^pi], to 1e-9 by exact evaluat
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proofs_check.checks import (
+from proofs_check.performance_difference import (
     episodic_performance_difference_slack,
     performance_difference_slack,
     sim_evaluation_slack,

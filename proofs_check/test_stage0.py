@@ -5,7 +5,7 @@ the same instance) and lies inside the radius."""
 import numpy as np
 from hypothesis import example, given
 
-from proofs_check.checks import stage0_feasibility_slack, stage0_optimality_slack
+from proofs_check.stage0 import stage0_feasibility_slack, stage0_optimality_slack
 from proofs_check.strategies import stage0_instances
 
 # SLSQP found no feasible point here (singular subproblem next to a near-deterministic

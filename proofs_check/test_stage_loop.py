@@ -7,8 +7,8 @@ import numpy as np
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from proofs_check.checks import stage_loop_slacks
 from proofs_check.instances import TabularMDP
+from proofs_check.stage_loop import stage_loop_slacks
 from proofs_check.strategies import directions, radii, tabular_mdps, team_tables
 
 # Counterexample (found by searching small episodic instances, then rounded to 2 decimals):

@@ -6,9 +6,10 @@ both KL directions; checked on every update of a stage by exact evaluation."""
 import numpy as np
 from hypothesis import given
 
-from proofs_check.checks import exact_proposal, stage_trace, theorem_3_4_slacks
 from proofs_check.instances import TabularMDP
 from proofs_check.strategies import exact_update_traces, random_update_traces
+from proofs_check.theorem_3_4 import theorem_3_4_slacks
+from proofs_check.traces import exact_proposal, stage_trace
 
 
 @given(random_update_traces())

@@ -3,8 +3,8 @@ sum_i [L_i - C_i sqrt(delta_i)] (the sum of the per-update certificates)."""
 
 from hypothesis import given
 
-from proofs_check.checks import theorem_3_6_slack
 from proofs_check.strategies import exact_update_traces, random_update_traces
+from proofs_check.theorem_3_6 import theorem_3_6_slack
 
 
 @given(random_update_traces(direction="reverse"))

@@ -5,8 +5,8 @@ C_i sum_{k<=i} sqrt(delta_k) (per update and summed over the stage)."""
 
 from hypothesis import given
 
-from proofs_check.checks import drift_slacks, stale_penalty_slacks
 from proofs_check.strategies import exact_update_traces, random_update_traces
+from proofs_check.theorem_3_7 import drift_slacks, stale_penalty_slacks
 
 
 @given(random_update_traces(min_agents=2))

@@ -1,8 +1,9 @@
 """``teamtr verify``: every check of ``proofs_check.checks`` on N seeded random instances.
 
 Outside hypothesis: instance seeds 0 .. N-1, the same for every run, so a violation printed
-here is reproduced by ``check_xxx(seed)``. Prints one row per check (instances, violations,
-min and median slack), optionally writes JSON, and exits 1 if any check is violated.
+here is reproduced by ``proofs_check.checks.CHECKS_BY_NAME[name].function(seed)``. Prints one
+row per check (instances, violations, min and median slack), optionally writes JSON, and exits
+1 if any check is violated.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ class CheckSummary:
     min_slack: float
     median_slack: float
     worst_seed: int
-    """The instance seed of the smallest slack: ``check_xxx(worst_seed)`` reproduces it."""
+    """The instance seed of the smallest slack: ``CHECKS_BY_NAME[name].function(worst_seed)``."""
 
 
 def summarise(name: str, seeds: Sequence[int], slacks: Sequence[float]) -> CheckSummary:

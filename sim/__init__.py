@@ -2,7 +2,8 @@
 
 The exact world of teamtr (ARCHITECTURE.md, "The tabular world"): ``TurnTakingMDP`` and its
 generators, exact ``evaluate``, the team, samplers and updater that ``teamtr.stage`` drives,
-and Gymnasium environments registered under ``teamtr/...-v0`` on import.
+Gymnasium environments registered under ``teamtr/...-v0`` on import, and ``from_gymnasium``,
+which reads a Gymnasium toy-text environment into a TurnTakingMDP.
 
 >>> import sim
 >>> mdp = sim.random_mdp(n_states=50, n_actions=3, n_agents=2, gamma=0.9, seed=0)
@@ -11,6 +12,7 @@ and Gymnasium environments registered under ``teamtr/...-v0`` on import.
 1.0
 """
 
+from sim.agent_map import TeamMismatchError
 from sim.dialogue import (
     TokenFactorisation,
     dialogue_mdp,
@@ -18,7 +20,7 @@ from sim.dialogue import (
     per_token_kl_sum,
 )
 from sim.env import ENV_IDS, TurnTakingEnv, register_envs
-from sim.evaluate import Evaluation, evaluate, policy_kernel
+from sim.evaluate import Evaluation, NonFiniteResultError, evaluate, policy_kernel
 from sim.generators import coordination_game, random_mdp, tree_mdp
 from sim.linear import SolverError
 from sim.mdp import MDPValidationError, TurnTakingMDP
@@ -31,6 +33,7 @@ from sim.rollouts import (
     surrogate_scale,
 )
 from sim.team import PolicyValidationError, TabularTeam, random_team, uniform_team
+from sim.toy_text import GymnasiumConversionError, alternating_team, from_gymnasium
 from sim.updates import ExactUpdater
 
 register_envs()
@@ -42,18 +45,23 @@ __all__ = [
     "ExactRollouts",
     "ExactSampler",
     "ExactUpdater",
+    "GymnasiumConversionError",
     "MDPValidationError",
+    "NonFiniteResultError",
     "PolicyValidationError",
     "SampledSampler",
     "SolverError",
+    "TeamMismatchError",
     "TabularRollouts",
     "TabularTeam",
     "TokenFactorisation",
     "TurnTakingEnv",
     "TurnTakingMDP",
+    "alternating_team",
     "coordination_game",
     "dialogue_mdp",
     "evaluate",
+    "from_gymnasium",
     "message_probs_from_token_logits",
     "per_token_kl_sum",
     "policy_kernel",

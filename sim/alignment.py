@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from sim.agent_map import check_team_fits
 from sim.evaluate import Evaluation, evaluate
 from sim.mdp import TurnTakingMDP
 from sim.team import TabularTeam, validate_policy
@@ -163,6 +164,7 @@ def swap_certificate(
     evaluation of it), the surrogate, the divergences and J after the swap. ``radius`` (delta0)
     adds the bound L - C sqrt(delta0), valid when KL(new || cur)(s) <= delta0 on agent k's states.
     """
+    check_team_fits(mdp, team, "swap_certificate")
     new = _agent_table(mdp, new_table, "new_table")
     before = current if current is not None else evaluate(mdp, team.table)
     after_team = team.with_agent(agent, new)
@@ -223,6 +225,7 @@ def align_agent(
         raise ValueError(f"delta0 must be finite and > 0, got {delta0!r}")
     if not 0 <= agent < mdp.n_agents:
         raise ValueError(f"agent must lie in [0, {mdp.n_agents}), got {agent}")
+    check_team_fits(mdp, team, "align_agent")
     pre = _agent_table(mdp, pi_pre_table, "pi_pre_table")
     before = current if current is not None else evaluate(mdp, team.table)
     mine = mdp.states_of(agent)

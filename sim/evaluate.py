@@ -17,11 +17,18 @@ import numpy as np
 import scipy.sparse as sp
 from numpy.typing import NDArray
 
-from sim.linear import solve_resolvent_pair
+from sim.agent_map import check_team_fits
+from sim.linear import solve_resolvent_pair, validate_solver_options
 from sim.mdp import TurnTakingMDP
 from sim.team import TabularTeam, validate_policy
 
 Array = NDArray[np.float64]
+
+FLOAT64_MAX = float(np.finfo(np.float64).max)
+
+
+class NonFiniteResultError(ArithmeticError):
+    """An exact evaluation whose values overflow float64 (the message says which and where)."""
 
 
 @dataclass(frozen=True)
@@ -104,8 +111,40 @@ def policy_kernel(mdp: TurnTakingMDP, pi: Array) -> sp.csr_matrix:
 
 
 def _as_table(mdp: TurnTakingMDP, pi: Any) -> Array:
-    table = pi.table if isinstance(pi, TabularTeam) else pi
-    return validate_policy(table, mdp.n_states, mdp.n_actions)
+    if isinstance(pi, TabularTeam):
+        check_team_fits(mdp, pi, "sim.evaluate")
+        return pi.table
+    return validate_policy(pi, mdp.n_states, mdp.n_actions)
+
+
+def _check_finite(mdp: TurnTakingMDP, evaluation: Evaluation) -> Evaluation:
+    """Raise NonFiniteResultError if any part of ``evaluation`` overflowed (inf, or NaN from it).
+
+    The MDP and the policy are finite (validated), so a non-finite value can only come from
+    overflow: |V| can reach max |r| / (1 - gamma) (discounted) or H max |r| (episodic), and A
+    twice that.
+    """
+    # V first: Q, A and J are computed from it and inherit its overflow.
+    parts = {"V": evaluation.V, "Q": evaluation.Q, "A": evaluation.A, "d": evaluation.d}
+    if evaluation.A_bar is not None:
+        parts["A_bar"] = evaluation.A_bar
+    parts["J"] = np.asarray(evaluation.J)
+    for name, values in parts.items():
+        finite = np.isfinite(values)
+        if finite.all():
+            continue
+        index = tuple(int(i) for i in np.argwhere(~finite)[0]) if values.ndim else ()
+        entry = f"{name}[{', '.join(map(str, index))}]" if index else name
+        factor = float(mdp.horizon) if mdp.horizon is not None else 1.0 / (1.0 - mdp.gamma)
+        # In log10: the bound itself may not be a float64.
+        bound = np.log10(mdp.r_max) + np.log10(factor) if mdp.r_max > 0 else -np.inf
+        raise NonFiniteResultError(
+            f"sim.evaluate: {name} is not finite ({entry} = {values[index]}): the "
+            f"values overflow float64, whose largest number is {FLOAT64_MAX:.3g}; max |r| = "
+            f"{mdp.r_max:.3g} times the horizon factor {factor:.3g} bounds |V| by "
+            f"10^{bound:.1f} and |A| by twice that. Rescale the rewards."
+        )
+    return evaluation
 
 
 def evaluate(
@@ -114,12 +153,19 @@ def evaluate(
     """Exact evaluation of the team table ``pi`` (S x A row-stochastic, or a TabularTeam).
 
     ``method`` picks the linear solver for the discounted case ('auto', 'direct-lu',
-    'krylov-gmres'; see ``sim.linear``); ``rtol`` is the Krylov solver's relative residual.
+    'krylov-gmres'; see ``sim.linear``); ``rtol`` is the Krylov solver's relative residual,
+    in (0, 1). A TabularTeam must fit ``mdp`` (its shape, agents and agent map; else
+    ``TeamMismatchError``). Values that overflow float64 raise ``NonFiniteResultError``.
     """
+    validate_solver_options(rtol, method)
     table = _as_table(mdp, pi)
-    if mdp.horizon is not None:
-        return _evaluate_episodic(mdp, table, mdp.horizon)
-    return _evaluate_discounted(mdp, table, rtol, method)
+    # Overflow is reported by _check_finite with its cause, not by numpy's warnings.
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        if mdp.horizon is not None:
+            evaluation = _evaluate_episodic(mdp, table, mdp.horizon)
+        else:
+            evaluation = _evaluate_discounted(mdp, table, rtol, method)
+    return _check_finite(mdp, evaluation)
 
 
 def _evaluate_discounted(mdp: TurnTakingMDP, pi: Array, rtol: float, method: str) -> Evaluation:

@@ -24,6 +24,7 @@ construction with the roles of the left and right eigenvectors swapped.
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -54,6 +55,9 @@ RICHARDSON_SLOW_RATE = 0.7
 
 Vector = NDArray[np.float64]
 
+METHODS = ("auto", "direct-lu", "direct-triangular", "direct-dag", "krylov-gmres")
+"""The ``method`` names ``solve_resolvent_pair`` (and ``sim.evaluate``) accept."""
+
 
 class SolverError(RuntimeError):
     """The iterative solver did not reach the requested residual."""
@@ -77,6 +81,20 @@ class ResolventSolution:
     """max of the two relative residuals ||rhs - M x||_2 / ||rhs||_2."""
     matvecs: int = 0
     """Matrix-vector products used by the Krylov solver (0 for direct solves)."""
+
+
+def validate_solver_options(rtol: float, method: str) -> None:
+    """Raise ValueError unless 0 < rtol < 1 (a real number) and ``method`` is one of METHODS.
+
+    rtol <= 0 can never be met (the iteration would run to its cap of tens of thousands of
+    products before failing), NaN would compare false and stop at once with an unsolved
+    system, and rtol >= 1 is met by x = 0. Positive values below float64's resolution
+    (~1e-16) are refused quickly by the solver itself, with the residual it reached.
+    """
+    if isinstance(rtol, bool) or not isinstance(rtol, numbers.Real) or not 0.0 < rtol < 1.0:
+        raise ValueError(f"rtol must be a real number in (0, 1), got {rtol!r}")
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {', '.join(METHODS)}; got {method!r}")
 
 
 def relative_residual(operator: Callable[[Vector], Vector], solution: Vector, rhs: Vector) -> float:
@@ -321,15 +339,19 @@ def _solve_krylov(
         # v + gamma/(1-gamma) * mean(v).
         return v + deflation * v.sum()
 
+    # numpy's floating-point error state is per thread: the workers take the caller's (so
+    # sim.evaluate's overflow handling holds inside them too).
+    caller_errors = np.geterr()
+
+    def solve(operator: Callable[[Vector], Vector], rhs: Vector) -> tuple[Vector, int, float]:
+        with np.errstate(**caller_errors):
+            return _deflated_richardson(operator, preconditioner, rhs, rtol, direct_affordable)
+
     # The two systems are independent and the sparse products release the GIL: solve them
     # side by side on two threads.
     with ThreadPoolExecutor(max_workers=2) as pool:
-        values_job = pool.submit(
-            _deflated_richardson, values_operator, preconditioner, b, rtol, direct_affordable
-        )
-        adjoint_job = pool.submit(
-            _deflated_richardson, adjoint_operator, preconditioner, c, rtol, direct_affordable
-        )
+        values_job = pool.submit(solve, values_operator, b)
+        adjoint_job = pool.submit(solve, adjoint_operator, c)
         x, used_x, res_x = values_job.result()
         y, used_y, res_y = adjoint_job.result()
     if max(res_x, res_y) > rtol:
@@ -354,6 +376,7 @@ def solve_resolvent_pair(
     ``method`` is 'auto' (by structure and size, see the module docstring), 'direct-lu' or
     'krylov-gmres'. ``kernel`` may hold duplicate entries (they are summed).
     """
+    validate_solver_options(rtol, method)
     n = kernel.shape[0]
     if gamma == 0.0:
         return ResolventSolution(values_rhs.copy(), adjoint_rhs.copy(), "identity", 0.0)

@@ -14,6 +14,7 @@ import numpy as np
 import scipy.sparse as sp
 from numpy.typing import ArrayLike, NDArray
 
+from sim.agent_map import agent_ids
 from teamtr.penalty import DiscountedPenalty, EpisodicPenalty
 
 STOCHASTIC_ATOL = 1e-9
@@ -89,34 +90,6 @@ def _validate_transition_rows(P: sp.csr_matrix, n_actions: int) -> None:
         )
 
 
-def _as_agent_ids(agent_of_state: ArrayLike, n_states: int, n_agents: int | None) -> NDArray[Any]:
-    raw = np.asarray(agent_of_state)
-    if raw.shape != (n_states,):
-        raise MDPValidationError(
-            f"agent_of_state must have shape (S,) = ({n_states},), got {raw.shape}"
-        )
-    if raw.dtype == np.bool_ or not np.issubdtype(raw.dtype, np.number):
-        raise MDPValidationError(f"agent_of_state must hold integers, got dtype {raw.dtype}")
-    if not np.issubdtype(raw.dtype, np.integer):
-        finite = np.isfinite(raw)
-        integral = finite & (raw == np.round(np.where(finite, raw, 0)))
-        if not integral.all():
-            state = int(np.flatnonzero(~integral)[0])
-            raise MDPValidationError(
-                f"agent_of_state must hold integers; state {state} has {raw[state].item()!r}"
-            )
-    ids = raw.astype(np.int64)
-    if n_states and ids.min() < 0:
-        state = int(np.argmin(ids))
-        raise MDPValidationError(f"agent ids must be >= 0; state {state} has agent {ids[state]}")
-    if n_agents is not None and n_states and ids.max() >= n_agents:
-        state = int(np.argmax(ids))
-        raise MDPValidationError(
-            f"agent ids must be < n_agents = {n_agents}; state {state} has agent {ids[state]}"
-        )
-    return ids
-
-
 class TurnTakingMDP:
     """A turn-taking MDP: in state s only agent ``agent_of_state[s]`` acts (THEORY.md §1).
 
@@ -130,6 +103,8 @@ class TurnTakingMDP:
     >>> mdp.n_states, mdp.n_actions, mdp.n_agents
     (2, 1, 2)
 
+    Agent ids must be integers 0..n-1 with none missing, or lie in [0, n_agents) when
+    ``n_agents`` is given (n_agents <= S).
     Raises ``MDPValidationError`` (a ``ValueError``) naming the array, state and action at fault.
     Rows of P and rho0 that sum to 1 within 1e-9 are renormalised exactly.
     """
@@ -162,8 +137,6 @@ class TurnTakingMDP:
             raise MDPValidationError(f"R is not finite at state {s}, action {a}: {rewards[s, a]}")
 
         self._gamma, self._horizon = self._validate_discounting(gamma, horizon)
-        if n_agents is not None and (not isinstance(n_agents, numbers.Integral) or n_agents < 1):
-            raise MDPValidationError(f"n_agents must be an int >= 1, got {n_agents!r}")
 
         transitions = _transitions_to_csr(P, n_states, n_actions)
         _validate_transition_rows(transitions, n_actions)
@@ -188,8 +161,7 @@ class TurnTakingMDP:
             )
         start /= start.sum()
 
-        ids = _as_agent_ids(agent_of_state, n_states, n_agents)
-        self._n_agents = int(n_agents) if n_agents is not None else int(ids.max()) + 1
+        ids, self._n_agents = agent_ids(agent_of_state, n_states, n_agents, MDPValidationError)
 
         transitions.data.setflags(write=False)
         transitions.indices.setflags(write=False)
@@ -197,7 +169,7 @@ class TurnTakingMDP:
         self._P = transitions
         self._R = _read_only(rewards)
         self._rho0 = _read_only(start)
-        self._agent_of_state = _read_only(ids)
+        self._agent_of_state = ids
 
     @staticmethod
     def _validate_discounting(gamma: float, horizon: int | None) -> tuple[float, int | None]:

@@ -14,8 +14,10 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from sim.agent_map import as_fitting_team
 from sim.env import TurnTakingEnv
 from sim.evaluate import Evaluation, evaluate
+from sim.linear import validate_solver_options
 from sim.mdp import TurnTakingMDP
 from sim.team import TabularTeam
 
@@ -79,19 +81,15 @@ def surrogate_scale(mdp: TurnTakingMDP) -> float:
     return 1.0 / (1.0 - mdp.gamma)
 
 
-def _as_team(team: Any) -> TabularTeam:
-    if not isinstance(team, TabularTeam):
-        raise TypeError(f"expected a TabularTeam, got {type(team).__name__}")
-    return team
-
-
 class ExactSampler:
     """Exact "rollouts": the occupancy and advantages of a team by linear solves.
 
     Implements ``teamtr.protocols.Sampler``: the limit of infinitely many on-policy episodes.
+    Teams must fit ``mdp`` (``sim.agent_map.check_team_fits``); ``rtol`` is in (0, 1).
     """
 
     def __init__(self, mdp: TurnTakingMDP, *, rtol: float = 1e-11) -> None:
+        validate_solver_options(rtol, "auto")
         self.mdp = mdp
         self.rtol = rtol
 
@@ -103,7 +101,7 @@ class ExactSampler:
         updated_agent: int | None = None,
     ) -> TabularRollouts:
         """Exact rollouts of ``team`` (``previous``/``updated_agent`` are not needed here)."""
-        tabular = _as_team(team)
+        tabular = as_fitting_team(self.mdp, team, "ExactSampler.sample")
         evaluation = evaluate(self.mdp, tabular.table, rtol=self.rtol)
         return TabularRollouts(
             behaviour=tabular,
@@ -121,7 +119,7 @@ class ExactSampler:
         attached to its decision points stay those of the behaviour team (stale). Episodic:
         A_bar is re-averaged with team's per-step marginals, sum_t rho_t^team A_t^behaviour.
         """
-        target = _as_team(team)
+        target = as_fitting_team(self.mdp, team, "ExactSampler.importance_weighted")
         target_evaluation = evaluate(self.mdp, target.table, rtol=self.rtol)
         advantage = np.asarray(rollouts.advantage)
         behaviour_evaluation = getattr(rollouts, "evaluation", None)
@@ -172,6 +170,7 @@ class SampledSampler:
 
     def rollout(self, team: TabularTeam) -> EpisodeBatch:
         """Play ``n_episodes`` episodes of ``team`` in the environment."""
+        as_fitting_team(self.mdp, team, "SampledSampler.rollout")
         cumulative = np.cumsum(team.table, axis=1)
         episodes: list[int] = []
         times: list[int] = []
@@ -218,7 +217,7 @@ class SampledSampler:
         previous: Any | None = None,
         updated_agent: int | None = None,
     ) -> TabularRollouts:
-        tabular = _as_team(team)
+        tabular = as_fitting_team(self.mdp, team, "SampledSampler.sample")
         batch = self.rollout(tabular)
         return TabularRollouts(
             behaviour=tabular,
@@ -233,7 +232,7 @@ class SampledSampler:
 
         Self-normalised weights on the occupancy; the advantages stay the behaviour's.
         """
-        target = _as_team(team)
+        target = as_fitting_team(self.mdp, team, "SampledSampler.importance_weighted")
         batch: EpisodeBatch | None = rollouts.episodes
         if batch is None:
             raise ValueError("importance weighting needs sampled episodes (rollouts.episodes)")

@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from sim.agent_map import agent_ids
+
 if TYPE_CHECKING:
     from sim.mdp import TurnTakingMDP
 
@@ -50,6 +52,9 @@ class TabularTeam:
     Implements ``teamtr.protocols.TeamPolicy``. A team is a value: ``with_agent`` returns a new
     team. ``agent(k)`` returns a full S x A copy of which only agent k's rows matter.
 
+    Agent ids must be integers 0..n-1 with none missing, or lie in [0, n_agents) when
+    ``n_agents`` is given (``sim.agent_map.agent_ids``); otherwise PolicyValidationError.
+
     >>> import numpy as np
     >>> team = TabularTeam(np.full((3, 2), 0.5), agent_of_state=[0, 1, 0])
     >>> new = team.with_agent(1, np.array([[1.0, 0.0]] * 3))
@@ -60,21 +65,15 @@ class TabularTeam:
     def __init__(
         self, table: ArrayLike, agent_of_state: ArrayLike, *, n_agents: int | None = None
     ) -> None:
-        ids = np.asarray(agent_of_state, dtype=np.int64)
         raw = np.asarray(table)
         if raw.ndim != 2:
             raise PolicyValidationError(f"policy table must be 2-D (S, A), got shape {raw.shape}")
-        if ids.shape != (raw.shape[0],):
-            raise PolicyValidationError(
-                f"agent_of_state must have shape ({raw.shape[0]},), got {ids.shape}"
-            )
+        ids, count = agent_ids(agent_of_state, raw.shape[0], n_agents, PolicyValidationError)
         pi = validate_policy(raw, raw.shape[0], raw.shape[1])
         pi.setflags(write=False)
-        ids = ids.copy()
-        ids.setflags(write=False)
         self._table = pi
         self._agent_of_state = ids
-        self._n_agents = int(n_agents) if n_agents is not None else int(ids.max()) + 1
+        self._n_agents = count
 
     @property
     def n_agents(self) -> int:

@@ -1,4 +1,6 @@
-"""The exact trust-region update of one agent (THEORY.md §2, Thm 3.4; ARCHITECTURE.md).
+"""The exact trust-region update of one agent (THEORY.md §2, Thm 3.4).
+
+ARCHITECTURE.md, "The tabular world", places it among the parts of the exact backend.
 
 For agent k, with the occupancy d and advantages A-hat of the rollouts it is given:
 
@@ -43,9 +45,9 @@ from numpy.typing import NDArray
 from scipy.optimize import brentq
 from scipy.special import logsumexp
 
-from sim.evaluate import advantage_bound
+from sim.agent_map import TeamMismatchError, as_fitting_team
+from sim.evaluate import NonFiniteResultError, advantage_bound
 from sim.mdp import TurnTakingMDP
-from sim.team import TabularTeam
 from teamtr.reports import AgentUpdate
 
 Array = NDArray[np.float64]
@@ -207,14 +209,11 @@ class ExactUpdater:
         self.direction: Direction = direction
 
     def update(self, team: Any, agent: int, rollouts: Any, radius: float) -> AgentUpdate:
-        if not isinstance(team, TabularTeam):
-            raise TypeError(f"ExactUpdater needs a TabularTeam, got {type(team).__name__}")
+        team = as_fitting_team(self.mdp, team, "ExactUpdater.update")
         if not (radius >= 0 and np.isfinite(radius)):
             raise ValueError(f"radius must be a finite number >= 0, got {radius!r}")
         old = team.agent(agent)
-        occupancy = np.asarray(rollouts.occupancy, dtype=np.float64)
-        advantage = np.asarray(rollouts.advantage, dtype=np.float64)
-        scale = float(rollouts.surrogate_scale)
+        occupancy, advantage, scale = self._read_rollouts(rollouts)
         mine = team.states_of(agent) & (occupancy > 0)
 
         policy = old[mine]
@@ -228,19 +227,26 @@ class ExactUpdater:
         temperature = np.inf
         greedy = False
         if radius > 0 and varies.any():
-            centred = np.where(support[varies], adv[varies] - top[varies], 0.0)
+            with np.errstate(over="ignore"):
+                centred = np.where(support[varies], adv[varies] - top[varies], 0.0)
+            # A spread beyond float64's range (advantages of both signs near 1e308) is centred
+            # in halves instead: halving is exact, and the difference of two halves is finite.
+            halved = not np.isfinite(centred).all()
+            if halved:
+                centred = np.where(support[varies], 0.5 * adv[varies] - 0.5 * top[varies], 0.0)
             # Both maximisers depend on A / temperature only: solving on advantages scaled to
             # max |A| = 1 keeps the temperature search in normal floats whatever their size
             # (advantage spreads of 1e-308, from a subnormal gamma, included).
-            spread = float(-centred.min())
+            spread = float(-centred.min()) * (2.0 if halved else 1.0)
             rows = _Rows(
                 weights=occupancy[mine][varies],
                 policy=policy[varies],
-                centred=centred / spread,
+                centred=centred / float(-centred.min()),
                 support=support[varies],
             )
             solution, temperature, greedy = self._solve(rows, radius)
-            temperature *= spread
+            with np.errstate(over="ignore"):
+                temperature *= spread
             new_rows[varies] = solution
 
         new_table = old.copy()
@@ -256,6 +262,35 @@ class ExactUpdater:
         return self._report(
             old, new_table, mine, occupancy, advantage, scale, epsilon, temperature, greedy
         )
+
+    def _read_rollouts(self, rollouts: Any) -> tuple[Array, Array, float]:
+        """(d, A-hat, surrogate scale) of ``rollouts``, checked against the MDP's shape.
+
+        Non-finite inputs are refused here: they would turn the temperature search and the
+        reported certificate into NaN.
+        """
+        shape = (self.mdp.n_states, self.mdp.n_actions)
+        occupancy = np.asarray(rollouts.occupancy, dtype=np.float64)
+        advantage = np.asarray(rollouts.advantage, dtype=np.float64)
+        scale = float(rollouts.surrogate_scale)
+        if occupancy.shape != shape[:1] or advantage.shape != shape:
+            raise TeamMismatchError(
+                f"ExactUpdater.update: rollouts with occupancy {occupancy.shape} and advantage "
+                f"{advantage.shape} do not fit the MDP's (S,) = {shape[:1]} and (S, A) = {shape}"
+            )
+        for name, values in (("occupancy", occupancy), ("advantage", advantage)):
+            if not np.isfinite(values).all():
+                index = tuple(int(i) for i in np.argwhere(~np.isfinite(values))[0])
+                raise NonFiniteResultError(
+                    f"ExactUpdater.update: the rollouts' {name} is not finite at {index}: "
+                    f"{values[index]}"
+                )
+        if (occupancy < 0).any() or not (np.isfinite(scale) and scale > 0):
+            raise ValueError(
+                "ExactUpdater.update: rollouts need an occupancy >= 0 and a finite surrogate "
+                f"scale > 0, got min d = {occupancy.min():.3g}, scale = {scale!r}"
+            )
+        return occupancy, advantage, scale
 
     def _solve(self, rows: _Rows, radius: float) -> tuple[Array, float, bool]:
         """(policy rows, temperature, limit): limit when the radius does not bind."""
@@ -305,14 +340,29 @@ class ExactUpdater:
                 kl_terms = np.where(p > 0, p * np.log(p / q), 0.0)
         kl = np.maximum(kl_terms.sum(axis=1), 0.0)
         tv = 0.5 * np.abs(q - p).sum(axis=1)
-        expected_advantage = np.sum(q * advantage[mine], axis=1)
+        with np.errstate(over="ignore", invalid="ignore"):
+            expected_advantage = np.sum(q * advantage[mine], axis=1)
+            surrogate = scale * float(weights @ expected_advantage)
+        report = {
+            "surrogate": surrogate,
+            "kl": float(weights @ kl),
+            "advantage_bound": epsilon,
+            "tv": float(weights @ tv),
+        }
+        for name, value in report.items():
+            if not np.isfinite(value):
+                raise NonFiniteResultError(
+                    f"ExactUpdater.update: the update's {name} is not finite ({value}); the "
+                    f"advantages (max |A-hat| = {np.abs(advantage).max():.3g}) times the "
+                    f"surrogate scale {scale:.3g} overflow float64. Rescale the rewards."
+                )
         return AgentUpdate(
             policy=new,
             # L_i of Thm 3.4 restricted to agent k's states (elsewhere pi' = pi).
-            surrogate=scale * float(weights @ expected_advantage),
-            kl=float(weights @ kl),
-            advantage_bound=epsilon,
-            tv=float(weights @ tv),
+            surrogate=report["surrogate"],
+            kl=report["kl"],
+            advantage_bound=report["advantage_bound"],
+            tv=report["tv"],
             kl_quantile=None,
             extras={"temperature": temperature, "greedy": float(greedy)},
         )

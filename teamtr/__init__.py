@@ -6,11 +6,13 @@ The shared core (numpy only, never torch). Public API:
 - the stage loop: ``run_stage``, ``run_stages``, ``stage_order``, ``StageConfig``, ``SCHEMES``
 - reports: ``AgentUpdate``, ``UpdateRecord``, ``StageReport``
 - penalties of Thm 3.4: ``DiscountedPenalty``, ``EpisodicPenalty``
+- a conformance checker for backends: ``check_backend``, ``BackendCheckError``
 - math modules: ``teamtr.divergence``, ``teamtr.surrogate``, ``teamtr.turns``,
   ``teamtr.trust_region``, ``teamtr.bounds``, ``teamtr.alignment``
 """
 
 from teamtr.config import SCHEMES, StageConfig
+from teamtr.conformance import BackendCheckError, check_backend
 from teamtr.penalty import DiscountedPenalty, EpisodicPenalty, PenaltyModel
 from teamtr.protocols import AgentUpdater, Rollouts, Sampler, TeamPolicy
 from teamtr.reports import AgentUpdate, StageReport, UpdateRecord
@@ -20,6 +22,7 @@ __all__ = [
     "SCHEMES",
     "AgentUpdate",
     "AgentUpdater",
+    "BackendCheckError",
     "DiscountedPenalty",
     "EpisodicPenalty",
     "PenaltyModel",
@@ -29,6 +32,7 @@ __all__ = [
     "StageReport",
     "TeamPolicy",
     "UpdateRecord",
+    "check_backend",
     "run_stage",
     "run_stages",
     "stage_order",

@@ -1,111 +1,87 @@
-"""The ``teamtr`` console script: one dispatcher, each subcommand in the package that owns it.
+"""The ``teamtr`` console script: it discovers subcommands and dispatches; it knows none of them.
 
-Subcommand modules are imported only when their subcommand runs, so ``teamtr --help`` and the
-tabular commands never import torch.
+Each package registers its subcommands as ``teamtr.Command`` values under the entry-point group
+``teamtr.commands`` of ``pyproject.toml`` (the way pytest finds its plugins), for example::
+
+    [project.entry-points."teamtr.commands"]
+    verify = "proofs_check.commands:VERIFY"
+
+A ``Command`` names the module that implements it; that module is imported only when its
+subcommand runs, so ``teamtr --help`` and the tabular commands never import torch, and the core
+imports no backend (imports point down: backends and tools import the core, never the reverse).
 """
 
 from __future__ import annotations
 
-import argparse
 import importlib
-import json
 import sys
 from collections.abc import Sequence
-from pathlib import Path
+from dataclasses import dataclass
+from importlib.metadata import entry_points
 
-# name -> (module providing build_parser(prog) and run(args) -> int, one-line help)
-TABULAR_COMMANDS: dict[str, tuple[str, str]] = {
-    "evaluate": ("teamtr.cli", "exact J of a built-in tabular MDP under a uniform team"),
-    "verify": ("proofs_check.verify", "check every lemma and theorem on seeded random instances"),
-    "scaling": ("sim.experiments.scaling", "measure the n^2 (stale) vs n (teamtr) drift scaling"),
-    "sim-train": ("sim.experiments.sim_train", "multi-stage tabular training of every scheme"),
-    "swap-sim": ("sim.experiments.swap", "exact swap-shock study: direct versus aligned swaps"),
-}
-# Language-model commands live in llm/ (torch); argv is forwarded unparsed.
-LLM_COMMANDS: dict[str, str] = {
-    "train": "train a team of language models from a TOML config",
-    "eval": "evaluate a trained (or untrained) team on a dataset",
-    "swap": "replace one agent of a run by another model, optionally after Stage-0 alignment",
-}
+ENTRY_POINT_GROUP = "teamtr.commands"
 
 
-def _usage() -> str:
+@dataclass(frozen=True)
+class Command:
+    """One subcommand of ``teamtr``, as a package registers it."""
+
+    help: str
+    """The one-line description shown by ``teamtr --help``."""
+    module: str
+    """The module that implements it: ``build_parser(prog)`` and ``run(args) -> int``, or, when
+    ``forward_argv`` is set, ``main(argv) -> int`` with ``argv`` starting at the subcommand."""
+    forward_argv: bool = False
+    """Hand the unparsed command line to ``module.main`` (a package with its own parser)."""
+
+    def __call__(self, name: str, argv: Sequence[str]) -> int:
+        """Run the subcommand ``name`` with the arguments after it."""
+        module = importlib.import_module(self.module)
+        if self.forward_argv:
+            return int(module.main([name, *argv]))
+        args = module.build_parser(f"teamtr {name}").parse_args(list(argv))
+        return int(module.run(args))
+
+
+def registered_commands() -> dict[str, Command]:
+    """Every subcommand installed packages register, by name, in registration order."""
+    commands: dict[str, Command] = {}
+    for entry in entry_points(group=ENTRY_POINT_GROUP):
+        command = entry.load()
+        if not isinstance(command, Command):
+            raise TypeError(
+                f"entry point {entry.name} = {entry.value!r} of group {ENTRY_POINT_GROUP!r} "
+                f"must name a teamtr.cli.Command, got {type(command).__name__}"
+            )
+        commands.setdefault(entry.name, command)
+    return commands
+
+
+def usage(commands: dict[str, Command]) -> str:
     lines = ["usage: teamtr <command> [options]", "", "commands:"]
-    for name, (_, text) in TABULAR_COMMANDS.items():
-        lines.append(f"  {name:<10} {text}")
-    for name, text in LLM_COMMANDS.items():
-        lines.append(f"  {name:<10} {text}")
+    lines += [f"  {name:<10} {command.help}" for name, command in commands.items()]
+    if not commands:
+        lines.append(f"  (none: no installed package registers the {ENTRY_POINT_GROUP!r} group)")
     lines += ["", "Run `teamtr <command> --help` for the options of one command."]
     return "\n".join(lines)
 
 
-def build_parser(prog: str) -> argparse.ArgumentParser:
-    """Options of ``teamtr evaluate``."""
-    parser = argparse.ArgumentParser(prog=prog, description=TABULAR_COMMANDS["evaluate"][1])
-    parser.add_argument(
-        "--mdp",
-        choices=("random", "coordination", "dialogue"),
-        default="random",
-        help="built-in MDP family",
-    )
-    parser.add_argument("--agents", type=int, default=3, help="number of agents n")
-    parser.add_argument("--seed", type=int, default=0, help="generator seed")
-    parser.add_argument("--json", type=Path, default=None, help="also write the result here")
-    return parser
-
-
-def run(args: argparse.Namespace) -> int:
-    """``teamtr evaluate``: build the MDP, evaluate the uniform team exactly, print J."""
-    import sim
-
-    if args.agents < 1:
-        print(f"teamtr evaluate: --agents must be >= 1, got {args.agents}", file=sys.stderr)
-        return 2
-    if args.mdp == "random":
-        mdp = sim.random_mdp(
-            n_states=64, n_actions=4, n_agents=args.agents, gamma=0.9, seed=args.seed
-        )
-    elif args.mdp == "coordination":
-        mdp = sim.coordination_game(n_agents=args.agents, seed=args.seed)
-    else:
-        mdp = sim.dialogue_mdp(n_agents=args.agents, seed=args.seed)
-    team = sim.uniform_team(mdp)
-    evaluation = sim.evaluate(mdp, team.table)
-    result = {
-        "mdp": args.mdp,
-        "agents": args.agents,
-        "seed": args.seed,
-        "states": int(mdp.n_states),
-        "actions": int(mdp.n_actions),
-        "J": float(evaluation.J),
-    }
-    print(
-        f"{args.mdp} MDP, {args.agents} agents, {mdp.n_states} states: J(uniform) = "
-        f"{evaluation.J:.10g}"
-    )
-    if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
-    return 0
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    commands = registered_commands()
     if not argv or argv[0] in ("-h", "--help"):
-        print(_usage())
+        print(usage(commands))
         return 0 if argv else 2
-    command, rest = argv[0], argv[1:]
-    if command in LLM_COMMANDS:
-        from llm.cli import main as llm_main
-
-        return llm_main(argv)
-    if command not in TABULAR_COMMANDS:
-        print(f"teamtr: unknown command {command!r}\n\n{_usage()}", file=sys.stderr)
+    name, rest = argv[0], argv[1:]
+    if name not in commands:
+        print(f"teamtr: unknown command {name!r}\n\n{usage(commands)}", file=sys.stderr)
         return 2
-    module = importlib.import_module(TABULAR_COMMANDS[command][0])
-    args = module.build_parser(f"teamtr {command}").parse_args(rest)
-    return int(module.run(args))
+    return commands[name](name, rest)
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    # Run as ``python -m teamtr.cli``, this file is ``__main__``; the packages' commands are
+    # instances of ``teamtr.cli.Command``, so dispatch through that module.
+    from teamtr.cli import main as package_main
+
+    raise SystemExit(package_main())

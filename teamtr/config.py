@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from numbers import Integral
 from typing import Literal, get_args
 
 SchemeName = Literal["teamtr", "stale", "joint", "happo"]
@@ -24,7 +25,8 @@ class StageConfig:
     radius: float | tuple[float, ...] = 0.01
     """delta_i, the per-agent KL radius of Thm 3.4: one value for all agents or one per agent."""
     order: OrderSpec = "fixed"
-    """sigma: 'fixed' (0..n-1), 'random' (a fresh permutation per stage), or a permutation."""
+    """sigma: 'fixed' (0..n-1), 'random' (a fresh permutation per stage), or a tuple of distinct
+    agents (a permutation, or a subset: ``(k,)`` updates agent k alone)."""
     seed: int = 0
     """Seed of the random order (stage s uses the stream (seed, s))."""
     kl_tolerance: float = 1e-6
@@ -44,9 +46,13 @@ class StageConfig:
             if r <= 0:
                 raise ValueError(f"radius must be > 0 (delta_i of Thm 3.4), got {self.radius!r}")
         if isinstance(self.order, tuple):
-            if sorted(self.order) != list(range(len(self.order))):
+            valid = all(
+                isinstance(k, Integral) and not isinstance(k, bool) and k >= 0 for k in self.order
+            )
+            if not self.order or not valid or len(set(self.order)) != len(self.order):
                 raise ValueError(
-                    f"order must be 'fixed', 'random' or a permutation of 0..n-1, got {self.order!r}"
+                    "order must be 'fixed', 'random' or a non-empty tuple of distinct agent "
+                    f"indices, got {self.order!r}"
                 )
         elif self.order not in ("fixed", "random"):
             raise ValueError(f"order must be 'fixed', 'random' or a tuple, got {self.order!r}")

@@ -25,7 +25,7 @@ FloatArray = NDArray[np.float64]
 
 KLDirection = Literal["reverse", "forward"]
 """Which KL a trust region constrains: ``"reverse"`` = KL(new || old), ``"forward"`` =
-KL(old || new). The tabular exact update supports both (ARCHITECTURE.md, ``sim/``)."""
+KL(old || new). The tabular exact update supports both (ARCHITECTURE.md, "The tabular world")."""
 
 KL_DIRECTIONS: tuple[str, ...] = get_args(KLDirection)
 

@@ -1,4 +1,4 @@
-"""The three parts every backend supplies to the stage loop (ARCHITECTURE.md, "The core").
+"""The parts every backend supplies to the stage loop (ARCHITECTURE.md, "The four protocols").
 
 A backend (the exact tabular world in ``sim/``, the language-model world in ``llm/``) implements
 a team policy, a sampler of decision points and an agent updater. ``teamtr.stage.run_stage``

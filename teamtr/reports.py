@@ -55,6 +55,15 @@ class UpdateRecord:
     """J of the team before this update, where the backend can evaluate J exactly."""
     j_after: float | None = None
     """J of the team after this update, likewise."""
+    base: Any = field(default=None, compare=False, repr=False)
+    """pi_hat^{i-1}: the team the update started from (the stage-start team for joint)."""
+    rollouts: Any = field(default=None, compare=False, repr=False)
+    """The rollouts the updater was given: their occupancy is the one the update was trained
+    under (``rollouts.behaviour``'s, or, for happo, the reweighted-for team's)."""
+    fresh_rollouts: bool = False
+    """Whether the sampler produced ``rollouts`` for this update (the stage-start cache counts
+    for the first update); False when they were reused or reweighted. Summing the sampling cost
+    of the records with ``fresh_rollouts`` counts every sampler call of the stage once."""
 
     @property
     def realised_gain(self) -> float | None:
@@ -77,6 +86,12 @@ class StageReport:
     j_end: float | None = None
     teams: tuple[Any, ...] = ()
     """pi_hat^0 .. pi_hat^n when the caller asked to keep them (for drift measurements)."""
+
+    @property
+    def sampled_rollouts(self) -> tuple[Any, ...]:
+        """Every batch of rollouts the sampler produced this stage, in order (one per sampler
+        call: the stage-start cache of stale/joint/happo, each fresh batch of teamtr)."""
+        return tuple(r.rollouts for r in self.records if r.fresh_rollouts)
 
     @property
     def realised_gain(self) -> float | None:

@@ -7,8 +7,18 @@ enter the team one by one or all at once; everything else is the shared stage lo
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from teamtr.protocols import Rollouts, Sampler, TeamPolicy
+
+
+class Supplied(NamedTuple):
+    """The rollouts for one update, and whether the sampler produced them for it."""
+
+    rollouts: Rollouts
+    fresh: bool
+    """True when sampled for this update (or, for the first update, the stage-start cache);
+    False when reused from an earlier update or reweighted (happo)."""
 
 
 @dataclass
@@ -21,6 +31,8 @@ class RolloutSource:
     """The cache sampled under pi_cur (stale, joint, happo)."""
     latest: Rollouts | None = None
     """The most recent rollouts handed out (fresh ones for teamtr, reweighted ones for happo)."""
+    handed_out: bool = False
+    """Whether any rollouts were handed out yet this stage (the stage-start cache counts once)."""
 
     @property
     def simultaneous(self) -> bool:
@@ -31,8 +43,10 @@ class RolloutSource:
         if self.scheme != "teamtr":
             self.stage_start = self.sampler.sample(team)
 
-    def for_update(self, team: TeamPolicy, last_updated: int | None) -> Rollouts:
+    def for_update(self, team: TeamPolicy, last_updated: int | None) -> Supplied:
         """Rollouts for the next update, given the current intermediate team pi_hat^{i-1}."""
+        first = not self.handed_out
+        self.handed_out = True
         if self.scheme == "teamtr":
             # Intermediate occupancy (Thm 3.4): fresh samples of pi_hat^{i-1}. If the previous
             # update was not kept the team is unchanged and its rollouts are still on-policy.
@@ -40,13 +54,16 @@ class RolloutSource:
                 self.latest = self.sampler.sample(
                     team, previous=self.latest, updated_agent=last_updated
                 )
-            return self.latest
+                return Supplied(self.latest, True)
+            return Supplied(self.latest, False)
         assert self.stage_start is not None, "start() must be called before for_update()"
         if self.scheme == "happo":
             # The cache of pi_cur reweighted by the earlier agents' ratios stands for pi_hat^{i-1};
             # the advantages stay those of pi_cur. Reweight only when the team has changed.
             if last_updated is not None:
                 self.latest = self.sampler.importance_weighted(self.stage_start, team)
-            return self.latest if self.latest is not None else self.stage_start
+            if self.latest is not None:
+                return Supplied(self.latest, False)
+            return Supplied(self.stage_start, first)
         # stale and joint: the stage-start cache, whatever has changed since (Thm 3.7).
-        return self.stage_start
+        return Supplied(self.stage_start, first)

@@ -1,4 +1,4 @@
-"""The stage loop, written once for every scheme and both backends (ARCHITECTURE.md).
+"""The stage loop, once for every scheme and both backends (ARCHITECTURE.md, "One stage").
 
 One stage of sequential trust-region training, THEORY.md §1–2:
 
@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import TypeVar, cast
 
 import numpy as np
 
 from teamtr.config import StageConfig
+from teamtr.evaluations import PerTeamCache
 from teamtr.penalty import PenaltyModel
 from teamtr.protocols import AgentUpdater, Sampler, TeamPolicy
 from teamtr.reports import AgentUpdate, StageReport, UpdateRecord
@@ -40,10 +40,14 @@ Evaluator = Callable[[TeamPolicy], float]
 
 
 def stage_order(config: StageConfig, n_agents: int, stage_index: int = 0) -> tuple[int, ...]:
-    """The update order sigma of stage ``stage_index`` (Thm 3.6 holds for any order)."""
+    """The update order sigma of stage ``stage_index`` (Thm 3.6 holds for any order).
+
+    An explicit order may name any distinct agents: ``(k,)`` updates agent k alone (the sum of
+    Thm 3.6 then runs over that one update; the other agents stay as they are).
+    """
     if isinstance(config.order, tuple):
-        if len(config.order) != n_agents:
-            raise ValueError(f"order {config.order} does not match a team of {n_agents} agents")
+        if any(k >= n_agents for k in config.order):
+            raise ValueError(f"order {config.order} names an agent outside a team of {n_agents}")
         return config.order
     if config.order == "random":
         rng = np.random.default_rng([config.seed, stage_index])
@@ -66,23 +70,6 @@ def inside_radius(update: AgentUpdate, radius: float, tolerance: float) -> bool:
     return update.accepted and finite and update.kl <= radius * (1.0 + tolerance)
 
 
-@dataclass
-class _Evaluations:
-    """Caches J per team object so no team is evaluated twice."""
-
-    evaluator: Evaluator | None
-    _cache: dict[int, tuple[TeamPolicy, float]]
-
-    def __call__(self, team: TeamPolicy) -> float | None:
-        if self.evaluator is None:
-            return None
-        hit = self._cache.get(id(team))
-        if hit is None or hit[0] is not team:
-            hit = (team, float(self.evaluator(team)))
-            self._cache[id(team)] = hit
-        return hit[1]
-
-
 def run_stage(
     team: TeamT,
     sampler: Sampler,
@@ -94,9 +81,17 @@ def run_stage(
     stage_index: int = 0,
     on_update: Callable[[UpdateRecord], None] | None = None,
 ) -> tuple[StageReport, TeamT]:
-    """Run one stage of ``config.scheme`` from ``team``; return its report and pi_bar."""
+    """Run one stage of ``config.scheme`` from ``team``; return its report and pi_bar.
+
+    ``on_update`` is called with every update's record as soon as it is made; each record says
+    what the update did and what it used: its starting team (``base``) and its rollouts.
+    """
     order = stage_order(config, team.n_agents, stage_index)
-    evaluate = _Evaluations(evaluator, {})
+    values = PerTeamCache(evaluator) if evaluator is not None else None
+
+    def evaluate(team: TeamPolicy) -> float | None:
+        return float(values(team)) if values is not None else None
+
     source = RolloutSource(config.scheme, sampler)
     source.start(team)
     start_team = team
@@ -107,7 +102,7 @@ def run_stage(
     for position, agent in enumerate(order):
         radius = config.radius_of(agent, team.n_agents)
         base = start_team if source.simultaneous else team
-        rollouts = source.for_update(base, last_updated)
+        rollouts, fresh = source.for_update(base, last_updated)
         update = updater.update(base, agent, rollouts, radius)
         kept = inside_radius(update, radius, config.kl_tolerance)
         charged = update_penalty(update, penalty, config.penalty_form) if kept else 0.0
@@ -122,6 +117,9 @@ def run_stage(
             certificate=update.surrogate - charged if kept else 0.0,
             j_before=evaluate(base),
             j_after=evaluate(after),
+            base=base,
+            rollouts=rollouts,
+            fresh_rollouts=fresh,
         )
         records.append(record)
         if on_update is not None:

@@ -11,6 +11,8 @@ import pytest
 
 from proofs_check import checks, oracle, verify
 from proofs_check.instances import draw_tabular_mdp
+from proofs_check.tolerances import IDENTITY_TOL
+from proofs_check.traces import draw_policy_pair
 from teamtr import bounds
 from teamtr.cli import main
 
@@ -47,10 +49,10 @@ def _overstated_performance_difference(instance_seed: int) -> float:
     side doubled (2/(1-gamma) instead of 1/(1-gamma)). It must be reported as violated."""
     rng = np.random.default_rng(instance_seed)
     mdp = draw_tabular_mdp(rng)
-    pi, pi_new = checks.draw_policy_pair(rng, mdp)
+    pi, pi_new = draw_policy_pair(rng, mdp)
     old, new = oracle.discounted(mdp, pi), oracle.discounted(mdp, pi_new)
     wrong_rhs = 2.0 * bounds.performance_difference_rhs(pi_new, old.A, new.d, mdp.gamma)
-    return checks.IDENTITY_TOL * max(1.0, abs(wrong_rhs)) - abs(new.J - old.J - wrong_rhs)
+    return IDENTITY_TOL * max(1.0, abs(wrong_rhs)) - abs(new.J - old.J - wrong_rhs)
 
 
 def test_verify_exits_nonzero_when_a_check_is_violated(tmp_path, monkeypatch, capsys):

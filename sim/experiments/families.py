@@ -1,4 +1,7 @@
-"""The MDP family of the scaling study: a conversation that goes round a ring of n speakers.
+"""The MDP families of the tabular experiments; the scaling study's ring of n speakers.
+
+``FAMILIES`` and ``build_family`` name the seeded instances ``teamtr sim-train`` and
+``teamtr swap-sim`` train on.
 
 ``turn_taking_ring`` grows with n in the one way the study needs: every agent owns the same
 number of states, every transition hands the turn to the next agent, and the start
@@ -54,3 +57,22 @@ def turn_taking_ring(
     rewards = rng.uniform(0.0, 1.0, size=(n_states, n_actions))
     start = np.full(n_states, 1.0 / n_states)
     return sim.TurnTakingMDP(transitions, rewards, start, gamma, agent_of_state)
+
+
+FAMILIES: dict[str, str] = {
+    "random": "sim.random_mdp: 40 states, 3 actions, 4 agents, gamma 0.9, random successors",
+    "coordination": "sim.coordination_game: 3 agents; a later agent's best response depends on "
+    "an earlier agent's behaviour",
+    "ring": "turn_taking_ring: 4 agents x 6 states, the turn passes round the ring, gamma 0.9",
+}
+
+
+def build_family(name: str, seed: int) -> sim.TurnTakingMDP:
+    """One seeded instance of a built-in family (see ``FAMILIES``)."""
+    if name == "random":
+        return sim.random_mdp(n_states=40, n_actions=3, n_agents=4, gamma=0.9, seed=seed)
+    if name == "coordination":
+        return sim.coordination_game(n_agents=3, seed=seed)
+    if name == "ring":
+        return turn_taking_ring(4, states_per_agent=6, n_actions=3, gamma=0.9, seed=seed)
+    raise ValueError(f"unknown family {name!r}; choose from {sorted(FAMILIES)}")

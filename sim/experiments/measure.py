@@ -1,14 +1,14 @@
 """What one stage did to the occupancy and to the surrogate, measured exactly (THEORY.md §2).
 
-``run_recorded_stage`` runs ``teamtr.run_stage`` with an updater wrapper that remembers, for
-every update, the team the update started from (the true pi_hat^{i-1}) and the behaviour team
-of the rollouts it was given (whose occupancy it was trained under). ``measure_stage`` turns
-that into the quantities of Theorems 3.4, 3.6 and 3.7.
+``run_recorded_stage`` runs ``teamtr.run_stage`` and reads, from every update's record, the team
+the update started from (the true pi_hat^{i-1}) and the behaviour team of the rollouts it was
+given (whose occupancy it was trained under). ``measure_stage`` turns that into the quantities
+of Theorems 3.4, 3.6 and 3.7.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -22,25 +22,19 @@ from teamtr.bounds import (
     stale_penalty_sum,
     theorem_3_7_drift_bound,
 )
-from teamtr.protocols import AgentUpdater, Rollouts, Sampler, TeamPolicy
-from teamtr.reports import AgentUpdate
+from teamtr.evaluations import PerTeamCache
+from teamtr.protocols import AgentUpdater, Sampler, TeamPolicy
+from teamtr.reports import UpdateRecord
 
 FloatArray = NDArray[np.float64]
 
 
-class ExactEvaluations:
-    """Exact ``sim.evaluate`` of teams, cached per team object (teams are immutable values)."""
+class ExactEvaluations(PerTeamCache[Any]):
+    """Exact ``sim.evaluate`` of teams, once per team object (teams are immutable values)."""
 
     def __init__(self, mdp: sim.TurnTakingMDP) -> None:
         self.mdp = mdp
-        self._cache: dict[int, tuple[Any, Any]] = {}
-
-    def __call__(self, team: Any) -> Any:
-        hit = self._cache.get(id(team))
-        if hit is None or hit[0] is not team:
-            hit = (team, sim.evaluate(self.mdp, team.table))
-            self._cache[id(team)] = hit
-        return hit[1]
+        super().__init__(lambda team: sim.evaluate(mdp, team.table))
 
     def occupancy(self, team: Any) -> FloatArray:
         """d_pi, the normalised discounted occupancy (sums to 1)."""
@@ -51,25 +45,11 @@ class ExactEvaluations:
         return float(self(team).J)
 
 
-@dataclass
-class RecordingUpdater:
-    """Wraps an updater; records (true starting team, behaviour team of the rollouts) per update."""
-
-    inner: AgentUpdater
-    starts: list[TeamPolicy] = field(default_factory=list)
-    """pi_hat^{i-1}: the team each update was applied to."""
-    behaviours: list[TeamPolicy] = field(default_factory=list)
-    """The team whose occupancy each update was trained under (``rollouts.behaviour``, or the
-    team the rollouts were importance-weighted for)."""
-
-    def update(
-        self, team: TeamPolicy, agent: int, rollouts: Rollouts, radius: float
-    ) -> AgentUpdate:
-        self.starts.append(team)
-        # HAPPO-weighted rollouts keep their behaviour team but follow the reweighted-for one.
-        reweighted_for = getattr(rollouts, "reweighted_for", None)
-        self.behaviours.append(reweighted_for if reweighted_for is not None else rollouts.behaviour)
-        return self.inner.update(team, agent, rollouts, radius)
+def trained_under(record: UpdateRecord) -> TeamPolicy:
+    """The team whose occupancy an update was trained under: its rollouts' behaviour team, or,
+    for HAPPO-weighted rollouts, the team they were importance-weighted for."""
+    reweighted_for = getattr(record.rollouts, "reweighted_for", None)
+    return reweighted_for if reweighted_for is not None else record.rollouts.behaviour
 
 
 @dataclass(frozen=True)
@@ -92,18 +72,22 @@ def run_recorded_stage(
     stage_index: int = 0,
 ) -> StageTrace:
     """One stage of ``config.scheme``; exact sampler and updater unless others are given."""
-    recorder = RecordingUpdater(updater if updater is not None else sim.ExactUpdater(mdp))
     report, end_team = run_stage(
         team,
         sampler if sampler is not None else sim.ExactSampler(mdp),
-        recorder,
+        updater if updater is not None else sim.ExactUpdater(mdp),
         config,
         mdp.penalty_model(),
         evaluator=evaluations.value,
         keep_teams=True,
         stage_index=stage_index,
     )
-    return StageTrace(report, end_team, tuple(recorder.starts), tuple(recorder.behaviours))
+    return StageTrace(
+        report,
+        end_team,
+        tuple(record.base for record in report.records),
+        tuple(trained_under(record) for record in report.records),
+    )
 
 
 @dataclass(frozen=True)

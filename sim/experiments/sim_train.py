@@ -33,35 +33,13 @@ import numpy as np
 from tqdm import tqdm
 
 import sim
-from sim.experiments.families import turn_taking_ring
-from teamtr import StageConfig, StageReport, run_stages
+from sim.experiments.families import FAMILIES, build_family
+from sim.experiments.training import IMPROVEMENT_TOLERANCE, check_certified_improvement
+from teamtr import StageConfig, run_stages
 from teamtr.config import SchemeName
 
 SCHEMES = ("teamtr", "stale", "joint", "happo", "single")
 SAMPLERS = ("exact", "sampled")
-FAMILIES: dict[str, str] = {
-    "random": "sim.random_mdp: 40 states, 3 actions, 4 agents, gamma 0.9, random successors",
-    "coordination": "sim.coordination_game: 3 agents; a later agent's best response depends on "
-    "an earlier agent's behaviour",
-    "ring": "turn_taking_ring: 4 agents x 6 states, the turn passes round the ring, gamma 0.9",
-}
-IMPROVEMENT_TOLERANCE = 1e-9
-"""Relative slack (times max(1, |J|)) for the exact no-regression check (floating point only)."""
-
-
-class CertifiedImprovementViolation(AssertionError):
-    """An exact teamtr update gained less than its Thm 3.4 certificate (a bug, never tolerated)."""
-
-
-def build_family(name: str, seed: int) -> sim.TurnTakingMDP:
-    """One seeded instance of a built-in family (see ``FAMILIES``)."""
-    if name == "random":
-        return sim.random_mdp(n_states=40, n_actions=3, n_agents=4, gamma=0.9, seed=seed)
-    if name == "coordination":
-        return sim.coordination_game(n_agents=3, seed=seed)
-    if name == "ring":
-        return turn_taking_ring(4, states_per_agent=6, n_actions=3, gamma=0.9, seed=seed)
-    raise ValueError(f"unknown family {name!r}; choose from {sorted(FAMILIES)}")
 
 
 def as_single_agent(mdp: sim.TurnTakingMDP) -> sim.TurnTakingMDP:
@@ -74,28 +52,6 @@ def as_single_agent(mdp: sim.TurnTakingMDP) -> sim.TurnTakingMDP:
         np.zeros(mdp.n_states, dtype=np.int64),
         horizon=mdp.horizon,
     )
-
-
-def check_certified_improvement(report: StageReport, where: str) -> None:
-    """Thm 3.4/3.6 with exact inputs: gain_i >= certificate_i per kept update; so a stage with a
-    positive certificate has J_end >= J_start. Raises ``CertifiedImprovementViolation`` if not."""
-    for record in report.records:
-        gain = record.realised_gain
-        if not record.kept or gain is None:
-            continue
-        slack = IMPROVEMENT_TOLERANCE * max(1.0, abs(record.j_before or 0.0))
-        if gain < record.certificate - slack:
-            raise CertifiedImprovementViolation(
-                f"{where}: update of agent {record.agent} gained {gain:.6g} < certificate "
-                f"{record.certificate:.6g}"
-            )
-    stage_gain = report.realised_gain
-    if stage_gain is not None and report.certificate > 0:
-        slack = IMPROVEMENT_TOLERANCE * max(1.0, abs(report.j_start or 0.0))
-        if stage_gain < -slack:
-            raise CertifiedImprovementViolation(
-                f"{where}: certificate {report.certificate:.6g} > 0 but J fell by {-stage_gain:.6g}"
-            )
 
 
 @dataclass(frozen=True)

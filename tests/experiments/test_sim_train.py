@@ -10,13 +10,9 @@ import numpy as np
 import pytest
 
 import sim
-from sim.experiments.sim_train import (
-    SCHEMES,
-    CertifiedImprovementViolation,
-    as_single_agent,
-    build_family,
-    check_certified_improvement,
-)
+from sim.experiments.families import build_family
+from sim.experiments.sim_train import SCHEMES, as_single_agent
+from sim.experiments.training import CertifiedImprovementViolation, check_certified_improvement
 from teamtr.cli import main
 from teamtr.reports import AgentUpdate, StageReport, UpdateRecord
 

@@ -54,3 +54,19 @@ def with_rewards(rollouts: DialogueRollouts, rewards: list[float]) -> DialogueRo
         torch.tensor(r), rollouts.settings.group_size, rollouts.settings.a_max
     ).numpy()
     return dataclasses.replace(rollouts, rewards=r, advantages=advantages)
+
+
+class AlternatingRewards:
+    """Wraps a sampler: its real rollouts graded 1, 0, 1, 0, ... so that every batch has reward
+    variance (a tiny random model never solves a problem, and a batch without variance gives
+    the updater no signal)."""
+
+    def __init__(self, inner: DialogueSampler) -> None:
+        self.inner = inner
+
+    def sample(self, team, *, previous=None, updated_agent=None):
+        rollouts = self.inner.sample(team, previous=previous, updated_agent=updated_agent)
+        return with_rewards(rollouts, [float(i % 2 == 0) for i in range(len(rollouts.episodes))])
+
+    def importance_weighted(self, rollouts, team):
+        return self.inner.importance_weighted(rollouts, team)

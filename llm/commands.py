@@ -1,0 +1,15 @@
+"""The language-model subcommands of ``teamtr``, registered in ``pyproject.toml``.
+
+``llm.cli`` parses their options itself (``argv`` is forwarded unparsed); it is imported only when
+one of them runs, so ``teamtr --help`` does not import torch.
+"""
+
+from teamtr.cli import Command
+
+TRAIN = Command("train a team of language models from a TOML config", "llm.cli", forward_argv=True)
+EVAL = Command("evaluate a trained (or untrained) team on a dataset", "llm.cli", forward_argv=True)
+SWAP = Command(
+    "replace one agent of a run by another model, optionally after Stage-0 alignment",
+    "llm.cli",
+    forward_argv=True,
+)

@@ -1,0 +1,5 @@
+"""``python -m teamtr``: the ``teamtr`` console script."""
+
+from teamtr.cli import main
+
+raise SystemExit(main())
