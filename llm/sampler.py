@@ -241,7 +241,10 @@ def _prompt_cache(
     The padding between prompt and rest is masked; positions follow the attention mask, so
     every real token sits at the position it has in its unpadded context.
     """
-    prompts = [tuple(c[:p]) for c, p in zip(contexts, prompt_lengths, strict=True)]
+    # All but each prompt's last token, so that every row keeps at least one token to process.
+    prompts = [tuple(c[: p - 1]) for c, p in zip(contexts, prompt_lengths, strict=True)]
+    if min(len(p) for p in prompts) == 0:
+        raise ValueError("prompt_lengths must be >= 2 (one-token prompts share nothing)")
     distinct = list(dict.fromkeys(prompts))
     group_of = [distinct.index(p) for p in prompts]
     prompt_width = max(len(p) for p in distinct)
@@ -346,9 +349,9 @@ class DialogueSampler:
                 indices = pending[agent]
                 model = self.speaker_model(team, agent)
                 contexts = [self.chat.context(episodes[i], agent) for i in indices]
-                prompt_lengths = (
-                    [len(episodes[i].prompt) for i in indices] if self.reuse_work else None
-                )
+                prompt_lengths = [len(episodes[i].prompt) for i in indices]
+                if not self.reuse_work or min(prompt_lengths) < 2:
+                    prompt_lengths = None  # whole contexts (a one-token prompt shares nothing)
                 with profiling.section(f"sampling turn {len(episodes[indices[0]].turns) + 1}"):
                     messages = generate_messages(
                         model, contexts, self.chat, s.max_new_tokens, temperature, prompt_lengths

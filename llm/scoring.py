@@ -156,10 +156,14 @@ def _hidden_sharing_prompts(
     row_of: dict[int, int] = {}
     offset_of: dict[int, int] = {}
     for prompt, members in groups.items():
-        p = len(prompt)
-        prefix = causal_lm.model(input_ids=torch.tensor([prompt]), use_cache=True)
-        cache = prefix.cache
-        cache.batch_repeat_interleave(len(members))
+        # All but the prompt's last token: every scored position (the one before a message
+        # token) then lies after the shared part, whatever the turn headers are.
+        p = len(prompt) - 1
+        cache = None
+        if p > 0:
+            prefix = causal_lm.model(input_ids=torch.tensor([prompt[:p]]), use_cache=True)
+            cache = prefix.cache
+            cache.batch_repeat_interleave(len(members))
         length = max(needed[e] for e in members) - p
         input_ids = torch.full((len(members), length), chat.pad_id, dtype=torch.long)
         attention = torch.zeros((len(members), p + length), dtype=torch.long)

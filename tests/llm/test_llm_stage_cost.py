@@ -43,8 +43,11 @@ def rollouts_of(team, chat, reuse_work: bool):
     return with_rewards(sampler.sample(team), REWARDS), sampler
 
 
-def test_prompt_sharing_scores_like_whole_transcripts(team, char_chat):
+@pytest.mark.parametrize("headers", ["template", "empty"])
+def test_prompt_sharing_scores_like_whole_transcripts(team, char_chat, headers):
     rollouts, _ = rollouts_of(team, char_chat, reuse_work=False)
+    if headers == "empty":  # a message then starts right after the prompt
+        char_chat = dataclasses.replace(char_chat, headers=((),) * team.n_agents)
     assert len({e.prompt for e in rollouts.episodes}) == 2  # two groups of four
     for agent in range(team.n_agents):
         model = team.use(agent)
