@@ -27,6 +27,13 @@ DIRECTIONS: tuple[str, ...] = ("reverse", "forward")
 _K3_SERIES_CUTOFF = 1e-2  # same cut-off as teamtr.divergence.k3_estimator
 
 
+def at_least_float32(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` in float32 if it is in a narrower floating type, else as it is."""
+    if tensor.dtype in (torch.float16, torch.bfloat16):
+        return tensor.float()
+    return tensor
+
+
 def log_softmax(logits: torch.Tensor, axis: int = -1) -> torch.Tensor:
     return torch.log_softmax(logits, dim=axis)
 
@@ -150,6 +157,10 @@ def per_token_kl(
     ``logits_*`` are ``(B, T, V)``: the logits that predicted ``tokens`` ``(B, T)``, which were
     sampled from the old policy. See the module docstring for the reverse-direction weights.
     """
+    # At least float32 whatever the model's dtype: the KLs the trust region admits are a few
+    # 1e-3 nats spread over the whole vocabulary, below bfloat16's resolution (float32 and
+    # float64 logits are used as they are).
+    logits_new, logits_old = at_least_float32(logits_new), at_least_float32(logits_old)
     return per_token_kl_from_log_probs(
         torch.log_softmax(logits_new, dim=-1),
         torch.log_softmax(logits_old, dim=-1),
@@ -175,6 +186,7 @@ def per_token_kl_from_log_probs(
         raise ValueError(f"estimator must be one of {ESTIMATORS}, got {estimator!r}")
     if direction not in DIRECTIONS:
         raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
+    log_probs_new, log_probs_old = at_least_float32(log_probs_new), at_least_float32(log_probs_old)
     keep = mask.bool()
     logp_new = log_probs_new.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
     logp_old = log_probs_old.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)

@@ -26,6 +26,7 @@ from transformers import GenerationConfig
 
 from llm import profiling
 from llm.agents import LoraTeam
+from llm.devices import model_device
 from llm.dialogue import ChatFormat, Episode, Turn
 from llm.losses import group_normalised_advantages
 from llm.rewards import grade
@@ -216,9 +217,13 @@ def generate_messages(
         eos_token_id=chat.stop_id,
         pad_token_id=chat.pad_id,
     )
+    device = model_device(model)
     with torch.no_grad():
         output = model.generate(
-            input_ids=input_ids, attention_mask=attention, generation_config=config, cache=cache
+            input_ids=input_ids.to(device),
+            attention_mask=attention.to(device),
+            generation_config=config,
+            cache=cache,
         )
     messages = []
     for row in output[:, width:].tolist():
@@ -255,14 +260,15 @@ def _prompt_cache(
     for g, prompt in enumerate(distinct):
         prefix_ids[g, prompt_width - len(prompt) :] = torch.tensor(prompt)
         prefix_mask[g, prompt_width - len(prompt) :] = 1
+    device = model_device(model)
     with torch.no_grad():
         cache = model(
-            input_ids=prefix_ids,
-            attention_mask=prefix_mask,
-            position_ids=(prefix_mask.cumsum(-1) - 1).clamp(min=0),
+            input_ids=prefix_ids.to(device),
+            attention_mask=prefix_mask.to(device),
+            position_ids=(prefix_mask.cumsum(-1) - 1).clamp(min=0).to(device),
             use_cache=True,
         ).cache
-    cache.reorder_cache(torch.tensor(group_of))  # one row of the cache per context
+    cache.reorder_cache(torch.tensor(group_of, device=device))  # one cache row per context
     input_ids = torch.full((rows, prompt_width + rest_width), chat.pad_id, dtype=torch.long)
     attention = torch.zeros((rows, prompt_width + rest_width), dtype=torch.long)
     for row, (context, prompt) in enumerate(zip(contexts, prompts, strict=True)):
@@ -327,17 +333,23 @@ class DialogueSampler:
         return team.use(agent)
 
     def play(
-        self, team: LoraTeam, episodes: list[Episode], temperature: float | None = None
+        self,
+        team: LoraTeam,
+        episodes: list[Episode],
+        temperature: float | None = None,
+        seed: int | None = None,
     ) -> tuple[list[Episode], int]:
         """Complete every episode to H turns; returns them and the number of generated tokens.
 
-        ``temperature`` overrides the policy's (0 = greedy, for evaluation only).
+        ``temperature`` overrides the policy's (0 = greedy, for evaluation only). Generation is
+        seeded with ``seed``, by default the next draw of the sampler's generator (a sharded
+        sampler draws every shard's seed itself, ``llm.distributed``).
         """
         s = self.settings
         temperature = s.temperature if temperature is None else temperature
         episodes = list(episodes)
         generated = 0
-        torch.manual_seed(int(self._rng.integers(2**31)))
+        torch.manual_seed(int(self._rng.integers(2**31)) if seed is None else seed)
         while True:
             pending: dict[int, list[int]] = {}
             for index, episode in enumerate(episodes):

@@ -15,6 +15,7 @@ import torch
 from peft import PeftModel
 
 from llm import profiling
+from llm.devices import model_device
 from llm.dialogue import ChatFormat, Episode
 
 
@@ -92,12 +93,13 @@ def message_logits(
     for e, t in refs:
         needed[e] = max(needed[e], assembled[e][1][t][1])
     causal_lm = model.get_base_model()
+    device = model_device(causal_lm)
     if share_prompt:
         hidden, row_of, offset_of = _hidden_sharing_prompts(
-            causal_lm, chat, episodes, assembled, needed
+            causal_lm, chat, episodes, assembled, needed, device
         )
     else:
-        hidden, row_of = _hidden_per_row(causal_lm, chat, assembled, needed)
+        hidden, row_of = _hidden_per_row(causal_lm, chat, assembled, needed, device)
         offset_of = dict.fromkeys(rows, 0)
     longest = max(assembled[e][1][t][1] - assembled[e][1][t][0] for e, t in refs)
     positions = torch.zeros((len(refs), longest), dtype=torch.long)
@@ -111,10 +113,26 @@ def message_logits(
         tokens[m, :n] = torch.tensor(episodes[e].turns[t].message)
         mask[m, :n] = True
     row_index = torch.tensor([row_of[e] for e, _ in refs]).unsqueeze(-1).expand_as(positions)
-    selected = hidden[row_index, positions]
-    logits = causal_lm.lm_head(selected).float() / temperature
+    selected = hidden[row_index.to(device), positions.to(device)]
+    logits = output_logits(causal_lm.lm_head, selected) / temperature
     profiling.count("scored message tokens", int(mask.sum()))
-    return MessageBatch(tuple(refs), tokens, mask, logits)
+    return MessageBatch(tuple(refs), tokens.to(device), mask.to(device), logits)
+
+
+def output_logits(head: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor:
+    """Float32 logits of the output head, whatever the model's dtype.
+
+    The trust region measures KLs of a few 1e-3 nats over a vocabulary of tens of thousands of
+    tokens; bfloat16 logits (8 significant bits: steps of 0.06 at a logit of 16) would round
+    those differences away before the log-softmax sees them. A half-precision model therefore
+    projects its last hidden states with a float32 copy of the head, and every log-softmax and
+    KL downstream (``MessageBatch.token_logps``, ``llm.losses``) runs on float32 logits.
+    """
+    if hidden.dtype == torch.float32:
+        return head(hidden).float()
+    weight = head.weight.float()
+    bias = None if head.bias is None else head.bias.float()
+    return torch.nn.functional.linear(hidden.float(), weight, bias)
 
 
 def _hidden_per_row(
@@ -122,6 +140,7 @@ def _hidden_per_row(
     chat: ChatFormat,
     assembled: dict[int, tuple[list[int], list[tuple[int, int]]]],
     needed: dict[int, int],
+    device: torch.device,
 ) -> tuple[torch.Tensor, dict[int, int]]:
     """Every row's transcript (up to ``needed``) through the model, right-padded."""
     rows = list(assembled)
@@ -133,7 +152,9 @@ def _hidden_per_row(
         input_ids[row_of[e], : needed[e]] = torch.tensor(ids[: needed[e]])
         attention[row_of[e], : needed[e]] = 1
     profiling.count("scored positions", int(attention.sum()))
-    hidden = causal_lm.model(input_ids=input_ids, attention_mask=attention).last_hidden_state
+    hidden = causal_lm.model(
+        input_ids=input_ids.to(device), attention_mask=attention.to(device)
+    ).last_hidden_state
     return hidden, row_of
 
 
@@ -143,6 +164,7 @@ def _hidden_sharing_prompts(
     episodes: Sequence[Episode],
     assembled: dict[int, tuple[list[int], list[tuple[int, int]]]],
     needed: dict[int, int],
+    device: torch.device,
 ) -> tuple[torch.Tensor, dict[int, int], dict[int, int]]:
     """Each distinct prompt through the model once; its rows continue from its cache.
 
@@ -161,7 +183,8 @@ def _hidden_sharing_prompts(
         p = len(prompt) - 1
         cache = None
         if p > 0:
-            prefix = causal_lm.model(input_ids=torch.tensor([prompt[:p]]), use_cache=True)
+            prefix_ids = torch.tensor([prompt[:p]], device=device)
+            prefix = causal_lm.model(input_ids=prefix_ids, use_cache=True)
             cache = prefix.cache
             cache.batch_repeat_interleave(len(members))
         length = max(needed[e] for e in members) - p
@@ -176,7 +199,10 @@ def _hidden_sharing_prompts(
             offset_of[e] = p
         profiling.count("scored positions", p + int(attention[:, p:].sum()))
         out = causal_lm.model(
-            input_ids=input_ids, attention_mask=attention, cache=cache, use_cache=True
+            input_ids=input_ids.to(device),
+            attention_mask=attention.to(device),
+            cache=cache,
+            use_cache=True,
         )
         pieces.append(out.last_hidden_state)
     longest = max(piece.shape[1] for piece in pieces)

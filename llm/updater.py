@@ -30,6 +30,7 @@ import torch
 from llm import profiling
 from llm.agents import LoraTeam
 from llm.backtracking import ParameterSnapshot, backtracked_step
+from llm.collective import Collective
 from llm.dialogue import ChatFormat
 from llm.losses import (
     Direction,
@@ -164,6 +165,7 @@ class TrustRegionUpdater:
         settings: UpdaterSettings,
         temperature: float = 1.0,
         score_chunk: int = 8,
+        collective: Collective | None = None,
         *,
         reuse_work: bool = True,
         share_prompt: bool | None = None,
@@ -177,6 +179,10 @@ class TrustRegionUpdater:
         self._first_gradient_error: str | None = None
         """Set by the reference pass when the first step's loss was not finite."""
         self.optimizers: dict[int, torch.optim.Optimizer] = {}
+        self.collective = collective or Collective()
+        """With data parallelism (``llm.distributed``) each rank holds a shard of the rollouts:
+        token counts, gradients, per-episode KLs and surrogates are combined over the ranks, so
+        every decision below is taken on the global batch, identically on every rank."""
 
     @property
     def share_prompt(self) -> bool:
@@ -221,8 +227,6 @@ class TrustRegionUpdater:
             )
             * share
         )
-        if not torch.isfinite(loss):
-            raise NonFiniteUpdate("loss")
         return loss
 
     def _references(
@@ -240,6 +244,7 @@ class TrustRegionUpdater:
         weights = rollouts.episode_weights()
         with_gradient = self.reuse_work and n_tokens > 0
         references = []
+        worst = (0.0, "")
         with profiling.section("reference logits"), torch.set_grad_enabled(with_gradient):
             for chunk, batch in score_chunks(
                 model,
@@ -255,14 +260,12 @@ class TrustRegionUpdater:
                 for row, (e, t) in enumerate(batch.refs):
                     recorded = rollouts.old_logps[e][t]
                     gap = float((logps[row][batch.mask[row]].detach() - recorded).abs().max())
-                    if gap > self.settings.ratio_tolerance:
-                        raise RatioCheckError(
-                            f"agent {agent}, episode {e}, turn {t}: |log new - log old| = "
-                            f"{gap:.3g} before the update (ratio must be 1)"
-                        )
+                    if gap > worst[0]:
+                        worst = (gap, f"agent {agent}, episode {e}, turn {t}")
                 advantages = torch.tensor(
                     [rollouts.advantages[e] * weights[e] for e, _ in batch.refs],
                     dtype=torch.float32,
+                    device=logps.device,
                 )
                 if not self.reuse_work:
                     references.append(_Reference(chunk, batch, logps, advantages))
@@ -272,14 +275,20 @@ class TrustRegionUpdater:
                     chunk, detached, logps.detach(), advantages, log_probs.detach()
                 )
                 references.append(reference)
-                if with_gradient:
-                    try:
-                        loss = self._surrogate_loss(batch, reference, n_tokens, logps)
-                    except NonFiniteUpdate:
+                if with_gradient and self._first_gradient_error is None:
+                    loss = self._surrogate_loss(batch, reference, n_tokens, logps)
+                    if not torch.isfinite(loss):
                         self._first_gradient_error = "loss"
                         continue
                     with profiling.section("train backward"):
                         loss.backward()
+        # Checked once all ranks have scored their shard, so that all of them raise together.
+        largest = self.collective.max(worst[0])
+        if largest > self.settings.ratio_tolerance:
+            where = worst[1] if worst[0] == largest else f"agent {agent}, on another rank"
+            raise RatioCheckError(
+                f"{where}: |log new - log old| = {largest:.3g} before the update (ratio must be 1)"
+            )
         return references
 
     def _measure(
@@ -324,7 +333,10 @@ class TrustRegionUpdater:
                 episode_kl[e] += float(message_kl[row])
                 # E_{y~old}[(new/old) Â] = E_{y~new}[Â]: the surrogate of Thm 3.4 per message.
                 episode_gain[e] += float(log_ratio[row].exp()) * rollouts.advantages[e]
-        weights = rollouts.episode_weights()
+        # The global batch, in rank order (a no-op in one process).
+        episode_kl = self.collective.concatenate(episode_kl)
+        episode_gain = self.collective.concatenate(episode_gain)
+        weights = self.collective.concatenate(rollouts.episode_weights())
         turn_level_kl = (
             episode_kl / rollouts.horizon
         )  # E over the average occupancy d̄ = (1/H) Σ_t ρ_t
@@ -342,14 +354,15 @@ class TrustRegionUpdater:
     ) -> AgentUpdate:
         s = self.settings
         a_max = rollouts.settings.a_max
-        if not np.isfinite(rollouts.episode_weights()).all():  # HAPPO ratios overflowed
+        together = self.collective
+        if together.any(not np.isfinite(rollouts.episode_weights()).all()):  # HAPPO overflow
             extras = {"tokens": 0.0, NON_FINITE_PREFIX + "weights": 1.0}
             return AgentUpdate(team.agent(agent), 0.0, float("nan"), a_max, False, extras=extras)
-        if not np.any(rollouts.advantages * rollouts.episode_weights()):
+        if not together.any(bool(np.any(rollouts.advantages * rollouts.episode_weights()))):
             # Every group's rewards were equal: the surrogate and its gradient are 0, so the
             # identity is the update (and its KL 0). Skipping it saves every forward pass.
             return AgentUpdate(team.agent(agent), 0.0, 0.0, a_max, extras={"no_signal": 1.0})
-        n_tokens = message_tokens(rollouts.episodes, agent)
+        n_tokens = int(together.sum(message_tokens(rollouts.episodes, agent)))
         if n_tokens == 0:  # the agent never spoke: nothing to learn, nothing changes
             return AgentUpdate(team.agent(agent), 0.0, 0.0, a_max, extras={"tokens": 0.0})
         backbone = team.backbone
@@ -359,9 +372,15 @@ class TrustRegionUpdater:
         optimizer.zero_grad(set_to_none=True)
         self._first_gradient_error = None
         references = self._references(team, agent, rollouts, n_tokens)
-        first_gradient = [p.grad for p in parameters] if self.reuse_work else None
-        if first_gradient is not None and not _finite(first_gradient):
-            self._first_gradient_error = self._first_gradient_error or "gradient"
+        first_gradient = None
+        if self.reuse_work:
+            if together.any(self._first_gradient_error is not None):
+                self._first_gradient_error = "loss"
+            else:
+                together.sum_gradients(parameters)  # the pooled token mean over the global batch
+                first_gradient = [p.grad for p in parameters]
+                if not _finite(first_gradient):
+                    self._first_gradient_error = "gradient"
         if self._first_gradient_error is not None:
             first_gradient = None  # the first try computes nothing and raises the error
         trust_region = TrustRegion(radius, tolerance=0.0)
@@ -371,14 +390,21 @@ class TrustRegionUpdater:
         def accumulate_gradient() -> None:
             if self._first_gradient_error is not None:
                 raise NonFiniteUpdate(self._first_gradient_error)
+            finite_loss = True
             for reference in references:
                 with profiling.section(try_label["prefix"] + "train forward"):
                     batch = self._score(
                         backbone.training_model(agent), rollouts, agent, reference.indices
                     )
                     loss = self._surrogate_loss(batch, reference, n_tokens, batch.token_logps())
+                if not torch.isfinite(loss):
+                    finite_loss = False
+                    break
                 with profiling.section(try_label["prefix"] + "train backward"):
                     loss.backward()
+            if together.any(not finite_loss):
+                raise NonFiniteUpdate("loss")
+            together.sum_gradients(parameters)  # the pooled token mean over the global batch
             if not _finite([p.grad for p in parameters]):
                 raise NonFiniteUpdate("gradient")
 
