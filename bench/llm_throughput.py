@@ -14,8 +14,9 @@
    heterogeneous team), and 3 separate plain model copies.
 
 Usage: ``.venv/bin/python bench/llm_throughput.py [--source smollm2] [--json OUT]
-[--sections generation memory stage]`` (all sections by default; ``--sections generation``
-runs only the throughput comparison, the stage section being the slow one).
+[--sections generation memory stage] [--device cpu|cuda|auto] [--dtype auto|float32|bfloat16]``
+(all sections by default; ``--sections generation`` runs only the throughput comparison, the
+stage section being the slow one; the memory section measures CPU resident memory only).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from llm.config import RunConfig
 from llm.loading import load_model
 from llm.sampler import SamplerSettings, generate_messages
 from llm.tasks import ArithmeticSuite
-from llm.train import build
+from llm.train import build, placement_of
 from llm.updater import UpdaterSettings
 from teamtr.config import StageConfig
 from teamtr.penalty import EpisodicPenalty
@@ -191,6 +192,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=6, help="generate calls per side")
     parser.add_argument("--json", help="also write the results here")
     parser.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS))
+    parser.add_argument("--device", default="cpu", help='[run] device ("auto", "cuda", ...)')
+    parser.add_argument("--dtype", default="auto", help="[run] dtype (auto: bfloat16 on CUDA)")
     parser.add_argument("--memory-case", choices=MEMORY_CASES, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.memory_case:
@@ -209,10 +212,14 @@ def main() -> None:
         model=dataclasses.replace(config.model, source=args.source),
         sampler=SamplerSettings(prompts_per_batch=2, group_size=4, turns=3, max_new_tokens=24),
         updater=UpdaterSettings(learning_rate=2e-4, steps=1),
+        run=dataclasses.replace(config.run, device=args.device, dtype=args.dtype),
     )
+    placement = placement_of(config)
+    report["device"] = str(placement.device)
+    report["dtype"] = str(placement.dtype).removeprefix("torch.")
     parts = build(config)
     if "generation" in args.sections:
-        raw = load_model(args.source)
+        raw = load_model(args.source, dtype=placement.dtype, device=placement.device)
         report["generation"] = generation_throughput(
             parts, raw, args.prompts, args.new_tokens, args.rounds
         )

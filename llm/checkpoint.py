@@ -41,6 +41,7 @@ from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
 
 from llm.agents import AdapterWeights, LoraTeam
+from llm.devices import cuda_rng_states, restore_cuda_rng_states
 from llm.updater import TrustRegionUpdater
 
 FORMAT_VERSION = 1
@@ -67,6 +68,8 @@ class RngStates:
     numpy_global: list[Any]
     python: list[Any]
     sampler: dict[str, Any]
+    cuda_states: tuple[torch.Tensor, ...] = ()
+    """Every CUDA generator's state, on the CPU (empty for a run without CUDA)."""
 
     @classmethod
     def capture(cls, sampler_rng: np.random.Generator) -> RngStates:
@@ -78,10 +81,12 @@ class RngStates:
             numpy_global=[name, key.tolist(), int(position), int(has_gauss), float(gauss)],
             python=[version, list(internal), python_gauss],
             sampler=copy.deepcopy(sampler_rng.bit_generator.state),
+            cuda_states=tuple(cuda_rng_states()),
         )
 
     def restore(self, sampler_rng: np.random.Generator) -> None:
         torch.set_rng_state(self.torch_state)
+        restore_cuda_rng_states(list(self.cuda_states))
         name, key, position, has_gauss, gauss = self.numpy_global
         key_array = np.asarray(key, dtype=np.uint32)
         np.random.set_state((name, key_array, position, has_gauss, gauss))  # noqa: NPY002
@@ -127,12 +132,28 @@ class ResumePoint:
             raise RunDirectoryError(
                 f"checkpoint has {len(self.policies)} agents, the config {team.n_agents}"
             )
-        restored = LoraTeam(team.backbone, self.policies)
+        restored = LoraTeam(team.backbone, on_backbone_device(team, self.policies))
         restored.activate()
         for agent, state in sorted(self.optimizer_states.items()):
             updater.optimizer_for(restored, agent).load_state_dict(copy.deepcopy(state))
         self.rng.restore(sampler_rng)
         return restored
+
+
+def on_backbone_device(
+    team: LoraTeam, policies: tuple[AdapterWeights, ...]
+) -> tuple[AdapterWeights, ...]:
+    """``policies`` moved to the device of the slots they belong to (checkpoints are read onto
+    the CPU, whatever device wrote them); policies already there are returned as they are."""
+    moved = []
+    for index, policy in enumerate(policies):
+        slot = next(iter(team.backbone.parameters_of(index).values()))
+        if all(tensor.device == slot.device for tensor in policy.tensors.values()):
+            moved.append(policy)
+        else:
+            tensors = {key: tensor.to(slot.device) for key, tensor in policy.tensors.items()}
+            moved.append(AdapterWeights(tensors))
+    return tuple(moved)
 
 
 # -- atomic files -------------------------------------------------------------------------------
@@ -220,10 +241,16 @@ def write_checkpoint(run_dir: Path, point: ResumePoint) -> Path:
     temporary.mkdir()
     files: dict[str, bytes] = {}
     for index, policy in enumerate(point.policies):
-        tensors = {k: v.contiguous() for k, v in policy.tensors.items()}
+        tensors = {k: v.contiguous().cpu() for k, v in policy.tensors.items()}
         files[f"agent{index}.safetensors"] = save_safetensors(tensors)
     buffer = io.BytesIO()
-    torch.save({"optimizers": point.optimizer_states, "torch_rng": point.rng.torch_state}, buffer)
+    saved: dict[str, Any] = {
+        "optimizers": point.optimizer_states,
+        "torch_rng": point.rng.torch_state,
+    }
+    if point.rng.cuda_states:
+        saved["cuda_rng"] = list(point.rng.cuda_states)
+    torch.save(saved, buffer)
     files["state.pt"] = buffer.getvalue()
     state = {
         "format_version": FORMAT_VERSION,
@@ -288,7 +315,9 @@ def read_checkpoint(directory: Path) -> ResumePoint:
     files = _verified_files(directory)
     try:
         state = json.loads(files["state.json"])
-        tensors = torch.load(io.BytesIO(files["state.pt"]), weights_only=True)
+        # Onto the CPU whatever device wrote it: the optimisers move their state to their
+        # parameters' device when it is loaded into them.
+        tensors = torch.load(io.BytesIO(files["state.pt"]), weights_only=True, map_location="cpu")
         policies = []
         for index in range(len(files)):
             name = f"agent{index}.safetensors"
@@ -300,6 +329,7 @@ def read_checkpoint(directory: Path) -> ResumePoint:
             numpy_global=state["rng"]["numpy_global"],
             python=state["rng"]["python"],
             sampler=state["rng"]["sampler"],
+            cuda_states=tuple(tensors.get("cuda_rng", ())),
         )
         return ResumePoint(
             stage=int(state["position"]["stage"]),

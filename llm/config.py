@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from llm.agents import LoraSettings
+from llm.devices import DEVICE_CHOICES, DEVICE_PATTERN
 from llm.dialogue import DEFAULT_SYSTEM_PROMPT
 from llm.sampler import SamplerSettings
 from llm.updater import UpdaterSettings
@@ -125,6 +126,21 @@ class RunSettings:
     budget_clock: Literal["wall", "cpu"] = "wall"
     """"wall": wall-clock seconds; "cpu": this process's CPU seconds, the fair measure when
     runs share a loaded machine (with ``threads = 1`` it equals wall time on an idle core)."""
+    device: str = "auto"
+    """Where the models run: "auto" (CUDA when available, else the CPU), "cpu", "cuda",
+    "cuda:N" or "mps" (``llm.devices``); a device that is absent is an error."""
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    """Base-model weight precision: "auto" is bfloat16 on CUDA and float32 elsewhere. Adapters,
+    their optimiser state, log-softmax and KL stay in float32."""
+    placement: Literal["together", "spread"] = "together"
+    """Where the agents' models go: "together" on ``device``; "spread" (with ``[model] sources``,
+    one model per agent) puts agent k on ``cuda:(k mod G)`` for the G visible CUDA devices, the
+    natural layout when each agent is its own model. Without CUDA, "spread" changes nothing."""
+    rollout_shards: int = 0
+    """S: each rollout batch is played as S shards of whole GRPO groups, each with its own
+    seed; with data parallelism rank r plays shards r*S/N .. (r+1)*S/N - 1 (``llm.distributed``).
+    0: one shard per process (1 in a plain run). Results depend on S, not on the number of
+    processes: a plain run with S = 2 samples what two processes do."""
 
     def __post_init__(self) -> None:
         if self.time_budget_minutes < 0:
@@ -193,6 +209,10 @@ BOUNDS: dict[tuple[str, str], Bound] = {
     ("run", "checkpoint_every"): at_least(0, "0 = only the last stage and on interrupt"),
     ("run", "threads"): at_least(0, "0 = torch's default"),
     ("run", "time_budget_minutes"): at_least(0, "0 = no budget"),
+    ("run", "rollout_shards"): at_least(0, "0 = one per process"),
+    ("run", "device"): Bound(
+        lambda v: DEVICE_PATTERN.fullmatch(v) is not None, f"must be {DEVICE_CHOICES}"
+    ),
 }
 """Ranges checked before a section is built, so that each message names its key and line."""
 
@@ -306,6 +326,18 @@ def _check_team(config: RunConfig, locate: Locator) -> None:
         raise ConfigError(f"{where}: must not repeat an agent, got {list(order)}")
     if team.router == "handoff" and len(order) > 1:
         raise ConfigError(f"{where}: handoff takes [first speaker] only, got {list(order)}")
+    if config.run.placement == "spread" and not sources:
+        raise ConfigError(
+            f'{locate("run", "placement")}: "spread" places one model per agent and needs '
+            "[model] sources (LoRA slots on one base model live on one device)"
+        )
+    shards = config.run.rollout_shards
+    if shards and config.sampler.prompts_per_batch % shards:
+        raise ConfigError(
+            f"{locate('run', 'rollout_shards')}: must divide [sampler] prompts_per_batch "
+            f"({config.sampler.prompts_per_batch}) so that every shard is whole GRPO groups, "
+            f"got {shards}"
+        )
     name = config.run.name
     if name and (not RUN_NAME.fullmatch(name) or name in (".", "..")):
         raise ConfigError(

@@ -9,8 +9,9 @@ import numpy as np
 from math_verify import parse, verify
 
 from llm.agents import LoraTeam
+from llm.collective import Collective
 from llm.dialogue import Episode
-from llm.rewards import grade
+from llm.rewards import Grade, grade
 from llm.sampler import DialogueSampler
 from llm.tasks import Problem
 
@@ -23,11 +24,14 @@ def evaluate_team(
     samples: int = 1,
     batch_size: int = 32,
     progress: bool = False,
+    collective: Collective | None = None,
 ) -> dict[str, float]:
     """One greedy dialogue per problem, or ``samples`` sampled ones (then pass@K, majority).
 
     ``standard_error`` is the standard error of ``accuracy`` over the problems (binomial for
-    greedy evaluation).
+    greedy evaluation). With a ``collective`` (data parallelism, ``llm.distributed``) each rank
+    plays a contiguous share of the problems and the grades are gathered in order, so every
+    rank returns the numbers of the whole set.
     """
     from tqdm import tqdm
 
@@ -40,16 +44,23 @@ def evaluate_team(
         for p in problems
         for _ in range(samples)
     ]
-    finished: list[Episode] = []
-    tokens = 0
-    starts = range(0, len(episodes), batch_size)
-    for start in tqdm(starts, desc="evaluating", unit="batch", disable=not progress):
-        done, generated = sampler.play(
-            team, episodes[start : start + batch_size], temperature=temperature
+    if collective is None:
+        finished: list[Episode] = []
+        tokens = 0
+        starts = range(0, len(episodes), batch_size)
+        for start in tqdm(starts, desc="evaluating", unit="batch", disable=not progress):
+            done, generated = sampler.play(
+                team, episodes[start : start + batch_size], temperature=temperature
+            )
+            finished.extend(done)
+            tokens += generated
+        grades = [grade(sampler.chat.message_text(e.turns[-1]), e.problem.answer) for e in finished]
+    else:
+        grades, tokens = _evaluate_share(
+            team, sampler, problems, episodes, samples, batch_size, collective
         )
-        finished.extend(done)
-        tokens += generated
-    grades = [grade(sampler.chat.message_text(e.turns[-1]), e.problem.answer) for e in finished]
+        grades = [g for share in collective.gather(grades) for g in share]
+        tokens = int(collective.sum(tokens))
     correct = np.array([g.correct for g in grades], dtype=float)
     parsed = np.array([g.parsed for g in grades], dtype=float)
     result = {
@@ -60,7 +71,7 @@ def evaluate_team(
             correct.reshape(len(problems), samples).mean(axis=1).std() / np.sqrt(len(problems))
         ),
         "parse_failure_rate": float(1.0 - parsed.mean()),
-        "mean_tokens": tokens / len(finished),
+        "mean_tokens": tokens / len(grades),
         "samples": float(samples),
     }
     if samples > 1:
@@ -78,3 +89,34 @@ def evaluate_team(
             votes.append(float(bool(verify(parse(problem.answer), parse(winner)))))
         result["majority_vote"] = float(np.mean(votes))
     return result
+
+
+def _evaluate_share(
+    team: LoraTeam,
+    sampler: DialogueSampler,
+    problems: Sequence[Problem],
+    episodes: list[Episode],
+    samples: int,
+    batch_size: int,
+    collective: Collective,
+) -> tuple[list[Grade], int]:
+    """This rank's contiguous share of the problems, played and graded.
+
+    The sampler's generator advances by one seed per batch of the whole set, as in one process,
+    so that training goes on from the same generator state whatever the number of ranks.
+    """
+    n = len(problems)
+    first = collective.rank * n // collective.world_size
+    last = (collective.rank + 1) * n // collective.world_size
+    seeds = [int(sampler._rng.integers(2**31)) for _ in range(0, len(episodes), batch_size)]
+    temperature = 0.0 if samples == 1 else sampler.settings.temperature
+    share = episodes[first * samples : last * samples]
+    grades: list[Grade] = []
+    tokens = 0
+    for batch, start in enumerate(range(0, len(share), batch_size)):
+        done, generated = sampler.play(
+            team, share[start : start + batch_size], temperature=temperature, seed=seeds[batch]
+        )
+        grades.extend(grade(sampler.chat.message_text(e.turns[-1]), e.problem.answer) for e in done)
+        tokens += generated
+    return grades, tokens

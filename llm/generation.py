@@ -95,11 +95,17 @@ class MergedGenerationCopy:
         with torch.no_grad():
             for prefix, lora_layer, plain in self._layers:
                 weight = lora_layer.get_base_layer().weight
+                scale = lora_layer.scaling[adapter_name]
+                if weight.dtype != torch.float32:
+                    # A half-precision base: W + s B A is formed in float32 (the adapters' own
+                    # precision) and rounded once, rather than rounding B A before the sum.
+                    lora_a = tensors[f"{prefix}.lora_A.weight"].to(weight.device, torch.float32)
+                    lora_b = tensors[f"{prefix}.lora_B.weight"].to(weight.device, torch.float32)
+                    plain.weight.copy_(torch.addmm(weight.float(), lora_b, lora_a, alpha=scale))
+                    continue
                 lora_a = tensors[f"{prefix}.lora_A.weight"].to(weight)
                 lora_b = tensors[f"{prefix}.lora_B.weight"].to(weight)
-                torch.addmm(
-                    weight, lora_b, lora_a, alpha=lora_layer.scaling[adapter_name], out=plain.weight
-                )
+                torch.addmm(weight, lora_b, lora_a, alpha=scale, out=plain.weight)
         self._holding = wanted
         self.merges += 1
         return self.model

@@ -167,24 +167,34 @@ def load_tokenizer(source: str, *, allow_download: bool = False) -> PreTrainedTo
 
 
 def load_model(
-    source: str, *, vocab_size: int | None = None, allow_download: bool = False, seed: int = 0
+    source: str,
+    *,
+    vocab_size: int | None = None,
+    allow_download: bool = False,
+    seed: int = 0,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str = "cpu",
 ) -> PreTrainedModel:
-    """The causal language model of a model source, in float32 and eval mode."""
+    """The causal language model of a model source, in eval mode, with ``dtype`` weights on
+    ``device`` (a "tiny" model is initialised in float32 on the CPU first, so that its weights
+    do not depend on where it runs)."""
     resolved = resolve_source(source)
     if resolved.location == TINY_ALIAS:
         width, layers = resolved.tiny_shape
-        return tiny_llama(
+        tiny = tiny_llama(
             vocab_size or len(tiny_char_tokenizer()), hidden=width, layers=layers, seed=seed
         )
+        return tiny.to(device=device, dtype=dtype)
     try:
         model = AutoModelForCausalLM.from_pretrained(
             resolved.location,
             gguf_file=resolved.gguf_file,
             local_files_only=not allow_download,
-            dtype=torch.float32,
+            dtype=dtype,
         )
     except (OSError, ValueError) as error:
         raise ModelNotAvailableError(f"model source {source!r}: model: {error}") from error
+    model.to(device)
     model.eval()
     return model
 

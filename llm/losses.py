@@ -27,6 +27,13 @@ DIRECTIONS: tuple[str, ...] = ("reverse", "forward")
 _K3_SERIES_CUTOFF = 1e-2  # same cut-off as teamtr.divergence.k3_estimator
 
 
+def at_least_float32(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` in float32 if it is in a narrower floating type, else as it is."""
+    if tensor.dtype in (torch.float16, torch.bfloat16):
+        return tensor.float()
+    return tensor
+
+
 def log_softmax(logits: torch.Tensor, axis: int = -1) -> torch.Tensor:
     return torch.log_softmax(logits, dim=axis)
 
@@ -149,6 +156,10 @@ def per_token_kl(
         raise ValueError(f"estimator must be one of {ESTIMATORS}, got {estimator!r}")
     if direction not in DIRECTIONS:
         raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
+    # At least float32 whatever the model's dtype: the KLs the trust region admits are a few
+    # 1e-3 nats spread over the whole vocabulary, below bfloat16's resolution (float32 and
+    # float64 logits are used as they are).
+    logits_new, logits_old = at_least_float32(logits_new), at_least_float32(logits_old)
     keep = mask.bool()
     logp_new = torch.log_softmax(logits_new, dim=-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
     logp_old = torch.log_softmax(logits_old, dim=-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)

@@ -25,6 +25,7 @@ import torch
 from transformers import GenerationConfig
 
 from llm.agents import LoraTeam
+from llm.devices import model_device
 from llm.dialogue import ChatFormat, Episode, Turn
 from llm.losses import group_normalised_advantages
 from llm.rewards import grade
@@ -140,9 +141,12 @@ def generate_messages(
         eos_token_id=chat.stop_id,
         pad_token_id=chat.pad_id,
     )
+    device = model_device(model)
     with torch.no_grad():
         output = model.generate(
-            input_ids=input_ids, attention_mask=attention, generation_config=config
+            input_ids=input_ids.to(device),
+            attention_mask=attention.to(device),
+            generation_config=config,
         )
     messages = []
     for row in output[:, length:].tolist():
@@ -197,17 +201,23 @@ class DialogueSampler:
         return team.use(agent)
 
     def play(
-        self, team: LoraTeam, episodes: list[Episode], temperature: float | None = None
+        self,
+        team: LoraTeam,
+        episodes: list[Episode],
+        temperature: float | None = None,
+        seed: int | None = None,
     ) -> tuple[list[Episode], int]:
         """Complete every episode to H turns; returns them and the number of generated tokens.
 
-        ``temperature`` overrides the policy's (0 = greedy, for evaluation only).
+        ``temperature`` overrides the policy's (0 = greedy, for evaluation only). Generation is
+        seeded with ``seed``, by default the next draw of the sampler's generator (a sharded
+        sampler draws every shard's seed itself, ``llm.distributed``).
         """
         s = self.settings
         temperature = s.temperature if temperature is None else temperature
         episodes = list(episodes)
         generated = 0
-        torch.manual_seed(int(self._rng.integers(2**31)))
+        torch.manual_seed(int(self._rng.integers(2**31)) if seed is None else seed)
         while True:
             pending: dict[int, list[int]] = {}
             for index, episode in enumerate(episodes):

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 from peft import PeftModel
 
+from llm.devices import model_device
 from llm.dialogue import ChatFormat, Episode
 
 
@@ -79,7 +80,10 @@ def message_logits(
         input_ids[row_of[e], : needed[e]] = torch.tensor(ids[: needed[e]])
         attention[row_of[e], : needed[e]] = 1
     causal_lm = model.get_base_model()
-    hidden = causal_lm.model(input_ids=input_ids, attention_mask=attention).last_hidden_state
+    device = model_device(causal_lm)
+    hidden = causal_lm.model(
+        input_ids=input_ids.to(device), attention_mask=attention.to(device)
+    ).last_hidden_state
     longest = max(assembled[e][1][t][1] - assembled[e][1][t][0] for e, t in refs)
     positions = torch.zeros((len(refs), longest), dtype=torch.long)
     tokens = torch.zeros((len(refs), longest), dtype=torch.long)
@@ -92,9 +96,25 @@ def message_logits(
         tokens[m, :n] = torch.tensor(episodes[e].turns[t].message)
         mask[m, :n] = True
     row_index = torch.tensor([row_of[e] for e, _ in refs]).unsqueeze(-1).expand_as(positions)
-    selected = hidden[row_index, positions]
-    logits = causal_lm.lm_head(selected).float() / temperature
-    return MessageBatch(tuple(refs), tokens, mask, logits)
+    selected = hidden[row_index.to(device), positions.to(device)]
+    logits = output_logits(causal_lm.lm_head, selected) / temperature
+    return MessageBatch(tuple(refs), tokens.to(device), mask.to(device), logits)
+
+
+def output_logits(head: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor:
+    """Float32 logits of the output head, whatever the model's dtype.
+
+    The trust region measures KLs of a few 1e-3 nats over a vocabulary of tens of thousands of
+    tokens; bfloat16 logits (8 significant bits: steps of 0.06 at a logit of 16) would round
+    those differences away before the log-softmax sees them. A half-precision model therefore
+    projects its last hidden states with a float32 copy of the head, and every log-softmax and
+    KL downstream (``MessageBatch.token_logps``, ``llm.losses``) runs on float32 logits.
+    """
+    if hidden.dtype == torch.float32:
+        return head(hidden).float()
+    weight = head.weight.float()
+    bias = None if head.bias is None else head.bias.float()
+    return torch.nn.functional.linear(hidden.float(), weight, bias)
 
 
 def chunks(indices: Sequence[int], size: int) -> list[list[int]]:

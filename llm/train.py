@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -42,8 +42,19 @@ from llm.checkpoint import (
     write_checkpoint,
     write_run_marker,
 )
-from llm.config import RunConfig, load_config
+from llm.collective import Collective
+from llm.config import ConfigError, RunConfig, load_config
+from llm.devices import DeviceNotAvailableError, Placement, agent_devices, resolve_placement
 from llm.dialogue import ChatFormat
+from llm.distributed import (
+    ShardedSampler,
+    agree,
+    check_world,
+    effective_shards,
+    record_world,
+    replicas_agree,
+    require_same_world,
+)
 from llm.evaluation import evaluate_team
 from llm.loading import (
     ModelNotAvailableError,
@@ -71,6 +82,14 @@ class Components:
     sampler: DialogueSampler
     updater: TrustRegionUpdater
     test_problems: list[Problem]
+    collective: Collective | None = None
+    """Set when the rollouts are sharded (``llm.distributed``): data parallelism, or a single
+    process with ``[run] rollout_shards`` > 1."""
+
+    @property
+    def writes_files(self) -> bool:
+        """Whether this process writes the run's files (rank 0 of a data-parallel run)."""
+        return self.collective is None or self.collective.is_main
 
 
 def problem_sources(config: RunConfig):
@@ -97,11 +116,15 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def load_base_model(source: str, seed: int = 0):
+def load_base_model(source: str, seed: int = 0, placement: Placement | None = None):
     """Tokenizer and base model; any failure to read the files is a ModelNotAvailableError."""
+    where = placement or Placement(torch.device("cpu"), torch.float32)
     try:
         tokenizer = load_tokenizer(source)
-        return tokenizer, load_model(source, vocab_size=len(tokenizer), seed=seed)
+        model = load_model(
+            source, vocab_size=len(tokenizer), seed=seed, dtype=where.dtype, device=where.device
+        )
+        return tokenizer, model
     except ModelNotAvailableError:
         raise
     except Exception as error:  # transformers/gguf/safetensors raise many types on bad files
@@ -111,23 +134,39 @@ def load_base_model(source: str, seed: int = 0):
         ) from None
 
 
+def placement_of(config: RunConfig, source: str = "") -> Placement:
+    """The run's device and dtype; an absent device is a ConfigError naming ``[run] device``
+    (and ``source``, the config file, when given)."""
+    try:
+        return resolve_placement(config.run.device, config.run.dtype)
+    except DeviceNotAvailableError as error:
+        raise ConfigError(f"{source + ': ' if source else ''}[run] device: {error}") from None
+
+
 def build_backbone(config: RunConfig):
     """The tokenizer and the team's backbone: LoRA slots on one base model, or, when
     ``[model] sources`` lists one source per agent, one base model per agent."""
     seed = config.run.seed
+    placement = placement_of(config)
     if not config.model.sources:
-        tokenizer, base = load_base_model(config.model.source, seed)
+        tokenizer, base = load_base_model(config.model.source, seed, placement)
         backbone: Backbone = LoraBackbone.create(base, config.team.n_agents, config.lora, seed=seed)
         return tokenizer, backbone
     # Agent k's model gets seed + k so that random ("tiny") members of a team differ.
-    loaded = [load_base_model(source, seed + k) for k, source in enumerate(config.model.sources)]
+    sources = config.model.sources
+    devices = agent_devices(placement, len(sources), config.run.placement == "spread")
+    loaded = [
+        load_base_model(source, seed + k, replace(placement, device=devices[k]))
+        for k, source in enumerate(sources)
+    ]
     tokenizers = [tokenizer for tokenizer, _ in loaded]
     require_shared_tokenizer(list(config.model.sources), tokenizers)
     backbone = SeparateBackbone.create([model for _, model in loaded], config.lora, seed=seed)
     return tokenizers[0], backbone
 
 
-def build(config: RunConfig) -> Components:
+def build(config: RunConfig, collective: Collective | None = None) -> Components:
+    """A run's components; ``collective``: this process's rank in a data-parallel run."""
     if config.run.threads:
         torch.set_num_threads(config.run.threads)
     seed_everything(config.run.seed)
@@ -137,11 +176,24 @@ def build(config: RunConfig) -> Components:
     )
     router = make_router(config.team.router, config.team.n_agents, config.team.speaking_order)
     draw, test = problem_sources(config)
-    sampler = DialogueSampler(chat, router, draw, config.sampler)
+    shards = effective_shards(config, collective.world_size if collective else 1)
+    if collective is None and shards == 1:
+        sampler = DialogueSampler(chat, router, draw, config.sampler)
+        updater = TrustRegionUpdater(
+            chat, config.updater, config.sampler.temperature, config.sampler.score_chunk
+        )
+        return Components(config, chat, backbone.initial_team(), sampler, updater, test)
+    together = collective or Collective()
+    check_world(config, together.world_size)
+    sampler = ShardedSampler(chat, router, draw, config.sampler, shards=shards, collective=together)
     updater = TrustRegionUpdater(
-        chat, config.updater, config.sampler.temperature, config.sampler.score_chunk
+        chat,
+        config.updater,
+        config.sampler.temperature,
+        config.sampler.score_chunk,
+        collective=together,
     )
-    return Components(config, chat, backbone.initial_team(), sampler, updater, test)
+    return Components(config, chat, backbone.initial_team(), sampler, updater, test, together)
 
 
 def stage_metrics(stage: int, report: StageReport, seconds: float) -> dict[str, Any]:
@@ -267,42 +319,101 @@ def sigterm_interrupts() -> Iterator[None]:
 
 
 # -- training --------------------------------------------------------------------------------------
-def train(config: RunConfig, config_name: str = "run", progress: bool = True) -> Path:
-    """Run ``config.stage.stages`` stages in a new run directory; returns its path."""
+def train(
+    config: RunConfig,
+    config_name: str = "run",
+    progress: bool = True,
+    collective: Collective | None = None,
+) -> Path:
+    """Run ``config.stage.stages`` stages in a new run directory; returns its path.
+
+    ``collective``: this process's rank in a data-parallel run (``llm.distributed``).
+    """
     name = config.run.name or f"{config_name}-{datetime.now():%Y%m%d-%H%M%S}"
+    if collective is not None:
+        name = collective.broadcast(name)  # rank 0's timestamp names the run
+        world = collective.world_size
+        shards = check_world(config, world)
+        config = replace(config, run=replace(config.run, rollout_shards=shards))
     run_dir = Path(config.run.output_dir) / name
-    require_new_run_directory(run_dir)
-    parts = build(config)  # model and data are loaded before anything is written
-    create_run_directory(run_dir, config)
-    log_event(run_dir, "started")
+    if collective is None:
+        require_new_run_directory(run_dir)
+    else:
+        agree(collective, _failure(require_new_run_directory, run_dir))
+    parts = build(config, collective)  # model and data are loaded before anything is written
+    if parts.writes_files:
+        create_run_directory(run_dir, config)
+        if collective is not None:
+            record_world(run_dir, collective.world_size, config.run.rollout_shards)
+        log_event(run_dir, "started")
+    if collective is not None:
+        collective.gather(None)  # every rank waits until the run directory exists
     start = ResumePoint.capture(0, parts.team, parts.updater, parts.sampler._rng, (), 0.0)
     return _run(parts, run_dir, start, progress)
 
 
-def resume(run_dir: str | Path, progress: bool = True) -> Path:
-    """Continue a run from its newest valid checkpoint, exactly as if it had not stopped."""
+def resume(
+    run_dir: str | Path,
+    progress: bool = True,
+    collective: Collective | None = None,
+    device: str | None = None,
+) -> Path:
+    """Continue a run from its newest valid checkpoint, exactly as if it had not stopped.
+
+    A data-parallel run resumes with the number of processes it was started with. ``device``
+    overrides the run's ``[run] device`` (checkpoints are read onto any device).
+    """
     run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        raise RunDirectoryError(f"{run_dir}: no such run directory")
-    require_resumable(run_dir)
-    config = load_config(run_dir / "config.json")
-    parts = build(config)
+    config = resumable_config(run_dir, collective.world_size if collective else 1)
+    if device is not None:
+        config = replace(config, run=replace(config.run, device=device))
+    parts = build(config, collective)
     latest = latest_checkpoint(run_dir)
     # Stopped before its first checkpoint: the rebuilt run is exactly the original start.
     point = latest.point or ResumePoint.capture(
         0, parts.team, parts.updater, parts.sampler._rng, (), 0.0
     )
-    log_event(
-        run_dir,
-        "resumed",
-        checkpoint=latest.directory.name if latest.directory else None,
-        stage=point.stage,
-        skipped=list(latest.skipped),
-    )
+    if parts.writes_files:
+        log_event(
+            run_dir,
+            "resumed",
+            checkpoint=latest.directory.name if latest.directory else None,
+            stage=point.stage,
+            skipped=list(latest.skipped),
+        )
     if point.finished:
-        print(f"{run_dir}: already complete after {point.stage} stages; nothing to do")
+        if parts.writes_files:
+            print(f"{run_dir}: already complete after {point.stage} stages; nothing to do")
         return run_dir
     return _run(parts, run_dir, point, progress)
+
+
+def resumable_config(run_dir: Path, world_size: int) -> RunConfig:
+    """The config of a run directory that can be resumed by ``world_size`` processes."""
+    if not run_dir.is_dir():
+        raise RunDirectoryError(f"{run_dir}: no such run directory")
+    require_resumable(run_dir)
+    require_same_world(run_dir, world_size)
+    return load_config(run_dir / "config.json")
+
+
+def _failure(check: Any, *args: Any) -> Exception | None:
+    """The error ``check(*args)`` raises, if any (to be agreed on by every rank)."""
+    try:
+        check(*args)
+    except (RunDirectoryError, ConfigError) as error:
+        return error
+    return None
+
+
+class _NoWriter:
+    """Stands in for TensorBoard's writer on ranks other than 0."""
+
+    def add_scalar(self, *_args: Any) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
 
 
 def _run(parts: Components, run_dir: Path, start: ResumePoint, progress: bool) -> Path:
@@ -316,7 +427,12 @@ def _run(parts: Components, run_dir: Path, start: ResumePoint, progress: bool) -
     def note_update(record: UpdateRecord) -> None:
         position["updates_done"] = record.position + 1
 
+    writes = parts.writes_files
+    together = parts.collective
+
     def save(point: ResumePoint) -> Path:
+        if not writes:  # rank 0 saves; the others only say where
+            return run_dir / "checkpoints" / f"stage_{point.stage}"
         with signals_deferred(reraise=False):
             return write_checkpoint(run_dir, point)
 
@@ -328,7 +444,8 @@ def _run(parts: Components, run_dir: Path, start: ResumePoint, progress: bool) -
         metrics_lines = list(start.metrics_lines)
         # Lines after the checkpoint belong to stages that will be run again.
         lines = "".join(x + "\n" for x in metrics_lines)
-        write_atomically(run_dir / "metrics.jsonl", lines.encode())
+        if writes:
+            write_atomically(run_dir / "metrics.jsonl", lines.encode())
         stage_config = StageConfig(
             scheme=config.stage.scheme,
             radius=config.stage.radius,
@@ -338,19 +455,23 @@ def _run(parts: Components, run_dir: Path, start: ResumePoint, progress: bool) -
         )
         penalty = EpisodicPenalty(config.sampler.turns)
         # purge_step drops TensorBoard points of stages that are about to be run again.
-        writer = SummaryWriter(str(run_dir / "tensorboard"), purge_step=start.stage or None)
+        writer = (
+            SummaryWriter(str(run_dir / "tensorboard"), purge_step=start.stage or None)
+            if writes
+            else _NoWriter()
+        )
         stages = config.stage.stages
         budget_seconds = 60.0 * config.run.time_budget_minutes
         clock = time.process_time if config.run.budget_clock == "cpu" else time.perf_counter
         run_started = clock() - start.elapsed_seconds
         with (
             sigterm_interrupts(),
-            (run_dir / "metrics.jsonl").open("a") as metrics,
+            (run_dir / "metrics.jsonl").open("a") if writes else open(os.devnull, "w") as metrics,
             tqdm(
                 total=stages,
                 initial=start.stage,
                 desc=f"{config.stage.scheme} stages",
-                disable=not progress,
+                disable=not progress or not writes,
             ) as bar,
         ):
             for stage in range(start.stage, stages):
@@ -368,13 +489,18 @@ def _run(parts: Components, run_dir: Path, start: ResumePoint, progress: bool) -
                 record = stage_metrics(stage, report, time.perf_counter() - started)
                 elapsed = clock() - run_started
                 out_of_time = budget_seconds > 0 and elapsed >= budget_seconds
+                if together is not None:  # rank 0's clock decides for every rank
+                    out_of_time = together.broadcast(out_of_time)
+                    replicas_agree(together, team.policies)
                 last = stage == stages - 1 or out_of_time
                 if (
                     config.run.eval_every
                     and ((stage + 1) % config.run.eval_every == 0 or last)
                     and parts.test_problems
                 ):
-                    record["eval"] = evaluate_team(team, parts.sampler, parts.test_problems)
+                    record["eval"] = evaluate_team(
+                        team, parts.sampler, parts.test_problems, collective=together
+                    )
                 line = json.dumps(record)
                 metrics.write(line + "\n")
                 metrics.flush()
@@ -389,8 +515,12 @@ def _run(parts: Components, run_dir: Path, start: ResumePoint, progress: bool) -
                     finished=last,
                 )
                 log_scalars(writer, stage, record)
-                if last or (
-                    config.run.checkpoint_every and (stage + 1) % config.run.checkpoint_every == 0
+                if writes and (
+                    last
+                    or (
+                        config.run.checkpoint_every
+                        and (stage + 1) % config.run.checkpoint_every == 0
+                    )
                 ):
                     with signals_deferred():
                         write_checkpoint(run_dir, resume_point)
@@ -402,19 +532,21 @@ def _run(parts: Components, run_dir: Path, start: ResumePoint, progress: bool) -
                     break
     except KeyboardInterrupt:
         checkpoint = save(resume_point)
-        log_event(
-            run_dir,
-            "interrupted",
-            **position,
-            checkpoint=checkpoint.name,
-            resumes_at={"stage": resume_point.stage, "update": 0},
-        )
+        if writes:
+            log_event(
+                run_dir,
+                "interrupted",
+                **position,
+                checkpoint=checkpoint.name,
+                resumes_at={"stage": resume_point.stage, "update": 0},
+            )
         raise TrainingInterrupted(run_dir, checkpoint) from None
     except RunDirectoryError:  # the checkpoint does not fit the run: nothing new to save
         raise
     except Exception as error:
         checkpoint = save(resume_point)
-        log_event(run_dir, "failed", **position, error=repr(error), checkpoint=checkpoint.name)
+        if writes:
+            log_event(run_dir, "failed", **position, error=repr(error), checkpoint=checkpoint.name)
         raise
     finally:
         if writer is not None:

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from llm.agents import LoraTeam
+from llm.collective import Collective
 from llm.dialogue import ChatFormat
 from llm.losses import Direction, Estimator, clipped_surrogate, per_token_kl
 from llm.sampler import DialogueRollouts
@@ -138,12 +139,17 @@ class TrustRegionUpdater:
         settings: UpdaterSettings,
         temperature: float = 1.0,
         score_chunk: int = 8,
+        collective: Collective | None = None,
     ) -> None:
         self.chat = chat
         self.settings = settings
         self.temperature = temperature
         self.score_chunk = score_chunk
         self.optimizers: dict[int, torch.optim.Optimizer] = {}
+        self.collective = collective or Collective()
+        """With data parallelism (``llm.distributed``) each rank holds a shard of the rollouts:
+        token counts, gradients, per-episode KLs and surrogates are combined over the ranks, so
+        every decision below is taken on the global batch, identically on every rank."""
 
     def optimizer_for(self, team: LoraTeam, agent: int) -> torch.optim.Optimizer:
         if agent not in self.optimizers:
@@ -165,6 +171,7 @@ class TrustRegionUpdater:
         model = team.use(agent)
         weights = rollouts.episode_weights()
         references = []
+        worst = (0.0, "")
         for chunk in chunks(range(len(rollouts.episodes)), self.score_chunk):
             with torch.no_grad():
                 batch = message_logits(
@@ -176,15 +183,21 @@ class TrustRegionUpdater:
             for row, (e, t) in enumerate(batch.refs):
                 recorded = rollouts.old_logps[e][t]
                 gap = float((logps[row][batch.mask[row]] - recorded).abs().max())
-                if gap > self.settings.ratio_tolerance:
-                    raise RatioCheckError(
-                        f"agent {agent}, episode {e}, turn {t}: |log new - log old| = {gap:.3g} "
-                        "before the update (ratio must be 1)"
-                    )
+                if gap > worst[0]:
+                    worst = (gap, f"agent {agent}, episode {e}, turn {t}")
             advantages = torch.tensor(
-                [rollouts.advantages[e] * weights[e] for e, _ in batch.refs], dtype=torch.float32
+                [rollouts.advantages[e] * weights[e] for e, _ in batch.refs],
+                dtype=torch.float32,
+                device=logps.device,
             )
             references.append(_Reference(chunk, batch, logps, advantages))
+        # Checked once all ranks have scored their shard, so that all of them raise together.
+        largest = self.collective.max(worst[0])
+        if largest > self.settings.ratio_tolerance:
+            where = worst[1] if worst[0] == largest else f"agent {agent}, on another rank"
+            raise RatioCheckError(
+                f"{where}: |log new - log old| = {largest:.3g} before the update (ratio must be 1)"
+            )
         return references
 
     def _measure(
@@ -219,7 +232,10 @@ class TrustRegionUpdater:
                 episode_kl[e] += float(message_kl[row])
                 # E_{y~old}[(new/old) Â] = E_{y~new}[Â]: the surrogate of Thm 3.4 per message.
                 episode_gain[e] += float(log_ratio[row].exp()) * rollouts.advantages[e]
-        weights = rollouts.episode_weights()
+        # The global batch, in rank order (a no-op in one process).
+        episode_kl = self.collective.concatenate(episode_kl)
+        episode_gain = self.collective.concatenate(episode_gain)
+        weights = self.collective.concatenate(rollouts.episode_weights())
         turn_level_kl = (
             episode_kl / rollouts.horizon
         )  # E over the average occupancy d̄ = (1/H) Σ_t ρ_t
@@ -237,15 +253,16 @@ class TrustRegionUpdater:
     ) -> AgentUpdate:
         s = self.settings
         a_max = rollouts.settings.a_max
-        if not np.isfinite(rollouts.episode_weights()).all():  # HAPPO ratios overflowed
+        together = self.collective
+        if together.any(not np.isfinite(rollouts.episode_weights()).all()):  # HAPPO overflow
             extras = {"tokens": 0.0, NON_FINITE_PREFIX + "weights": 1.0}
             return AgentUpdate(team.agent(agent), 0.0, float("nan"), a_max, False, extras=extras)
-        if not np.any(rollouts.advantages * rollouts.episode_weights()):
+        if not together.any(bool(np.any(rollouts.advantages * rollouts.episode_weights()))):
             # Every group's rewards were equal: the surrogate and its gradient are 0, so the
             # identity is the update (and its KL 0). Skipping it saves every forward pass.
             return AgentUpdate(team.agent(agent), 0.0, 0.0, a_max, extras={"no_signal": 1.0})
         references = self._references(team, agent, rollouts)
-        n_tokens = sum(int(r.batch.mask.sum()) for r in references)
+        n_tokens = int(together.sum(sum(int(r.batch.mask.sum()) for r in references)))
         if n_tokens == 0:  # the agent never spoke: nothing to learn, nothing changes
             return AgentUpdate(team.agent(agent), 0.0, 0.0, a_max, extras={"tokens": 0.0})
         backbone = team.backbone
@@ -265,6 +282,7 @@ class TrustRegionUpdater:
             for group in optimizer.param_groups:
                 group["lr"] = s.learning_rate * scale
             optimizer.zero_grad(set_to_none=True)
+            finite_loss = True
             for reference in references:
                 batch = message_logits(
                     backbone.training_model(agent),
@@ -287,8 +305,12 @@ class TrustRegionUpdater:
                     * share
                 )
                 if not torch.isfinite(loss):
-                    raise NonFiniteUpdate("loss")
+                    finite_loss = False
+                    break
                 loss.backward()
+            if together.any(not finite_loss):
+                raise NonFiniteUpdate("loss")
+            together.sum_gradients(parameters)  # the pooled token mean over the global batch
             if any(p.grad is not None and not torch.isfinite(p.grad).all() for p in parameters):
                 raise NonFiniteUpdate("gradient")
             optimizer.step()

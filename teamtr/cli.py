@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import importlib
 import sys
+import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib.metadata import entry_points
+from pathlib import Path
 
 ENTRY_POINT_GROUP = "teamtr.commands"
 
@@ -44,17 +46,41 @@ class Command:
 
 
 def registered_commands() -> dict[str, Command]:
-    """Every subcommand installed packages register, by name, in registration order."""
+    """Every subcommand installed packages register, by name, in registration order.
+
+    When no installed package registers any, as in a source checkout run without installing it
+    (``PYTHONPATH=. python -m teamtr``, e.g. on a machine without a package index), the
+    subcommands are those the checkout's ``pyproject.toml`` declares.
+    """
     commands: dict[str, Command] = {}
     for entry in entry_points(group=ENTRY_POINT_GROUP):
-        command = entry.load()
-        if not isinstance(command, Command):
-            raise TypeError(
-                f"entry point {entry.name} = {entry.value!r} of group {ENTRY_POINT_GROUP!r} "
-                f"must name a teamtr.cli.Command, got {type(command).__name__}"
-            )
-        commands.setdefault(entry.name, command)
+        commands.setdefault(entry.name, _checked(entry.name, entry.value, entry.load()))
+    if not commands:
+        for name, value in source_checkout_entry_points().items():
+            module, _, attribute = value.partition(":")
+            loaded = getattr(importlib.import_module(module), attribute)
+            commands.setdefault(name, _checked(name, value, loaded))
     return commands
+
+
+def _checked(name: str, value: str, command: object) -> Command:
+    if not isinstance(command, Command):
+        raise TypeError(
+            f"entry point {name} = {value!r} of group {ENTRY_POINT_GROUP!r} "
+            f"must name a teamtr.cli.Command, got {type(command).__name__}"
+        )
+    return command
+
+
+def source_checkout_entry_points() -> dict[str, str]:
+    """The ``teamtr.commands`` entry points of the ``pyproject.toml`` beside this package."""
+    pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
+    if not pyproject.is_file():
+        return {}
+    project = tomllib.loads(pyproject.read_text()).get("project", {})
+    if project.get("name") != "teamtr":
+        return {}
+    return dict(project.get("entry-points", {}).get(ENTRY_POINT_GROUP, {}))
 
 
 def usage(commands: dict[str, Command]) -> str:

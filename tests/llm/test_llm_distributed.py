@@ -1,0 +1,266 @@
+"""Data parallelism on gloo with two CPU processes (``teamtr train --nproc 2``, which runs
+torchrun): the same run as one process with the same global batch, metrics written once, a
+rank killed with SIGKILL then resumed reproduces the straight run, and bad setups exit 2 with
+one message, without any rank hanging.
+
+Float tolerance: the two-process run sums each agent's LoRA gradient over the ranks (an
+all-reduce) where one process accumulates it chunk by chunk, so float32 sums are taken in
+another order: adapters and Adam moments may differ by a few float32 roundings. They are
+compared to an absolute 1e-6 (the adapters' entries are of order 1e-2 to 1e-1, each step
+changing them by about the learning rate 1e-2); the decisions (kept, accepted, backtracks),
+rewards and token counts must be identical, KLs and surrogates equal to 1e-6.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from test_llm_resume import (
+    CONFIG,
+    assert_identical_runs,
+    final_state,
+    metrics_without_timings,
+)
+
+from llm.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+TOLERANCE = 1e-6
+STAGES = 2
+pytestmark = pytest.mark.timeout(600)
+
+
+def write_config(directory: Path, extra: str = "") -> Path:
+    data = directory / "say_two.jsonl"
+    data.write_text("".join(f'{{"question": "Say two ({i})", "answer": "2"}}\n' for i in range(20)))
+    path = directory / "dp.toml"
+    # Four episodes per scoring chunk: each shard of eight episodes is two chunks, so the
+    # one-process gradient is accumulated in another order than the two ranks' all-reduce.
+    # gloo on the CPU whatever the machine has (device = "auto" would mean NCCL on a GPU).
+    if "device" not in extra:
+        extra = 'device = "cpu"\n' + extra
+    text = CONFIG.format(data=data, runs=directory / "runs", extra=extra)
+    path.write_text(text.replace("max_new_tokens = 20", "max_new_tokens = 20\nscore_chunk = 4"))
+    return path
+
+
+def teamtr(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+    environment = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0", **(env or {})}
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        if env is None or name not in env:
+            environment.pop(name, None)
+    return subprocess.Popen(
+        [sys.executable, "-m", "teamtr", *args, "--no-progress"],
+        cwd=REPO,
+        env=environment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # the test can end the whole launch if it must
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+
+
+def finish(process: subprocess.Popen, timeout: float = 400) -> tuple[int, str]:
+    try:
+        _, err = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+        raise AssertionError("a rank hung: the launch did not end in time") from None
+    return process.returncode, err
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict[str, Path]:
+    """The same config (rollout_shards = 2) as one process and as two ranks."""
+    directory = tmp_path_factory.mktemp("dp")
+    config = write_config(directory, "rollout_shards = 2")
+    one = teamtr("train", "--config", str(config), "--name", "one")
+    code, err = finish(one)
+    assert code == 0, err
+    two = teamtr("train", "--config", str(config), "--name", "two", "--nproc", "2")
+    code, err = finish(two)
+    assert code == 0, err
+    return {"config": config, "one": directory / "runs" / "one", "two": directory / "runs" / "two"}
+
+
+def decisions(run_dir: Path) -> list[dict]:
+    records = [json.loads(line) for line in metrics_without_timings(run_dir)]
+    for record in records:
+        for update in record["updates"]:
+            for key in ("surrogate", "kl", "certificate", "penalty"):
+                update[key] = round(update[key], 6) if update[key] is not None else None
+        record["certificate"] = round(record["certificate"], 6)
+    return records
+
+
+def test_two_ranks_train_what_one_process_trains_on_the_same_global_batch(runs):
+    one, two = runs["one"], runs["two"]
+    records = decisions(two)
+    assert records == decisions(one)
+    assert len(records) == STAGES
+    updates = [u for r in records for u in r["updates"]]
+    assert any(u["kept"] and u["kl"] > 0 for u in updates), "nothing was trained"
+    expected, got = final_state(one), final_state(two)
+    assert expected.keys() == got.keys()
+    moved = [v for k, v in expected.items() if "lora_B" in k]
+    assert any(v.abs().max() > 1e-3 for v in moved)
+    for key in expected:
+        assert torch.allclose(expected[key], got[key], rtol=0, atol=TOLERANCE), key
+
+
+def test_rank_0_alone_writes_metrics_events_and_checkpoints(runs):
+    two = runs["two"]
+    lines = (two / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["stage"] for line in lines] == list(range(STAGES))
+    events = [json.loads(x)["event"] for x in (two / "events.jsonl").read_text().splitlines()]
+    assert events == ["started"]
+    assert json.loads((two / "distributed.json").read_text()) == {
+        "world_size": 2,
+        "rollout_shards": 2,
+    }
+    assert sorted(p.name for p in (two / "checkpoints").iterdir()) == ["stage_1", "stage_2"]
+    assert len(list((two / "tensorboard").iterdir())) == 1  # one event file: one writer
+
+
+def children(pid: int) -> list[int]:
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        text = (task / "children").read_text().split()
+        found.extend(int(x) for x in text)
+    return found
+
+
+def rank_of(pid: int) -> int | None:
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    for entry in environ:
+        if entry.startswith(b"RANK="):
+            return int(entry[5:])
+    return None
+
+
+def test_sigkill_of_one_rank_then_resume_reproduces_the_straight_run(runs):
+    config, straight = runs["config"], runs["two"]
+    run_dir = config.parent / "runs" / "killed"
+    launch = teamtr("train", "--config", str(config), "--name", "killed", "--nproc", "2")
+    deadline = time.monotonic() + 300
+    while not (run_dir / "checkpoints" / "stage_1").exists():
+        assert launch.poll() is None, f"run ended early: {launch.communicate()[1][-3000:]}"
+        assert time.monotonic() < deadline, "stage_1 never appeared"
+        time.sleep(0.01)
+    time.sleep(0.3)  # into the second stage
+    ranks = {rank_of(pid): pid for pid in children(launch.pid)}
+    assert set(ranks) >= {0, 1}, ranks
+    os.kill(ranks[1], signal.SIGKILL)
+    code, err = finish(launch)
+    assert code != 0
+    assert not (run_dir / "checkpoints" / f"stage_{STAGES}").exists(), "killed too late"
+
+    code, err = finish(teamtr("train", "--resume", str(run_dir), "--nproc", "2"))
+    assert code == 0, err
+    assert_identical_runs(straight, run_dir)
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    assert len(lines) == STAGES
+    events = [json.loads(x) for x in (run_dir / "events.jsonl").read_text().splitlines()]
+    assert events[-1]["event"] == "resumed" and events[-1]["checkpoint"] == "stage_1"
+
+
+def test_resuming_with_another_world_size_exits_2(runs, capsys):
+    assert main(["train", "--resume", str(runs["two"])]) == 2
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1
+    assert "was trained by 2 process(es) but is being resumed by 1" in err
+    assert main(["train", "--resume", str(runs["one"]), "--nproc", "2"]) == 2
+    assert "was trained by 1 process(es) but is being resumed by 2" in capsys.readouterr().err
+
+
+RENDEZVOUS = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29999", "LOCAL_RANK": "0"}
+
+
+@pytest.mark.parametrize(
+    ("environment", "extra", "message"),
+    [
+        ({"RANK": "0", "WORLD_SIZE": "2"}, "", "MASTER_ADDR, MASTER_PORT are not set"),
+        ({**RENDEZVOUS, "RANK": "0", "WORLD_SIZE": "3"}, "", "not divisible by the world size 3"),
+        ({**RENDEZVOUS, "RANK": "0", "WORLD_SIZE": "2"}, 'device = "cuda:99"', "cuda:99"),
+    ],
+)
+def test_a_bad_setup_stops_every_rank_with_exit_2_and_rank_0_says_why(
+    tmp_path, capsys, monkeypatch, environment, extra, message
+):
+    # Each rank checks the setup before it joins a process group, so none waits for another.
+    config = write_config(tmp_path, extra)
+    for rank in ("0", "1"):
+        for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+            monkeypatch.delenv(name, raising=False)
+        for name, value in {**environment, "RANK": rank}.items():
+            monkeypatch.setenv(name, value)
+        started = time.monotonic()
+        assert main(["train", "--config", str(config), "--no-progress"]) == 2
+        assert time.monotonic() - started < 60
+        err = capsys.readouterr().err
+        if rank == "0":
+            assert err.count("error:") == 1 and message in err, err
+        else:
+            assert "error:" not in err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_the_launcher_checks_the_setup_before_starting_any_rank(tmp_path, capsys, monkeypatch):
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    config = write_config(tmp_path)
+    assert main(["train", "--config", str(config), "--nproc", "3"]) == 2
+    assert "prompts_per_batch = 4 is not divisible by the world size 3" in capsys.readouterr().err
+    shards = write_config(tmp_path, "rollout_shards = 2")
+    assert main(["train", "--config", str(shards), "--nproc", "4"]) == 2
+    assert "rollout_shards = 2 cannot be split over 4 processes" in capsys.readouterr().err
+    absent = write_config(tmp_path, 'device = "cuda:99"')
+    assert main(["train", "--config", str(absent), "--nproc", "2"]) == 2
+    assert "cuda:99" in capsys.readouterr().err
+
+
+def test_a_failure_after_the_ranks_met_ends_every_rank_with_exit_2(runs):
+    # The run directory exists: rank 0 finds out after the process group formed; every rank
+    # learns it from the others (llm.distributed.agree) and stops instead of waiting.
+    config = runs["config"]
+    code, err = finish(teamtr("train", "--config", str(config), "--name", "two", "--nproc", "2"))
+    assert code == 2
+    assert err.count("error:") == 1 and "already exists" in err
+
+
+def test_plain_torchrun_reports_a_bad_batch_once_and_no_rank_hangs(tmp_path):
+    config = write_config(tmp_path, "")
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "3",
+        "-m",
+        "teamtr",
+        "train",
+        "--config",
+        str(config),
+        "--no-progress",
+    ]
+    environment = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(
+        command, cwd=REPO, env=environment, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode != 0
+    assert done.stderr.count("error:") == 1
+    assert "not divisible by the world size 3" in done.stderr
