@@ -39,6 +39,7 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/exact_solver.py
 	$(BIN)/python bench/llm_throughput.py
+	OMP_NUM_THREADS=1 $(BIN)/python bench/llm_stage_profile.py --json results/llm_stage_profile.json
 
 clean-venv:
 	rm -rf $(VENV)

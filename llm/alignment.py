@@ -33,7 +33,6 @@ represent π_λ exactly, so ``align_adapter`` approximates it in three steps:
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -41,10 +40,11 @@ from dataclasses import asdict, dataclass
 import torch
 
 from llm.agents import AdapterWeights, LoraTeam
+from llm.backtracking import backtracked_step
 from llm.dialogue import ChatFormat, Episode
 from llm.losses import token_kl_from_logits
-from llm.scoring import chunks, message_logits
-from teamtr.trust_region import TrustRegion, backtrack
+from llm.scoring import message_logits, score_chunks
+from teamtr.trust_region import TrustRegion
 
 
 class AlignmentError(ValueError):
@@ -187,22 +187,30 @@ class _Probe:
         )
         if batch is None:
             return None
-        return batch.mask, torch.log_softmax(batch.logits, dim=-1)
+        return batch.mask, batch.log_probs()
 
     def references(self, pre: AdapterWeights, cur: AdapterWeights) -> list[_ProbeChunk]:
         self.team.use(self.agent)  # the team's weights in every slot, agent k speaking
-        out = []
-        for indices in chunks(range(len(self.episodes)), self.settings.score_chunk):
-            scored = {}
-            for name, weights in (("pre", pre), ("cur", cur)):
-                self.set_weights(dict(weights.tensors))
-                with torch.no_grad():
-                    scored[name] = self.log_probs(indices)
-            if scored["cur"] is None:
-                continue
-            mask = scored["cur"][0]
-            out.append(_ProbeChunk(indices, mask, scored["pre"][1], scored["cur"][1]))
-        return out
+        scored = {}
+        for name, weights in (("pre", pre), ("cur", cur)):
+            self.set_weights(dict(weights.tensors))
+            with torch.no_grad():
+                scored[name] = list(
+                    score_chunks(
+                        self.backbone.training_model(self.agent),
+                        self.chat,
+                        self.episodes,
+                        self.agent,
+                        self.settings.score_chunk,
+                        self.settings.temperature,
+                    )
+                )
+        return [
+            _ProbeChunk(indices, cur_batch.mask, pre_batch.log_probs(), cur_batch.log_probs())
+            for (indices, pre_batch), (_, cur_batch) in zip(
+                scored["pre"], scored["cur"], strict=True
+            )
+        ]
 
     def losses(self, chunk: _ProbeChunk) -> tuple[torch.Tensor, torch.Tensor]:
         """Summed (not averaged) KL(π‖π_pre) and KL(π‖π_cur) over the chunk's tokens."""
@@ -344,25 +352,6 @@ def align_adapter(
     optimizer = torch.optim.Adam(parameters, lr=s.learning_rate)
     current = low_measured
 
-    def restore(saved: tuple[list[torch.Tensor], dict]) -> None:
-        with torch.no_grad():
-            for parameter, value in zip(parameters, saved[0], strict=True):
-                parameter.copy_(value)
-        optimizer.load_state_dict(copy.deepcopy(saved[1]))
-
-    def propose(
-        saved: tuple[list[torch.Tensor], dict], scale: float, penalty: float
-    ) -> _Measurement:
-        restore(saved)
-        for group in optimizer.param_groups:
-            group["lr"] = s.learning_rate * scale
-        optimizer.zero_grad(set_to_none=True)
-        for chunk in references:
-            to_pre, to_cur = probe.losses(chunk)
-            ((to_pre + penalty * to_cur) / n_tokens).backward()
-        optimizer.step()
-        return measure()
-
     def admitted_statistic(measured: _Measurement) -> float:
         # Inside δ0 is the trust region's test; a step must also lower the objective.
         return measured.kl_to_cur if measured.kl_to_pre < current.kl_to_pre else math.nan
@@ -370,10 +359,19 @@ def align_adapter(
     steps = backtracks = 0
     penalty = multiplier
     for _ in range(s.steps):
-        saved = ([p.detach().clone() for p in parameters], copy.deepcopy(optimizer.state_dict()))
         for _ in range(s.penalty_increases + 1):
-            result = backtrack(
-                lambda scale, saved=saved, penalty=penalty: propose(saved, scale, penalty),
+
+            def lagrangian_gradient(penalty: float = penalty) -> None:
+                for chunk in references:
+                    to_pre, to_cur = probe.losses(chunk)
+                    ((to_pre + penalty * to_cur) / n_tokens).backward()
+
+            result = backtracked_step(
+                parameters,
+                optimizer,
+                s.learning_rate,
+                lagrangian_gradient,
+                measure,
                 admitted_statistic,
                 trust_region,
                 shrink=s.shrink,
@@ -386,8 +384,7 @@ def align_adapter(
             # λ says, so weigh KL(π‖π_cur) more and try the step again.
             penalty *= s.penalty_growth
         if not result.accepted or result.candidate is None:
-            restore(saved)  # never keep a step outside the region
-            break
+            break  # backtracked_step restored the last admitted iterate
         steps += 1
         current = result.candidate
     optimizer.zero_grad(set_to_none=True)

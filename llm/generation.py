@@ -27,6 +27,8 @@ from peft.tuners.lora import Linear as LoraLinear
 from peft.tuners.lora import LoraLayer
 from transformers import PreTrainedModel
 
+from llm import profiling
+
 
 class MergedGenerationCopy:
     """A plain copy of ``model``'s base whose adapted linear weights are ``W + scale * B @ A``.
@@ -92,7 +94,7 @@ class MergedGenerationCopy:
         if tensors.keys() != self._expected_keys:
             raise ValueError("adapter weights do not match the model's LoRA layers")
         self._holding = None  # an interrupted merge must not leave a claim to any snapshot
-        with torch.no_grad():
+        with profiling.section("merge"), torch.no_grad():
             for prefix, lora_layer, plain in self._layers:
                 weight = lora_layer.get_base_layer().weight
                 scale = lora_layer.scaling[adapter_name]

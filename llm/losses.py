@@ -52,8 +52,13 @@ def tv(p: torch.Tensor, q: torch.Tensor, axis: int = -1) -> torch.Tensor:
 
 def token_kl_from_logits(logits_p: torch.Tensor, logits_q: torch.Tensor) -> torch.Tensor:
     """Exact per-token KL(p || q) over the vocabulary, in log space. ``(..., V) -> (...)``."""
-    logp = torch.log_softmax(logits_p, dim=-1)
-    logq = torch.log_softmax(logits_q, dim=-1)
+    return token_kl_from_log_probs(
+        torch.log_softmax(logits_p, dim=-1), torch.log_softmax(logits_q, dim=-1)
+    )
+
+
+def token_kl_from_log_probs(logp: torch.Tensor, logq: torch.Tensor) -> torch.Tensor:
+    """``token_kl_from_logits`` on log-probabilities already normalised over the vocabulary."""
     p = logp.exp()
     terms = torch.where(p > 0, p * (logp - logq), torch.zeros_like(p))
     return terms.sum(dim=-1)
@@ -152,21 +157,43 @@ def per_token_kl(
     ``logits_*`` are ``(B, T, V)``: the logits that predicted ``tokens`` ``(B, T)``, which were
     sampled from the old policy. See the module docstring for the reverse-direction weights.
     """
-    if estimator not in ESTIMATORS:
-        raise ValueError(f"estimator must be one of {ESTIMATORS}, got {estimator!r}")
-    if direction not in DIRECTIONS:
-        raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
     # At least float32 whatever the model's dtype: the KLs the trust region admits are a few
     # 1e-3 nats spread over the whole vocabulary, below bfloat16's resolution (float32 and
     # float64 logits are used as they are).
     logits_new, logits_old = at_least_float32(logits_new), at_least_float32(logits_old)
+    return per_token_kl_from_log_probs(
+        torch.log_softmax(logits_new, dim=-1),
+        torch.log_softmax(logits_old, dim=-1),
+        tokens,
+        mask,
+        estimator=estimator,
+        direction=direction,
+    )
+
+
+def per_token_kl_from_log_probs(
+    log_probs_new: torch.Tensor,
+    log_probs_old: torch.Tensor,
+    tokens: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    estimator: Estimator = "exact",
+    direction: Direction = "reverse",
+) -> torch.Tensor:
+    """``per_token_kl`` on vocabulary log-probabilities ``(B, T, V)`` (log-softmax already
+    taken): the old policy's can then be computed once per update and reused at every step."""
+    if estimator not in ESTIMATORS:
+        raise ValueError(f"estimator must be one of {ESTIMATORS}, got {estimator!r}")
+    if direction not in DIRECTIONS:
+        raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
+    log_probs_new, log_probs_old = at_least_float32(log_probs_new), at_least_float32(log_probs_old)
     keep = mask.bool()
-    logp_new = torch.log_softmax(logits_new, dim=-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
-    logp_old = torch.log_softmax(logits_old, dim=-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+    logp_new = log_probs_new.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+    logp_old = log_probs_old.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
     log_ratio = torch.where(keep, logp_new - logp_old, torch.zeros_like(logp_new))
     if direction == "forward":
         if estimator == "exact":
-            terms = token_kl_from_logits(logits_old, logits_new)
+            terms = token_kl_from_log_probs(log_probs_old, log_probs_new)
         elif estimator == "k1":
             terms = k1_estimator(logp_old, logp_new)
         else:
@@ -175,7 +202,7 @@ def per_token_kl(
         # log prod_{s<t} r_s: the ratio of the message prefix before token t.
         prefix = torch.cumsum(log_ratio, dim=-1) - log_ratio
         if estimator == "exact":
-            terms = prefix.exp() * token_kl_from_logits(logits_new, logits_old)
+            terms = prefix.exp() * token_kl_from_log_probs(log_probs_new, log_probs_old)
         elif estimator == "k1":
             terms = (prefix + log_ratio).exp() * k1_estimator(logp_new, logp_old)
         else:

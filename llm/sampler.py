@@ -24,13 +24,14 @@ import numpy as np
 import torch
 from transformers import GenerationConfig
 
+from llm import profiling
 from llm.agents import LoraTeam
 from llm.devices import model_device
 from llm.dialogue import ChatFormat, Episode, Turn
 from llm.losses import group_normalised_advantages
 from llm.rewards import grade
 from llm.router import Router
-from llm.scoring import chunks, message_logits
+from llm.scoring import score_chunks
 from llm.tasks import Problem
 
 ProblemSource = Callable[[np.random.Generator, int], list[Problem]]
@@ -76,6 +77,68 @@ class SamplerSettings:
             raise ValueError(f"a_max must be > 0, got {self.a_max}")
 
 
+class BehaviourLogps(Sequence[Sequence[torch.Tensor]]):
+    """Per episode, per turn: the message's token log-probs under the behaviour team, each
+    agent's computed on first use (``logps[e][t]``, as the tuple of tuples it stands for).
+
+    An update reads only its own agent's log-probs (the ratio check), and TeamTR samples again
+    after every update: scoring every agent's messages at every sampling round would cost
+    n - 1 training forward passes per round that nothing reads. The values are those the eager
+    computation gives, bit for bit: the same forward pass of the same (immutable) behaviour
+    team on the same chunks, only later.
+    """
+
+    def __init__(
+        self,
+        episodes: tuple[Episode, ...],
+        compute: Callable[[int], dict[tuple[int, int], torch.Tensor]],
+    ) -> None:
+        self._episodes = episodes
+        self._compute = compute
+        self._per_agent: dict[int, dict[tuple[int, int], torch.Tensor]] = {}
+
+    def of_agent(self, agent: int) -> dict[tuple[int, int], torch.Tensor]:
+        if agent not in self._per_agent:
+            self._per_agent[agent] = self._compute(agent)
+        return self._per_agent[agent]
+
+    def turn(self, episode: int, turn: int) -> torch.Tensor:
+        agent = self._episodes[episode].turns[turn].agent
+        return self.of_agent(agent).get((episode, turn), torch.zeros(0))
+
+    def __len__(self) -> int:
+        return len(self._episodes)
+
+    def __getitem__(self, episode):  # type: ignore[override]
+        if isinstance(episode, slice):
+            return tuple(self[e] for e in range(len(self))[episode])
+        return _EpisodeLogps(self, episode)
+
+
+def prepare_logps(rollouts: DialogueRollouts, agent: int) -> None:
+    """Compute ``agent``'s behaviour log-probs now, if they are computed lazily: that loads the
+    behaviour team into the backbone, which must happen before the caller loads another team."""
+    if isinstance(rollouts.old_logps, BehaviourLogps):
+        rollouts.old_logps.of_agent(agent)
+
+
+class _EpisodeLogps(Sequence[torch.Tensor]):
+    def __init__(self, table: BehaviourLogps, episode: int) -> None:
+        self._table = table
+        self._episode = episode
+        self._turns = len(table._episodes[episode].turns)
+
+    def __len__(self) -> int:
+        return self._turns
+
+    def __getitem__(self, turn):  # type: ignore[override]
+        if isinstance(turn, slice):
+            return tuple(self[t] for t in range(self._turns)[turn])
+        if not -self._turns <= turn < self._turns:
+            raise IndexError(turn)
+        return self._table.turn(self._episode, turn % self._turns)
+
+
 @dataclass(frozen=True)
 class DialogueRollouts:
     """Episodes of one behaviour team with rewards, advantages and behaviour log-probs."""
@@ -87,8 +150,9 @@ class DialogueRollouts:
     """False where the final answer could not be parsed (scored 0: fail-closed)."""
     advantages: np.ndarray
     """Group-normalised, clipped to A_max; one per episode, shared by all its turns."""
-    old_logps: tuple[tuple[torch.Tensor, ...], ...]
-    """Per episode, per turn: the message's token log-probs under ``behaviour``."""
+    old_logps: Sequence[Sequence[torch.Tensor]]
+    """Per episode, per turn: the message's token log-probs under ``behaviour`` (a
+    ``BehaviourLogps`` computes each agent's on first use)."""
     horizon: int
     """H: turns per dialogue (the horizon of the turn-level episodic MDP)."""
     group_size: int
@@ -122,18 +186,30 @@ def generate_messages(
     chat: ChatFormat,
     max_new_tokens: int,
     temperature: float,
+    prompt_lengths: Sequence[int] | None = None,
 ) -> list[tuple[int, ...]]:
     """One message per context, sampled with the KV cache (temperature 0 = greedy).
 
     Pure sampling from softmax(logits / temperature): no top-k/top-p/repetition warpers, so
     the messages follow exactly the policy the updater trains.
+
+    ``prompt_lengths`` (one per context) marks each context's first tokens as its prompt: every
+    distinct prompt then runs through the model once, and its rows continue from that key/value
+    cache (causal attention: a prompt's keys and values do not depend on what follows it), so a
+    group of G dialogues on one problem pays for its prompt once instead of G times.
     """
-    length = max(len(c) for c in contexts)
-    input_ids = torch.full((len(contexts), length), chat.pad_id, dtype=torch.long)
-    attention = torch.zeros((len(contexts), length), dtype=torch.long)
-    for row, context in enumerate(contexts):  # left padding: generation continues on the right
-        input_ids[row, length - len(context) :] = torch.tensor(context)
-        attention[row, length - len(context) :] = 1
+    rows = len(contexts)
+    if prompt_lengths is None:
+        width = max(len(c) for c in contexts)
+        input_ids = torch.full((rows, width), chat.pad_id, dtype=torch.long)
+        attention = torch.zeros((rows, width), dtype=torch.long)
+        for row, context in enumerate(contexts):  # left padding: generation continues right
+            input_ids[row, width - len(context) :] = torch.tensor(context)
+            attention[row, width - len(context) :] = 1
+        cache = None
+    else:
+        input_ids, attention, cache = _prompt_cache(model, contexts, chat, prompt_lengths)
+        width = input_ids.shape[1]
     greedy = temperature == 0
     config = GenerationConfig(
         do_sample=not greedy,
@@ -150,12 +226,61 @@ def generate_messages(
             input_ids=input_ids.to(device),
             attention_mask=attention.to(device),
             generation_config=config,
+            cache=cache,
         )
     messages = []
-    for row in output[:, length:].tolist():
+    for row in output[:, width:].tolist():
         cut = row.index(chat.stop_id) + 1 if chat.stop_id in row else len(row)
         messages.append(tuple(row[:cut]))
+    profiling.count("generated tokens", sum(len(m) for m in messages))
+    profiling.count("generation steps", output.shape[1] - width)
+    profiling.count("generation rows", rows)
     return messages
+
+
+def _prompt_cache(
+    model: torch.nn.Module,
+    contexts: Sequence[Sequence[int]],
+    chat: ChatFormat,
+    prompt_lengths: Sequence[int],
+):
+    """Inputs laid out as [left-padded prompt | left-padded rest] and the prompts' cache.
+
+    The padding between prompt and rest is masked; positions follow the attention mask, so
+    every real token sits at the position it has in its unpadded context.
+    """
+    # All but each prompt's last token, so that every row keeps at least one token to process.
+    prompts = [tuple(c[: p - 1]) for c, p in zip(contexts, prompt_lengths, strict=True)]
+    if min(len(p) for p in prompts) == 0:
+        raise ValueError("prompt_lengths must be >= 2 (one-token prompts share nothing)")
+    distinct = list(dict.fromkeys(prompts))
+    group_of = [distinct.index(p) for p in prompts]
+    prompt_width = max(len(p) for p in distinct)
+    rest_width = max(len(c) - len(p) for c, p in zip(contexts, prompts, strict=True))
+    rows = len(contexts)
+    prefix_ids = torch.full((len(distinct), prompt_width), chat.pad_id, dtype=torch.long)
+    prefix_mask = torch.zeros((len(distinct), prompt_width), dtype=torch.long)
+    for g, prompt in enumerate(distinct):
+        prefix_ids[g, prompt_width - len(prompt) :] = torch.tensor(prompt)
+        prefix_mask[g, prompt_width - len(prompt) :] = 1
+    device = model_device(model)
+    with torch.no_grad():
+        cache = model(
+            input_ids=prefix_ids.to(device),
+            attention_mask=prefix_mask.to(device),
+            position_ids=(prefix_mask.cumsum(-1) - 1).clamp(min=0).to(device),
+            use_cache=True,
+        ).cache
+    cache.reorder_cache(torch.tensor(group_of, device=device))  # one cache row per context
+    input_ids = torch.full((rows, prompt_width + rest_width), chat.pad_id, dtype=torch.long)
+    attention = torch.zeros((rows, prompt_width + rest_width), dtype=torch.long)
+    for row, (context, prompt) in enumerate(zip(contexts, prompts, strict=True)):
+        input_ids[row, :prompt_width] = prefix_ids[group_of[row]]
+        attention[row, :prompt_width] = prefix_mask[group_of[row]]
+        rest = context[len(prompt) :]
+        input_ids[row, input_ids.shape[1] - len(rest) :] = torch.tensor(rest, dtype=torch.long)
+        attention[row, attention.shape[1] - len(rest) :] = 1
+    return input_ids, attention, cache
 
 
 class DialogueSampler:
@@ -167,11 +292,18 @@ class DialogueSampler:
         router: Router,
         problems: ProblemSource,
         settings: SamplerSettings,
+        *,
+        reuse_work: bool = True,
     ) -> None:
         self.chat = chat
         self.router = router
         self.problems = problems
         self.settings = settings
+        self.reuse_work = reuse_work
+        """Score each group's prompt once (``llm.scoring.message_logits``; the updater must do
+        the same, so that its ratio check compares identical computations) and each agent's
+        behaviour log-probs only when first asked for (``BehaviourLogps``). False: the
+        straightforward path, kept as the reference of the equality tests and the profile."""
         self._rng = np.random.default_rng(settings.seed)
 
     # -- generation ---------------------------------------------------------------------------
@@ -234,9 +366,13 @@ class DialogueSampler:
                 indices = pending[agent]
                 model = self.speaker_model(team, agent)
                 contexts = [self.chat.context(episodes[i], agent) for i in indices]
-                messages = generate_messages(
-                    model, contexts, self.chat, s.max_new_tokens, temperature
-                )
+                prompt_lengths = [len(episodes[i].prompt) for i in indices]
+                if not self.reuse_work or min(prompt_lengths) < 2:
+                    prompt_lengths = None  # whole contexts (a one-token prompt shares nothing)
+                with profiling.section(f"sampling turn {len(episodes[indices[0]].turns) + 1}"):
+                    messages = generate_messages(
+                        model, contexts, self.chat, s.max_new_tokens, temperature, prompt_lengths
+                    )
                 for index, message in zip(indices, messages, strict=True):
                     episode = episodes[index]
                     episodes[index] = episode.with_turns([*episode.turns, Turn(agent, message)])
@@ -250,34 +386,54 @@ class DialogueSampler:
         """Every message's token log-probs under its speaker, by the training forward pass."""
         per_episode: list[list[torch.Tensor]] = [[torch.zeros(0)] * len(e.turns) for e in episodes]
         for agent in range(team.n_agents):
-            model = team.use(agent)
-            for chunk in chunks(range(len(episodes)), self.settings.score_chunk):
-                with torch.no_grad():
-                    batch = message_logits(
-                        model, self.chat, episodes, agent, chunk, self.settings.temperature
-                    )
-                if batch is None:
-                    continue
-                logps = batch.token_logps()
-                for row, (e, t) in enumerate(batch.refs):
-                    per_episode[e][t] = logps[row][batch.mask[row]].clone()
+            for (e, t), logps in self.agent_logps(team, episodes, agent).items():
+                per_episode[e][t] = logps
         return tuple(tuple(turns) for turns in per_episode)
+
+    def agent_logps(
+        self, team: LoraTeam, episodes: Sequence[Episode], agent: int
+    ) -> dict[tuple[int, int], torch.Tensor]:
+        """``agent``'s message token log-probs under ``team``, keyed by (episode, turn)."""
+        out = {}
+        with profiling.section("behaviour log-probs"), torch.no_grad():
+            for _, batch in self._score_chunks(team.use(agent), episodes, agent):
+                logps = batch.token_logps()
+                for row, ref in enumerate(batch.refs):
+                    out[ref] = logps[row][batch.mask[row]].clone()
+        return out
+
+    def _score_chunks(self, model: torch.nn.Module, episodes: Sequence[Episode], agent: int):
+        return score_chunks(
+            model,
+            self.chat,
+            episodes,
+            agent,
+            self.settings.score_chunk,
+            self.settings.temperature,
+            share_prompt=self.reuse_work,
+        )
 
     def finish(
         self, team: LoraTeam, episodes: list[Episode], generated: int, reused: int, started: float
     ) -> DialogueRollouts:
-        grades = [grade(self.chat.message_text(e.turns[-1]), e.problem.answer) for e in episodes]
+        with profiling.section("grading"):
+            grades = [
+                grade(self.chat.message_text(e.turns[-1]), e.problem.answer) for e in episodes
+            ]
         rewards = np.array([g.reward for g in grades])
         advantages = group_normalised_advantages(
             torch.tensor(rewards), self.settings.group_size, self.settings.a_max
         ).numpy()
+        frozen = tuple(episodes)
         return DialogueRollouts(
             behaviour=team,
-            episodes=tuple(episodes),
+            episodes=frozen,
             rewards=rewards,
             parsed=np.array([g.parsed for g in grades]),
             advantages=advantages,
-            old_logps=self.behaviour_logps(team, episodes),
+            old_logps=BehaviourLogps(frozen, lambda agent: self.agent_logps(team, frozen, agent))
+            if self.reuse_work
+            else self.behaviour_logps(team, frozen),
             horizon=self.settings.turns,
             group_size=self.settings.group_size,
             a_max=self.settings.a_max,
@@ -321,14 +477,10 @@ class DialogueSampler:
         """HAPPO: weight each episode by the product of the changed agents' message ratios."""
         log_weights = np.zeros(len(rollouts.episodes))
         for agent in team.differing_agents(rollouts.behaviour):
-            model = team.use(agent)
-            for chunk in chunks(range(len(rollouts.episodes)), self.settings.score_chunk):
-                with torch.no_grad():
-                    batch = message_logits(
-                        model, self.chat, rollouts.episodes, agent, chunk, self.settings.temperature
-                    )
-                if batch is None:
-                    continue
+            prepare_logps(rollouts, agent)  # before ``team`` is loaded into the backbone
+            with profiling.section("importance weights"), torch.no_grad():
+                scored = list(self._score_chunks(team.use(agent), rollouts.episodes, agent))
+            for _, batch in scored:
                 logps = batch.token_logps()
                 for row, (e, t) in enumerate(batch.refs):
                     new = float(logps[row][batch.mask[row]].sum())

@@ -8,12 +8,13 @@ agent's own message tokens go through the output head, which keeps the ``V``-wid
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
 from peft import PeftModel
 
+from llm import profiling
 from llm.devices import model_device
 from llm.dialogue import ChatFormat, Episode
 
@@ -31,11 +32,20 @@ class MessageBatch:
     logits: torch.Tensor
     """(M, T, V) temperature-scaled logits that predicted each token."""
 
-    def token_logps(self) -> torch.Tensor:
-        """(M, T) log-probabilities of the sampled tokens (0 where masked)."""
-        logps = torch.log_softmax(self.logits, dim=-1)
+    def log_probs(self) -> torch.Tensor:
+        """(M, T, V) log-probabilities over the vocabulary at every scored position."""
+        return torch.log_softmax(self.logits, dim=-1)
+
+    def token_logps(self, log_probs: torch.Tensor | None = None) -> torch.Tensor:
+        """(M, T) log-probabilities of the sampled tokens (0 where masked); ``log_probs`` is
+        ``self.log_probs()`` when the caller has it already."""
+        logps = self.log_probs() if log_probs is None else log_probs
         picked = logps.gather(-1, self.tokens.unsqueeze(-1)).squeeze(-1)
         return torch.where(self.mask, picked, torch.zeros_like(picked))
+
+    @property
+    def n_tokens(self) -> int:
+        return int(self.mask.sum())
 
 
 def turns_of(
@@ -50,6 +60,11 @@ def turns_of(
     ]
 
 
+def message_tokens(episodes: Sequence[Episode], agent: int) -> int:
+    """How many message tokens ``agent`` sampled in ``episodes`` (the tokens it is scored on)."""
+    return sum(len(turn.message) for e in episodes for turn in e.turns if turn.agent == agent)
+
+
 def message_logits(
     model: PeftModel,
     chat: ChatFormat,
@@ -57,33 +72,35 @@ def message_logits(
     agent: int,
     indices: Sequence[int],
     temperature: float = 1.0,
+    share_prompt: bool = True,
 ) -> MessageBatch | None:
     """Score ``agent``'s messages in episodes ``indices`` with whatever adapter is active.
 
-    Returns None when the agent has no message there.
+    With ``share_prompt`` the episodes of one problem (a GRPO group: same prompt tokens) run
+    their common prompt through the model once and continue from its key/value cache, instead
+    of once per episode: the same logits up to float rounding (causal attention: a prompt
+    position never sees what follows it), for a fraction of the work. Returns None when the
+    agent has no message there.
     """
     refs = turns_of(episodes, agent, indices)
     if not refs:
         return None
     rows = sorted({e for e, _ in refs})
-    row_of = {e: r for r, e in enumerate(rows)}
     assembled = {e: chat.assemble(episodes[e]) for e in rows}
     # Causal attention: nothing after the agent's last message token changes its logits, so
     # each row stops there (the first speaker's rows skip the rest of the dialogue).
     needed = {e: 0 for e in rows}
     for e, t in refs:
         needed[e] = max(needed[e], assembled[e][1][t][1])
-    length = max(needed.values())
-    input_ids = torch.full((len(rows), length), chat.pad_id, dtype=torch.long)
-    attention = torch.zeros((len(rows), length), dtype=torch.long)
-    for e, (ids, _) in assembled.items():
-        input_ids[row_of[e], : needed[e]] = torch.tensor(ids[: needed[e]])
-        attention[row_of[e], : needed[e]] = 1
     causal_lm = model.get_base_model()
     device = model_device(causal_lm)
-    hidden = causal_lm.model(
-        input_ids=input_ids.to(device), attention_mask=attention.to(device)
-    ).last_hidden_state
+    if share_prompt:
+        hidden, row_of, offset_of = _hidden_sharing_prompts(
+            causal_lm, chat, episodes, assembled, needed, device
+        )
+    else:
+        hidden, row_of = _hidden_per_row(causal_lm, chat, assembled, needed, device)
+        offset_of = dict.fromkeys(rows, 0)
     longest = max(assembled[e][1][t][1] - assembled[e][1][t][0] for e, t in refs)
     positions = torch.zeros((len(refs), longest), dtype=torch.long)
     tokens = torch.zeros((len(refs), longest), dtype=torch.long)
@@ -91,13 +108,14 @@ def message_logits(
     for m, (e, t) in enumerate(refs):
         start, end = assembled[e][1][t]
         n = end - start
-        # The logits at position p predict token p + 1.
-        positions[m, :n] = torch.arange(start - 1, end - 1)
+        # The logits at position p predict token p + 1 (rows of ``hidden`` start at offset_of[e]).
+        positions[m, :n] = torch.arange(start - 1, end - 1) - offset_of[e]
         tokens[m, :n] = torch.tensor(episodes[e].turns[t].message)
         mask[m, :n] = True
     row_index = torch.tensor([row_of[e] for e, _ in refs]).unsqueeze(-1).expand_as(positions)
     selected = hidden[row_index.to(device), positions.to(device)]
     logits = output_logits(causal_lm.lm_head, selected) / temperature
+    profiling.count("scored message tokens", int(mask.sum()))
     return MessageBatch(tuple(refs), tokens.to(device), mask.to(device), logits)
 
 
@@ -115,6 +133,99 @@ def output_logits(head: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor:
     weight = head.weight.float()
     bias = None if head.bias is None else head.bias.float()
     return torch.nn.functional.linear(hidden.float(), weight, bias)
+
+
+def _hidden_per_row(
+    causal_lm: torch.nn.Module,
+    chat: ChatFormat,
+    assembled: dict[int, tuple[list[int], list[tuple[int, int]]]],
+    needed: dict[int, int],
+    device: torch.device,
+) -> tuple[torch.Tensor, dict[int, int]]:
+    """Every row's transcript (up to ``needed``) through the model, right-padded."""
+    rows = list(assembled)
+    row_of = {e: r for r, e in enumerate(rows)}
+    length = max(needed.values())
+    input_ids = torch.full((len(rows), length), chat.pad_id, dtype=torch.long)
+    attention = torch.zeros((len(rows), length), dtype=torch.long)
+    for e, (ids, _) in assembled.items():
+        input_ids[row_of[e], : needed[e]] = torch.tensor(ids[: needed[e]])
+        attention[row_of[e], : needed[e]] = 1
+    profiling.count("scored positions", int(attention.sum()))
+    hidden = causal_lm.model(
+        input_ids=input_ids.to(device), attention_mask=attention.to(device)
+    ).last_hidden_state
+    return hidden, row_of
+
+
+def _hidden_sharing_prompts(
+    causal_lm: torch.nn.Module,
+    chat: ChatFormat,
+    episodes: Sequence[Episode],
+    assembled: dict[int, tuple[list[int], list[tuple[int, int]]]],
+    needed: dict[int, int],
+    device: torch.device,
+) -> tuple[torch.Tensor, dict[int, int], dict[int, int]]:
+    """Each distinct prompt through the model once; its rows continue from its cache.
+
+    Returns the hidden states after the prompt, right-padded to one length, the row of each
+    episode, and the transcript position each row starts at (its prompt's length).
+    """
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for e in assembled:
+        groups.setdefault(episodes[e].prompt, []).append(e)
+    pieces = []
+    row_of: dict[int, int] = {}
+    offset_of: dict[int, int] = {}
+    for prompt, members in groups.items():
+        # All but the prompt's last token: every scored position (the one before a message
+        # token) then lies after the shared part, whatever the turn headers are.
+        p = len(prompt) - 1
+        cache = None
+        if p > 0:
+            prefix_ids = torch.tensor([prompt[:p]], device=device)
+            prefix = causal_lm.model(input_ids=prefix_ids, use_cache=True)
+            cache = prefix.cache
+            cache.batch_repeat_interleave(len(members))
+        length = max(needed[e] for e in members) - p
+        input_ids = torch.full((len(members), length), chat.pad_id, dtype=torch.long)
+        attention = torch.zeros((len(members), p + length), dtype=torch.long)
+        attention[:, :p] = 1
+        for r, e in enumerate(members):
+            ids = assembled[e][0]
+            input_ids[r, : needed[e] - p] = torch.tensor(ids[p : needed[e]])
+            attention[r, p : needed[e]] = 1
+            row_of[e] = len(row_of)
+            offset_of[e] = p
+        profiling.count("scored positions", p + int(attention[:, p:].sum()))
+        out = causal_lm.model(
+            input_ids=input_ids.to(device),
+            attention_mask=attention.to(device),
+            cache=cache,
+            use_cache=True,
+        )
+        pieces.append(out.last_hidden_state)
+    longest = max(piece.shape[1] for piece in pieces)
+    padded = [torch.nn.functional.pad(x, (0, 0, 0, longest - x.shape[1])) for x in pieces]
+    return torch.cat(padded), row_of, offset_of
+
+
+def score_chunks(
+    model: PeftModel,
+    chat: ChatFormat,
+    episodes: Sequence[Episode],
+    agent: int,
+    chunk_size: int,
+    temperature: float = 1.0,
+    share_prompt: bool = True,
+) -> Iterator[tuple[list[int], MessageBatch]]:
+    """``message_logits`` over consecutive chunks of ``episodes`` (the same chunks for sampler,
+    updater and alignment, so their forward passes match), skipping chunks where ``agent`` does
+    not speak. Gradients are tracked as the caller's ``torch.no_grad`` state says."""
+    for chunk in chunks(range(len(episodes)), chunk_size):
+        batch = message_logits(model, chat, episodes, agent, chunk, temperature, share_prompt)
+        if batch is not None:
+            yield chunk, batch
 
 
 def chunks(indices: Sequence[int], size: int) -> list[list[int]]:

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from llm import profiling
 from llm.agents import Backbone, LoraBackbone, LoraTeam, SeparateBackbone
 from llm.checkpoint import (
     CHECKPOINTS,
@@ -311,11 +312,13 @@ def train(
     config_name: str = "run",
     progress: bool = True,
     collective: Collective | None = None,
+    parts: Components | None = None,
 ) -> Path:
     """Run ``config.stage.stages`` stages in a new run directory; returns its path.
 
     ``collective``: this process's rank in a data-parallel run (``llm.distributed``); rank 0
-    creates, locks and writes the run directory.
+    creates, locks and writes the run directory. ``parts`` are the run's components when the
+    caller has built them (``build(config)``).
     """
     if collective is None:
         run_dir = check_training(config, config_name)
@@ -326,7 +329,8 @@ def train(
         config = replace(config, run=replace(config.run, rollout_shards=shards, name=name))
         run_dir = Path(config.run.output_dir) / name
         agree(collective, _failure(check_training, config, config_name))
-    parts = build(config, collective, progress)  # data and model load before anything is written
+    # Data and model are loaded before anything is written.
+    parts = parts or build(config, collective, progress)
     lock = None
     try:
         if parts.writes_files:
@@ -508,16 +512,20 @@ def _run(parts: Components, run_dir: Path, start: ResumePoint, progress: bool) -
                 require_run_directory()
                 position.update(stage=stage, updates_done=0)
                 started = time.perf_counter()
-                report, team = run_stage(
-                    team,
-                    parts.sampler,
-                    parts.updater,
-                    config.stage,
-                    penalty,
-                    stage_index=stage,
-                    on_update=note_update,
-                )
-                record = stage_metrics(stage, report, time.perf_counter() - started)
+                # Exclusive of the sampler's and updater's own sections: the certificate
+                # (Thm 3.4/3.6 arithmetic on the updates' measurements) and the loop's bookkeeping.
+                with profiling.section("certificate and stage loop"):
+                    report, team = run_stage(
+                        team,
+                        parts.sampler,
+                        parts.updater,
+                        config.stage,
+                        penalty,
+                        stage_index=stage,
+                        on_update=note_update,
+                    )
+                with profiling.section("logging"):
+                    record = stage_metrics(stage, report, time.perf_counter() - started)
                 elapsed = clock() - run_started
                 out_of_time = budget_seconds > 0 and elapsed >= budget_seconds
                 if together is not None:  # rank 0's clock decides for every rank
@@ -533,20 +541,23 @@ def _run(parts: Components, run_dir: Path, start: ResumePoint, progress: bool) -
                         team, parts.sampler, parts.test_problems, collective=together
                     )
                 require_run_directory()
-                line = json.dumps(record)
-                metrics.write(line + "\n")
-                metrics.flush()
-                metrics_lines.append(line)
-                resume_point = ResumePoint.capture(
-                    stage + 1,
-                    team,
-                    parts.updater,
-                    sampler_rng,
-                    tuple(metrics_lines),
-                    clock() - run_started,
-                    finished=last,
-                )
-                log_scalars(writer, stage, record)
+                with profiling.section("logging"):
+                    line = json.dumps(record)
+                    metrics.write(line + "\n")
+                    metrics.flush()
+                    metrics_lines.append(line)
+                with profiling.section("checkpoint"):
+                    resume_point = ResumePoint.capture(
+                        stage + 1,
+                        team,
+                        parts.updater,
+                        sampler_rng,
+                        tuple(metrics_lines),
+                        clock() - run_started,
+                        finished=last,
+                    )
+                with profiling.section("logging"):
+                    log_scalars(writer, stage, record)
                 if writes and (
                     last
                     or (
@@ -555,15 +566,16 @@ def _run(parts: Components, run_dir: Path, start: ResumePoint, progress: bool) -
                     )
                 ):
                     require_run_directory()
-                    with signals_deferred():
+                    with profiling.section("checkpoint"), signals_deferred():
                         write_checkpoint(run_dir, resume_point)
-                bar.stage_done(
-                    stage,
-                    clock() - run_started,
-                    record["wall_seconds"],
-                    record["train_reward"] if record["train_reward"] is not None else math.nan,
-                    report.certificate,
-                )
+                with profiling.section("logging"):
+                    bar.stage_done(
+                        stage,
+                        clock() - run_started,
+                        record["wall_seconds"],
+                        record["train_reward"] if record["train_reward"] is not None else math.nan,
+                        report.certificate,
+                    )
                 if last:
                     break
     except KeyboardInterrupt:

@@ -21,21 +21,28 @@ What is reported (``teamtr.reports.AgentUpdate``), on the turn-level episodic MD
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 import torch
 
+from llm import profiling
 from llm.agents import LoraTeam
+from llm.backtracking import ParameterSnapshot, backtracked_step
 from llm.collective import Collective
 from llm.dialogue import ChatFormat
-from llm.losses import Direction, Estimator, clipped_surrogate, per_token_kl
-from llm.sampler import DialogueRollouts
-from llm.scoring import MessageBatch, chunks, message_logits
+from llm.losses import (
+    Direction,
+    Estimator,
+    clipped_surrogate,
+    per_token_kl,
+    per_token_kl_from_log_probs,
+)
+from llm.sampler import DialogueRollouts, prepare_logps
+from llm.scoring import MessageBatch, message_logits, message_tokens, score_chunks
 from teamtr.reports import AgentUpdate
-from teamtr.trust_region import TrustRegion, backtrack
+from teamtr.trust_region import TrustRegion
 
 NON_FINITE_PREFIX = "non_finite_"
 """``AgentUpdate.extras`` key prefix naming the quantity that was not finite."""
@@ -72,7 +79,7 @@ class UpdaterSettings:
 
     learning_rate: float = 2e-4
     """Adam step size before any backtracking."""
-    steps: int = 2
+    steps: int = 4
     """Optimiser steps per update (full-batch; each one is checked against delta_i)."""
     clip_eps: float = 0.2
     """PPO clip range of the surrogate's ratio."""
@@ -109,6 +116,10 @@ class UpdaterSettings:
             raise ValueError(f"shrink must lie in (0, 1), got {self.shrink}")
 
 
+def _finite(gradient: list[torch.Tensor | None]) -> bool:
+    return all(g is None or bool(torch.isfinite(g).all()) for g in gradient)
+
+
 @dataclass
 class _Reference:
     """The pre-update policy on one chunk: what every KL and ratio is measured against."""
@@ -117,6 +128,11 @@ class _Reference:
     batch: MessageBatch
     logps: torch.Tensor
     advantages: torch.Tensor
+    log_probs: torch.Tensor | None = None
+    """(M, T, V) log-softmax of ``batch.logits``, kept once per update (None: recompute it)."""
+
+    def vocabulary_log_probs(self) -> torch.Tensor:
+        return self.batch.log_probs() if self.log_probs is None else self.log_probs
 
 
 @dataclass(frozen=True)
@@ -131,6 +147,16 @@ class TrustRegionUpdater:
     """Implements ``teamtr.protocols.AgentUpdater`` for ``LoraTeam``s.
 
     Keeps one Adam optimiser per agent across stages (its state is part of a checkpoint).
+
+    ``reuse_work`` (default) computes each quantity once where the straightforward path computes
+    it again with bit-identical (or, for ``share_prompt``, float-rounding-equal) results: the
+    pass that scores the pre-update policy also gives the first step's gradient (the loss there
+    is the surrogate at ratio 1), every backtrack reuses its step's gradient
+    (``llm.backtracking``), and the pre-update log-softmax over the vocabulary is kept for every
+    KL measurement, and each GRPO group's prompt is scored once (``llm.scoring.message_logits``;
+    the sampler's ``reuse_work`` must match, so that the ratio check compares two identical
+    computations). ``reuse_work=False`` is the straightforward path, kept as the reference the
+    equality tests and the stage profile compare against.
     """
 
     def __init__(
@@ -139,15 +165,27 @@ class TrustRegionUpdater:
         settings: UpdaterSettings,
         score_chunk: int = 8,
         collective: Collective | None = None,
+        *,
+        reuse_work: bool = True,
+        share_prompt: bool | None = None,
     ) -> None:
         self.chat = chat
         self.settings = settings
         self.score_chunk = score_chunk
+        self.reuse_work = reuse_work
+        self._share_prompt = share_prompt
+        self._first_gradient_error: str | None = None
+        """Set by the reference pass when the first step's loss was not finite."""
         self.optimizers: dict[int, torch.optim.Optimizer] = {}
         self.collective = collective or Collective()
         """With data parallelism (``llm.distributed``) each rank holds a shard of the rollouts:
         token counts, gradients, per-episode KLs and surrogates are combined over the ranks, so
         every decision below is taken on the global batch, identically on every rank."""
+
+    @property
+    def share_prompt(self) -> bool:
+        """Score each group's prompt once (unless set otherwise: as ``reuse_work``)."""
+        return self.reuse_work if self._share_prompt is None else self._share_prompt
 
     def optimizer_for(self, team: LoraTeam, agent: int) -> torch.optim.Optimizer:
         if agent not in self.optimizers:
@@ -163,32 +201,85 @@ class TrustRegionUpdater:
         return float(groups[0].get(STEP_SCALE_KEY, 1.0))
 
     # -- measurements ---------------------------------------------------------------------------
+    def _score(self, model: torch.nn.Module, rollouts: DialogueRollouts, agent: int, indices):
+        batch = message_logits(
+            model,
+            self.chat,
+            rollouts.episodes,
+            agent,
+            indices,
+            rollouts.temperature,  # the policy's T, as the rollouts were sampled
+            share_prompt=self.share_prompt,
+        )
+        assert batch is not None  # the chunk was kept because the agent speaks in it
+        return batch
+
+    def _surrogate_loss(
+        self, batch: MessageBatch, reference: _Reference, n_tokens: int, logps: torch.Tensor
+    ) -> torch.Tensor:
+        """The chunk's share of the pooled token-mean loss -L (to be minimised)."""
+        share = batch.n_tokens / n_tokens  # pooled token mean over all chunks
+        loss = (
+            -clipped_surrogate(
+                logps, reference.logps, reference.advantages, batch.mask, self.settings.clip_eps
+            )
+            * share
+        )
+        return loss
+
     def _references(
-        self, team: LoraTeam, agent: int, rollouts: DialogueRollouts
+        self, team: LoraTeam, agent: int, rollouts: DialogueRollouts, n_tokens: int = 0
     ) -> list[_Reference]:
+        """The pre-update policy on every chunk, checked against the behaviour log-probs.
+
+        With ``n_tokens`` (the agent's message tokens in the rollouts) and ``reuse_work``, the
+        same pass accumulates the first step's gradient into the parameters' ``.grad``: at the
+        pre-update parameters the new policy is the reference itself, so the training forward
+        pass of the first step would repeat this one exactly.
+        """
+        prepare_logps(rollouts, agent)  # before ``team`` is loaded into the backbone
         model = team.use(agent)
         weights = rollouts.episode_weights()
+        with_gradient = self.reuse_work and n_tokens > 0
         references = []
         worst = (0.0, "")
-        for chunk in chunks(range(len(rollouts.episodes)), self.score_chunk):
-            with torch.no_grad():
-                batch = message_logits(
-                    model, self.chat, rollouts.episodes, agent, chunk, rollouts.temperature
+        with profiling.section("reference logits"), torch.set_grad_enabled(with_gradient):
+            for chunk, batch in score_chunks(
+                model,
+                self.chat,
+                rollouts.episodes,
+                agent,
+                self.score_chunk,
+                rollouts.temperature,
+                share_prompt=self.share_prompt,
+            ):
+                log_probs = batch.log_probs()
+                logps = batch.token_logps(log_probs)
+                for row, (e, t) in enumerate(batch.refs):
+                    recorded = rollouts.old_logps[e][t]
+                    gap = float((logps[row][batch.mask[row]].detach() - recorded).abs().max())
+                    if gap > worst[0]:
+                        worst = (gap, f"agent {agent}, episode {e}, turn {t}")
+                advantages = torch.tensor(
+                    [rollouts.advantages[e] * weights[e] for e, _ in batch.refs],
+                    dtype=torch.float32,
+                    device=logps.device,
                 )
-            if batch is None:
-                continue
-            logps = batch.token_logps()
-            for row, (e, t) in enumerate(batch.refs):
-                recorded = rollouts.old_logps[e][t]
-                gap = float((logps[row][batch.mask[row]] - recorded).abs().max())
-                if gap > worst[0]:
-                    worst = (gap, f"agent {agent}, episode {e}, turn {t}")
-            advantages = torch.tensor(
-                [rollouts.advantages[e] * weights[e] for e, _ in batch.refs],
-                dtype=torch.float32,
-                device=logps.device,
-            )
-            references.append(_Reference(chunk, batch, logps, advantages))
+                if not self.reuse_work:
+                    references.append(_Reference(chunk, batch, logps, advantages))
+                    continue
+                detached = MessageBatch(batch.refs, batch.tokens, batch.mask, batch.logits.detach())
+                reference = _Reference(
+                    chunk, detached, logps.detach(), advantages, log_probs.detach()
+                )
+                references.append(reference)
+                if with_gradient and self._first_gradient_error is None:
+                    loss = self._surrogate_loss(batch, reference, n_tokens, logps)
+                    if not torch.isfinite(loss):
+                        self._first_gradient_error = "loss"
+                        continue
+                    with profiling.section("train backward"):
+                        loss.backward()
         # Checked once all ranks have scored their shard, so that all of them raise together.
         largest = self.collective.max(worst[0])
         if largest > self.settings.ratio_tolerance:
@@ -212,25 +303,30 @@ class TrustRegionUpdater:
         episode_gain = np.zeros(n_episodes)
         for reference in references:
             with torch.no_grad():
-                batch = message_logits(
-                    model,
-                    self.chat,
-                    rollouts.episodes,
-                    agent,
-                    reference.indices,
-                    rollouts.temperature,
-                )
-            assert batch is not None
-            terms = per_token_kl(
-                batch.logits,
-                reference.batch.logits,
-                batch.tokens,
-                batch.mask,
-                estimator=self.settings.estimator,
-                direction=self.settings.direction,
-            )
+                batch = self._score(model, rollouts, agent, reference.indices)
+                if self.reuse_work:
+                    log_probs = batch.log_probs()
+                    terms = per_token_kl_from_log_probs(
+                        log_probs,
+                        reference.vocabulary_log_probs(),
+                        batch.tokens,
+                        batch.mask,
+                        estimator=self.settings.estimator,
+                        direction=self.settings.direction,
+                    )
+                    logps = batch.token_logps(log_probs)
+                else:
+                    terms = per_token_kl(
+                        batch.logits,
+                        reference.batch.logits,
+                        batch.tokens,
+                        batch.mask,
+                        estimator=self.settings.estimator,
+                        direction=self.settings.direction,
+                    )
+                    logps = batch.token_logps()
             message_kl = terms.sum(dim=-1)
-            log_ratio = (batch.token_logps() - reference.logps).sum(dim=-1)
+            log_ratio = (logps - reference.logps).sum(dim=-1)
             for row, (e, _) in enumerate(batch.refs):
                 episode_kl[e] += float(message_kl[row])
                 # E_{y~old}[(new/old) Â] = E_{y~new}[Â]: the surrogate of Thm 3.4 per message.
@@ -264,65 +360,63 @@ class TrustRegionUpdater:
             # Every group's rewards were equal: the surrogate and its gradient are 0, so the
             # identity is the update (and its KL 0). Skipping it saves every forward pass.
             return AgentUpdate(team.agent(agent), 0.0, 0.0, a_max, extras={"no_signal": 1.0})
-        references = self._references(team, agent, rollouts)
-        n_tokens = int(together.sum(sum(int(r.batch.mask.sum()) for r in references)))
+        n_tokens = int(together.sum(message_tokens(rollouts.episodes, agent)))
         if n_tokens == 0:  # the agent never spoke: nothing to learn, nothing changes
             return AgentUpdate(team.agent(agent), 0.0, 0.0, a_max, extras={"tokens": 0.0})
         backbone = team.backbone
         parameters = list(backbone.parameters_of(agent).values())
         optimizer = self.optimizer_for(team, agent)
+        before_update = ParameterSnapshot(parameters, optimizer)
+        optimizer.zero_grad(set_to_none=True)
+        self._first_gradient_error = None
+        references = self._references(team, agent, rollouts, n_tokens)
+        first_gradient = None
+        if self.reuse_work:
+            if together.any(self._first_gradient_error is not None):
+                self._first_gradient_error = "loss"
+            else:
+                together.sum_gradients(parameters)  # the pooled token mean over the global batch
+                first_gradient = [p.grad for p in parameters]
+                if not _finite(first_gradient):
+                    self._first_gradient_error = "gradient"
+        if self._first_gradient_error is not None:
+            first_gradient = None  # the first try computes nothing and raises the error
         trust_region = TrustRegion(radius, tolerance=0.0)
         backbone.mark_modified(agent)
+        try_label = {"prefix": ""}
 
-        def restore(saved: tuple[list[torch.Tensor], dict]) -> None:
-            with torch.no_grad():
-                for parameter, value in zip(parameters, saved[0], strict=True):
-                    parameter.copy_(value)
-            optimizer.load_state_dict(copy.deepcopy(saved[1]))
-
-        def propose(saved: tuple[list[torch.Tensor], dict], scale: float) -> _Measurement:
-            restore(saved)
-            for group in optimizer.param_groups:
-                group["lr"] = s.learning_rate * scale
-            optimizer.zero_grad(set_to_none=True)
+        def accumulate_gradient() -> None:
+            if self._first_gradient_error is not None:
+                raise NonFiniteUpdate(self._first_gradient_error)
             finite_loss = True
             for reference in references:
-                batch = message_logits(
-                    backbone.training_model(agent),
-                    self.chat,
-                    rollouts.episodes,
-                    agent,
-                    reference.indices,
-                    rollouts.temperature,
-                )
-                assert batch is not None
-                share = int(batch.mask.sum()) / n_tokens  # pooled token mean over all chunks
-                loss = (
-                    -clipped_surrogate(
-                        batch.token_logps(),
-                        reference.logps,
-                        reference.advantages,
-                        batch.mask,
-                        s.clip_eps,
+                with profiling.section(try_label["prefix"] + "train forward"):
+                    batch = self._score(
+                        backbone.training_model(agent), rollouts, agent, reference.indices
                     )
-                    * share
-                )
+                    loss = self._surrogate_loss(batch, reference, n_tokens, batch.token_logps())
                 if not torch.isfinite(loss):
                     finite_loss = False
                     break
-                loss.backward()
+                with profiling.section(try_label["prefix"] + "train backward"):
+                    loss.backward()
             if together.any(not finite_loss):
                 raise NonFiniteUpdate("loss")
             together.sum_gradients(parameters)  # the pooled token mean over the global batch
-            if any(p.grad is not None and not torch.isfinite(p.grad).all() for p in parameters):
+            if not _finite([p.grad for p in parameters]):
                 raise NonFiniteUpdate("gradient")
-            optimizer.step()
-            measured = self._measure(team, agent, rollouts, references, radius)
+
+        def measure() -> _Measurement:
+            with profiling.section(try_label["prefix"] + "kl measurement"):
+                measured = self._measure(team, agent, rollouts, references, radius)
             if not (np.isfinite(measured.kl) and np.isfinite(measured.statistic)):
                 raise NonFiniteUpdate("kl")
             if not np.isfinite(measured.surrogate):
                 raise NonFiniteUpdate("surrogate")
             return measured
+
+        def on_try(attempt: int) -> None:
+            try_label["prefix"] = "backtrack " if attempt > 0 else ""
 
         start_scale = self.step_scale(team, agent)
         backtracks = 0
@@ -330,31 +424,29 @@ class TrustRegionUpdater:
         last: _Measurement | None = None
         last_tried = float("nan")
         non_finite: str | None = None
-        before_update = (
-            [p.detach().clone() for p in parameters],
-            copy.deepcopy(optimizer.state_dict()),
-        )
-        for _ in range(s.steps):
-            saved = (
-                [p.detach().clone() for p in parameters],
-                copy.deepcopy(optimizer.state_dict()),
-            )
+        for step in range(s.steps):
             try:
-                result = backtrack(
-                    lambda scale, saved=saved: propose(saved, scale),
+                result = backtracked_step(
+                    parameters,
+                    optimizer,
+                    s.learning_rate,
+                    accumulate_gradient,
+                    measure,
                     lambda measured: measured.statistic,
                     trust_region,
                     shrink=s.shrink,
                     max_backtracks=s.max_backtracks,
                     initial_scale=start_scale,
+                    gradient=first_gradient if step == 0 else None,
+                    reuse_gradient=self.reuse_work,
+                    on_try=on_try,
                 )
             except NonFiniteUpdate as event:
-                restore(before_update)
+                before_update.restore()
                 non_finite, last = event.quantity, None
                 break
             backtracks += result.backtracks
             if not result.accepted or result.candidate is None:
-                restore(saved)  # never keep a step outside the region
                 last_tried = result.statistic
                 if s.warm_start:  # the next update starts where this one gave up
                     start_scale *= s.shrink**s.max_backtracks

@@ -1,0 +1,209 @@
+"""The cheaper stage computes what the straightforward one computes (old path against new path).
+
+Every reuse in ``reuse_work`` (sampler and updater) is checked against the computation it
+replaces, run for real on a tiny team: prompt sharing in scoring (the same logits and gradients
+up to float rounding), lazily computed behaviour log-probs (bit-identical), and the update
+(reference log-softmax kept, first gradient from the reference pass, gradient reused by every
+backtrack): the same log-probs, KL, surrogate, accepted step and certificate.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+from llm_test_support import arithmetic_sampler, perturb_agent, with_rewards
+
+from llm import profiling
+from llm.losses import per_token_kl, per_token_kl_from_log_probs
+from llm.sampler import BehaviourLogps, generate_messages
+from llm.scoring import message_logits
+from llm.updater import TrustRegionUpdater, UpdaterSettings
+from teamtr.penalty import EpisodicPenalty
+
+REWARDS = [1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0]
+FLOAT_TOLERANCE = dict(rtol=1e-4, atol=1e-6)
+"""float32 rounding of a forward pass run in other batch shapes (prompt shared or not)."""
+
+
+@pytest.fixture
+def team(char_team):
+    team = char_team
+    for agent in range(team.n_agents):  # non-zero adapters: every agent is its own policy
+        team = perturb_agent(team, agent, scale=0.3, seed=agent)
+    return team
+
+
+def rollouts_of(team, chat, reuse_work: bool):
+    sampler = arithmetic_sampler(chat, prompts_per_batch=2, group_size=4)
+    sampler.reuse_work = reuse_work
+    torch.manual_seed(0)
+    return with_rewards(sampler.sample(team), REWARDS), sampler
+
+
+@pytest.mark.parametrize("headers", ["template", "empty"])
+def test_prompt_sharing_scores_like_whole_transcripts(team, char_chat, headers):
+    rollouts, _ = rollouts_of(team, char_chat, reuse_work=False)
+    if headers == "empty":  # a message then starts right after the prompt
+        char_chat = dataclasses.replace(char_chat, headers=((),) * team.n_agents)
+    assert len({e.prompt for e in rollouts.episodes}) == 2  # two groups of four
+    for agent in range(team.n_agents):
+        model = team.use(agent)
+        scored = {}
+        for share in (False, True):
+            model.zero_grad(set_to_none=True)
+            batch = message_logits(
+                model, char_chat, rollouts.episodes, agent, range(8), 0.7, share_prompt=share
+            )
+            assert batch is not None
+            batch.token_logps().sum().backward()
+            gradient = {k: p.grad.clone() for k, p in team.backbone.parameters_of(agent).items()}
+            scored[share] = (batch, gradient)
+        (full, full_grad), (shared, shared_grad) = scored[False], scored[True]
+        assert full.refs == shared.refs
+        assert torch.equal(full.tokens, shared.tokens) and torch.equal(full.mask, shared.mask)
+        mask = full.mask.unsqueeze(-1).expand_as(full.logits)
+        torch.testing.assert_close(shared.logits[mask], full.logits[mask], **FLOAT_TOLERANCE)
+        for key, value in full_grad.items():
+            # Summed over hundreds of tokens: rounding is relative to the gradient's size.
+            error = float((shared_grad[key] - value).norm() / value.norm())
+            assert error < 1e-4, (key, error)
+
+
+def test_lazy_behaviour_logps_are_the_eager_ones_bit_for_bit(team, char_chat):
+    rollouts, sampler = rollouts_of(team, char_chat, reuse_work=True)
+    assert isinstance(rollouts.old_logps, BehaviourLogps)
+    other = perturb_agent(team, 1, scale=1.0, seed=7)
+    other.use(1)  # another team sits in the backbone when the log-probs are first asked for
+    eager = sampler.behaviour_logps(team, rollouts.episodes)
+    lazy = rollouts.old_logps
+    assert len(lazy) == len(eager)
+    for e, turns in enumerate(eager):
+        assert len(lazy[e]) == len(turns)
+        for t, logps in enumerate(turns):
+            assert torch.equal(lazy[e][t], logps), (e, t)
+
+
+def test_kl_from_kept_log_probs_equals_kl_from_logits():
+    generator = torch.Generator().manual_seed(0)
+    new, old = (torch.randn(3, 5, 11, generator=generator) for _ in range(2))
+    tokens = torch.randint(0, 11, (3, 5), generator=generator)
+    mask = torch.rand(3, 5, generator=generator) > 0.3
+    for estimator in ("exact", "k1", "k3"):
+        for direction in ("reverse", "forward"):
+            from_logits = per_token_kl(
+                new, old, tokens, mask, estimator=estimator, direction=direction
+            )
+            from_log_probs = per_token_kl_from_log_probs(
+                torch.log_softmax(new, -1),
+                torch.log_softmax(old, -1),
+                tokens,
+                mask,
+                estimator=estimator,
+                direction=direction,
+            )
+            assert torch.equal(from_logits, from_log_probs), (estimator, direction)
+
+
+def run_update(team, chat, reuse_work: bool, settings: UpdaterSettings, radius: float):
+    rollouts, _ = rollouts_of(team, chat, reuse_work)
+    updater = TrustRegionUpdater(chat, settings, reuse_work=reuse_work)
+    with profiling.recording() as profile:
+        update = updater.update(team, 1, rollouts, radius)
+    state = updater.optimizers[1].state_dict()
+    return rollouts, update, state, profile
+
+
+@pytest.mark.parametrize(
+    "estimator, direction", [("exact", "reverse"), ("k3", "forward"), ("exact", "forward")]
+)
+def test_the_cheaper_update_is_the_same_update(team, char_chat, estimator, direction):
+    settings = UpdaterSettings(
+        learning_rate=0.05,
+        steps=3,
+        max_backtracks=8,
+        estimator=estimator,
+        direction=direction,
+        warm_start=False,
+    )
+    radius = 0.004  # lr 0.05 is far outside: every step backtracks
+    old_rollouts, old, old_state, old_profile = run_update(team, char_chat, False, settings, radius)
+    new_rollouts, new, new_state, new_profile = run_update(team, char_chat, True, settings, radius)
+    assert [e.turns for e in old_rollouts.episodes] == [e.turns for e in new_rollouts.episodes]
+    assert old.accepted and new.accepted and old.backtracks >= 2
+    assert (new.backtracks, new.extras) == (old.backtracks, old.extras)
+    assert new.kl == pytest.approx(old.kl, rel=1e-4, abs=1e-9)
+    assert new.kl_quantile == pytest.approx(old.kl_quantile, rel=1e-4, abs=1e-9)
+    assert new.surrogate == pytest.approx(old.surrogate, rel=1e-4, abs=1e-9)
+    penalty = EpisodicPenalty(old_rollouts.horizon)
+    certificate = {
+        path: u.surrogate - penalty.kl_penalty(u.advantage_bound, u.kl)
+        for path, u in (("old", old), ("new", new))
+    }
+    assert certificate["new"] == pytest.approx(certificate["old"], rel=1e-4, abs=1e-9)
+    for key, value in old.policy.tensors.items():
+        torch.testing.assert_close(new.policy.tensors[key], value, **FLOAT_TOLERANCE)
+    for index, values in old_state["state"].items():
+        for name, tensor in values.items():
+            torch.testing.assert_close(new_state["state"][index][name], tensor, **FLOAT_TOLERANCE)
+    # ...for less work: no training pass at any backtrack, none for the first step.
+    score_chunk = TrustRegionUpdater(char_chat, settings).score_chunk  # as in run_update
+    chunks = len(range(0, len(old_rollouts.episodes), score_chunk))
+    assert old_profile.calls["backtrack train forward"] == old.backtracks * chunks
+    assert "backtrack train forward" not in new_profile.calls
+    assert new_profile.calls["train forward"] == old_profile.calls["train forward"] - chunks
+    assert old_profile.counts["scored positions"] > 2 * new_profile.counts["scored positions"]
+
+
+def test_identical_paths_bit_for_bit_without_prompt_sharing(team, char_chat):
+    """With the prompt scored per row on both sides, the reuse of reference log-softmax,
+    first gradient and backtrack gradients changes no bit of the update."""
+    settings = UpdaterSettings(learning_rate=0.05, steps=2, max_backtracks=6, warm_start=False)
+    rollouts, _ = rollouts_of(team, char_chat, reuse_work=False)
+    results = []
+    for reuse in (False, True):
+        updater = TrustRegionUpdater(char_chat, settings, reuse_work=reuse, share_prompt=False)
+        results.append(updater.update(team, 1, rollouts, radius=0.004))
+    old, new = results
+    assert old.backtracks >= 2 and old.accepted
+    assert (new.kl, new.surrogate, new.backtracks) == (old.kl, old.surrogate, old.backtracks)
+    assert all(torch.equal(new.policy.tensors[k], v) for k, v in old.policy.tensors.items())
+
+
+def test_happo_weights_are_the_same_with_lazy_logps(team, char_chat):
+    weights = []
+    for reuse in (False, True):
+        rollouts, sampler = rollouts_of(team, char_chat, reuse)
+        changed = perturb_agent(team, 2, scale=0.3, seed=11)
+        weights.append(sampler.importance_weighted(rollouts, changed).weights)
+    assert not np.allclose(weights[0], 1.0)
+    np.testing.assert_allclose(weights[1], weights[0], rtol=1e-4)
+
+
+def test_rollouts_keep_lazy_logps_through_replace(team, char_chat):
+    rollouts, _ = rollouts_of(team, char_chat, reuse_work=True)
+    reweighted = dataclasses.replace(rollouts, weights=np.full(8, 2.0))
+    assert reweighted.old_logps is rollouts.old_logps
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.0])
+def test_generation_from_shared_prompts_samples_what_whole_contexts_sample(
+    team, char_chat, temperature
+):
+    """Same seed, same policy: every token of every turn is the same (a wrong cache or position
+    would change the random model's distribution and, over 72 draws, the samples)."""
+    rollouts, _ = rollouts_of(team, char_chat, reuse_work=False)
+    prompt_lengths = [len(e.prompt) for e in rollouts.episodes]
+    for turn in range(3):
+        agent = rollouts.episodes[0].turns[turn].agent
+        contexts = [
+            char_chat.context(e.with_turns(e.turns[:turn]), agent) for e in rollouts.episodes
+        ]
+        for model in (team.generation_model(agent), team.use(agent)):
+            torch.manual_seed(1)
+            whole = generate_messages(model, contexts, char_chat, 6, temperature)
+            torch.manual_seed(1)
+            shared = generate_messages(model, contexts, char_chat, 6, temperature, prompt_lengths)
+            assert shared == whole, turn
