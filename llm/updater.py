@@ -79,7 +79,7 @@ class UpdaterSettings:
 
     learning_rate: float = 2e-4
     """Adam step size before any backtracking."""
-    steps: int = 4
+    steps: int = 2
     """Optimiser steps per update (full-batch; each one is checked against delta_i)."""
     clip_eps: float = 0.2
     """PPO clip range of the surrogate's ratio."""

@@ -37,7 +37,8 @@ def team(char_team):
 
 
 def rollouts_of(team, chat, reuse_work: bool):
-    sampler = arithmetic_sampler(chat, prompts_per_batch=2, group_size=4)
+    # T = 1, the temperature these updates were calibrated at (the updater scores at the same T)
+    sampler = arithmetic_sampler(chat, prompts_per_batch=2, group_size=4, temperature=1.0)
     sampler.reuse_work = reuse_work
     torch.manual_seed(0)
     return with_rewards(sampler.sample(team), REWARDS), sampler
