@@ -34,7 +34,7 @@ prove: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check teamtr sim llm proofs_check tests bench figures
 	$(BIN)/ruff format --check teamtr sim llm proofs_check tests bench figures
-	$(BIN)/mypy teamtr sim
+	$(BIN)/mypy teamtr sim llm
 
 bench: $(STAMP)
 	$(BIN)/python bench/exact_solver.py

@@ -1,4 +1,4 @@
-"""Language-model backend benchmark, side by side in one run (issue 4, §7).
+"""Language-model backend benchmark, side by side in one run.
 
 1. Sampler tokens/s against raw ``model.generate`` on the same prompts (goal: ratio >= 0.9).
    The sampler's side is exactly its generation path (``DialogueSampler.speaker_model``: by

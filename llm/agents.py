@@ -18,6 +18,7 @@ model's speed, without touching the backbone's weights.
 from __future__ import annotations
 
 import itertools
+import typing
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -85,10 +86,10 @@ class LoraSettings:
             else list(self.target_modules)
         )
         # Dropout is 0 so that the training forward pass is the sampling policy exactly:
-        # ratios must be 1 before an update (issue 4, "Sampler").
+        # ratios must be 1 before an update (the sampler's ratio check).
         return LoraConfig(
             r=self.rank,
-            lora_alpha=self.alpha,
+            lora_alpha=self.alpha,  # type: ignore[arg-type]  # PEFT annotates int, uses alpha / r as a float
             lora_dropout=0.0,
             target_modules=targets,
             bias="none",
@@ -149,7 +150,9 @@ class AdapterSlots:
         self._loaded[index] = None
 
     def initial_team(self) -> LoraTeam:
-        return LoraTeam(self, tuple(self.snapshot(k) for k in range(self.n_agents)))
+        # Only the two backbones subclass AdapterSlots, so ``self`` is a Backbone here.
+        backbone = typing.cast("Backbone", self)
+        return LoraTeam(backbone, tuple(self.snapshot(k) for k in range(self.n_agents)))
 
 
 class LoraBackbone(AdapterSlots):

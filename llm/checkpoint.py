@@ -79,9 +79,15 @@ class RngStates:
         version, internal, python_gauss = random.getstate()
         return cls(
             torch_state=torch.get_rng_state(),
-            numpy_global=[name, key.tolist(), int(position), int(has_gauss), float(gauss)],
+            numpy_global=[
+                name,
+                np.asarray(key).tolist(),
+                int(position),
+                int(has_gauss),
+                float(gauss),
+            ],
             python=[version, list(internal), python_gauss],
-            sampler=copy.deepcopy(sampler_rng.bit_generator.state),
+            sampler=copy.deepcopy(dict(sampler_rng.bit_generator.state)),
             cuda_states=tuple(cuda_rng_states()),
         )
 
@@ -431,7 +437,7 @@ class LatestCheckpoint:
 
 def latest_checkpoint(run_dir: Path) -> LatestCheckpoint:
     """The newest checkpoint that verifies; corrupt ones are skipped with a warning."""
-    skipped = []
+    skipped: list[str] = []
     for directory in reversed(stage_directories(run_dir)):
         try:
             return LatestCheckpoint(directory, read_checkpoint(directory), tuple(skipped))

@@ -19,6 +19,7 @@ forward pass (``llm.scoring``), so the ratio-1 check before an update is unaffec
 from __future__ import annotations
 
 import copy
+import typing
 from collections.abc import Mapping
 
 import torch
@@ -49,9 +50,11 @@ class MergedGenerationCopy:
             if unsupported:
                 raise ValueError(f"{name}: cannot merge for generation: {unsupported}")
         # The copy takes the LoRA wrappers along; each is then replaced by its plain base layer.
-        self.model: PreTrainedModel = copy.deepcopy(base)
+        self.model = typing.cast(PreTrainedModel, copy.deepcopy(base))
         self._layers: list[tuple[str, LoraLinear, torch.nn.Linear]] = []
-        for name, module in adapted:
+        # Every adapted layer is a LoraLinear now (``_unsupported`` refused the rest).
+        linear = [(name, module) for name, module in adapted if isinstance(module, LoraLinear)]
+        for name, module in linear:
             parent_name, _, child_name = name.rpartition(".")
             parent = self.model.get_submodule(parent_name)
             plain = getattr(parent, child_name).get_base_layer()
@@ -96,7 +99,7 @@ class MergedGenerationCopy:
         self._holding = None  # an interrupted merge must not leave a claim to any snapshot
         with profiling.section("merge"), torch.no_grad():
             for prefix, lora_layer, plain in self._layers:
-                weight = lora_layer.get_base_layer().weight
+                weight = plain_weight(lora_layer)
                 scale = lora_layer.scaling[adapter_name]
                 if weight.dtype != torch.float32:
                     # A half-precision base: W + s B A is formed in float32 (the adapters' own
@@ -111,3 +114,11 @@ class MergedGenerationCopy:
         self._holding = wanted
         self.merges += 1
         return self.model
+
+
+def plain_weight(lora_layer: LoraLinear) -> torch.Tensor:
+    """The weight of the plain ``Linear`` a LoRA layer wraps."""
+    base = lora_layer.get_base_layer()
+    if not isinstance(base, torch.nn.Linear):
+        raise TypeError(f"base layer {type(base).__name__}: only Linear can be merged")
+    return base.weight

@@ -184,7 +184,10 @@ def load_model(
         tiny = tiny_llama(
             vocab_size or len(tiny_char_tokenizer()), hidden=width, layers=layers, seed=seed
         )
-        return tiny.to(device=device, dtype=dtype)
+        # Module.to moves in place; called unbound because transformers wraps ``to`` in a
+        # decorator whose signature the type checker cannot see through.
+        torch.nn.Module.to(tiny, device=device, dtype=dtype)
+        return tiny
     try:
         model = AutoModelForCausalLM.from_pretrained(
             resolved.location,
@@ -194,7 +197,7 @@ def load_model(
         )
     except (OSError, ValueError) as error:
         raise ModelNotAvailableError(f"model source {source!r}: model: {error}") from error
-    model.to(device)
+    torch.nn.Module.to(model, device)
     model.eval()
     return model
 

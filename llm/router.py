@@ -16,7 +16,10 @@ import numpy as np
 
 
 class Router(Protocol):
-    n_agents: int
+    @property
+    def n_agents(self) -> int:
+        """How many agents take turns (read-only: routers are frozen values)."""
+        ...
 
     def speaker(
         self, turn: int, route_seed: int, last_message: str | None, last_speaker: int | None

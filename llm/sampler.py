@@ -17,12 +17,14 @@ tests/llm/test_prefix_reuse.py against the exact distribution).
 from __future__ import annotations
 
 import time
+import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
-from transformers import GenerationConfig
+from peft import PeftModel
+from transformers import GenerationConfig, PreTrainedModel
 
 from llm import profiling
 from llm.agents import LoraTeam
@@ -181,7 +183,7 @@ class DialogueRollouts:
 
 
 def generate_messages(
-    model: torch.nn.Module,
+    model: PreTrainedModel | PeftModel,
     contexts: Sequence[Sequence[int]],
     chat: ChatFormat,
     max_new_tokens: int,
@@ -221,8 +223,10 @@ def generate_messages(
         pad_token_id=chat.pad_id,
     )
     device = model_device(model)
+    # A PeftModel forwards ``generate`` to the model it wraps; its stubs do not declare it.
+    generate = typing.cast(Callable[..., torch.Tensor], model.generate)
     with torch.no_grad():
-        output = model.generate(
+        output = generate(
             input_ids=input_ids.to(device),
             attention_mask=attention.to(device),
             generation_config=config,
@@ -329,7 +333,7 @@ class DialogueSampler:
             last.agent if last else None,
         )
 
-    def speaker_model(self, team: LoraTeam, agent: int) -> torch.nn.Module:
+    def speaker_model(self, team: LoraTeam, agent: int) -> PreTrainedModel | PeftModel:
         """The model that generates ``agent``'s messages (see ``merged_generation``)."""
         if self.settings.merged_generation:
             return team.generation_model(agent)
@@ -366,9 +370,9 @@ class DialogueSampler:
                 indices = pending[agent]
                 model = self.speaker_model(team, agent)
                 contexts = [self.chat.context(episodes[i], agent) for i in indices]
-                prompt_lengths = [len(episodes[i].prompt) for i in indices]
-                if not self.reuse_work or min(prompt_lengths) < 2:
-                    prompt_lengths = None  # whole contexts (a one-token prompt shares nothing)
+                lengths = [len(episodes[i].prompt) for i in indices]
+                # Whole contexts when prompts are not shared (a one-token prompt shares nothing).
+                prompt_lengths = lengths if self.reuse_work and min(lengths) >= 2 else None
                 with profiling.section(f"sampling turn {len(episodes[indices[0]].turns) + 1}"):
                     messages = generate_messages(
                         model, contexts, self.chat, s.max_new_tokens, temperature, prompt_lengths
@@ -402,7 +406,7 @@ class DialogueSampler:
                     out[ref] = logps[row][batch.mask[row]].clone()
         return out
 
-    def _score_chunks(self, model: torch.nn.Module, episodes: Sequence[Episode], agent: int):
+    def _score_chunks(self, model: PeftModel, episodes: Sequence[Episode], agent: int):
         return score_chunks(
             model,
             self.chat,

@@ -2,7 +2,7 @@
 
 Both the sampler (to record the behaviour log-probs) and the updater (to compute the new ones)
 call ``message_logits`` with the same episodes in the same chunks, so before any update the
-ratio new/old is exactly 1 (issue 4; the updater asserts it). Only positions that predict the
+ratio new/old is exactly 1 (the updater asserts it). Only positions that predict the
 agent's own message tokens go through the output head, which keeps the ``V``-wide logits small.
 """
 
@@ -114,7 +114,7 @@ def message_logits(
         mask[m, :n] = True
     row_index = torch.tensor([row_of[e] for e, _ in refs]).unsqueeze(-1).expand_as(positions)
     selected = hidden[row_index.to(device), positions.to(device)]
-    logits = output_logits(causal_lm.lm_head, selected) / temperature
+    logits = output_logits(_submodule(causal_lm, "lm_head"), selected) / temperature
     profiling.count("scored message tokens", int(mask.sum()))
     return MessageBatch(tuple(refs), tokens.to(device), mask.to(device), logits)
 
@@ -130,9 +130,19 @@ def output_logits(head: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor:
     """
     if hidden.dtype == torch.float32:
         return head(hidden).float()
-    weight = head.weight.float()
+    if not isinstance(head, torch.nn.Linear):
+        raise TypeError(f"output head {type(head).__name__}: only a Linear head is supported")
     bias = None if head.bias is None else head.bias.float()
-    return torch.nn.functional.linear(hidden.float(), weight, bias)
+    return torch.nn.functional.linear(hidden.float(), head.weight.float(), bias)
+
+
+def _submodule(causal_lm: torch.nn.Module, name: str) -> torch.nn.Module:
+    """``causal_lm.<name>`` (``model``: the decoder stack, ``lm_head``: the output head of a
+    Hugging Face causal LM), checked to be a module."""
+    module = getattr(causal_lm, name)
+    if not isinstance(module, torch.nn.Module):
+        raise TypeError(f"{type(causal_lm).__name__}.{name} is not a module")
+    return module
 
 
 def _hidden_per_row(
@@ -152,7 +162,7 @@ def _hidden_per_row(
         input_ids[row_of[e], : needed[e]] = torch.tensor(ids[: needed[e]])
         attention[row_of[e], : needed[e]] = 1
     profiling.count("scored positions", int(attention.sum()))
-    hidden = causal_lm.model(
+    hidden = _submodule(causal_lm, "model")(
         input_ids=input_ids.to(device), attention_mask=attention.to(device)
     ).last_hidden_state
     return hidden, row_of
@@ -184,7 +194,7 @@ def _hidden_sharing_prompts(
         cache = None
         if p > 0:
             prefix_ids = torch.tensor([prompt[:p]], device=device)
-            prefix = causal_lm.model(input_ids=prefix_ids, use_cache=True)
+            prefix = _submodule(causal_lm, "model")(input_ids=prefix_ids, use_cache=True)
             cache = prefix.cache
             cache.batch_repeat_interleave(len(members))
         length = max(needed[e] for e in members) - p
@@ -198,7 +208,7 @@ def _hidden_sharing_prompts(
             row_of[e] = len(row_of)
             offset_of[e] = p
         profiling.count("scored positions", p + int(attention[:, p:].sum()))
-        out = causal_lm.model(
+        out = _submodule(causal_lm, "model")(
             input_ids=input_ids.to(device),
             attention_mask=attention.to(device),
             cache=cache,

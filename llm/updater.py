@@ -26,6 +26,7 @@ from typing import Literal
 
 import numpy as np
 import torch
+from peft import PeftModel
 
 from llm import profiling
 from llm.agents import LoraTeam
@@ -201,7 +202,7 @@ class TrustRegionUpdater:
         return float(groups[0].get(STEP_SCALE_KEY, 1.0))
 
     # -- measurements ---------------------------------------------------------------------------
-    def _score(self, model: torch.nn.Module, rollouts: DialogueRollouts, agent: int, indices):
+    def _score(self, model: PeftModel, rollouts: DialogueRollouts, agent: int, indices):
         batch = message_logits(
             model,
             self.chat,

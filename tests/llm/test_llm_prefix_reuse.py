@@ -1,4 +1,4 @@
-"""Prefix reuse yields exact on-policy samples of the intermediate team (issue 4, Sampler).
+"""Prefix reuse yields exact on-policy samples of the intermediate team (docs/llm_results.md, "Sampler").
 
 Two agents speak in the order 0, 1, 0, one token each, over a 4-token vocabulary: 64 possible
 dialogues whose exact probabilities under a team come from the training forward pass. After
