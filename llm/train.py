@@ -509,7 +509,8 @@ def _run(parts: Components, run_dir: Path, start: ResumePoint, progress: bool) -
         metrics_path = run_dir / "metrics.jsonl" if writes else Path(os.devnull)
         with sigterm_interrupts(), metrics_path.open("a") as metrics:
             for stage in range(start.stage, stages):
-                require_run_directory()
+                with profiling.section("checkpoint"):  # the run directory is still there
+                    require_run_directory()
                 position.update(stage=stage, updates_done=0)
                 started = time.perf_counter()
                 # Exclusive of the sampler's and updater's own sections: the certificate
@@ -540,8 +541,8 @@ def _run(parts: Components, run_dir: Path, start: ResumePoint, progress: bool) -
                     record["eval"] = evaluate_team(
                         team, parts.sampler, parts.test_problems, collective=together
                     )
-                require_run_directory()
                 with profiling.section("logging"):
+                    require_run_directory()
                     line = json.dumps(record)
                     metrics.write(line + "\n")
                     metrics.flush()
