@@ -310,7 +310,7 @@ class ShardedSampler(DialogueSampler):
                 truncated.append(episode.with_turns(episode.turns[:keep]))
                 reused += keep
             local = [truncated[i * size : (i + 1) * size] for i in range(len(self.local_shards))]
-        seeds = [int(self._rng.integers(2**31)) for _ in range(self.shards)]
+        seeds = [int(self.rng.integers(2**31)) for _ in range(self.shards)]
         episodes = []
         generated = 0
         for shard, shard_episodes in zip(self.local_shards, local, strict=True):

@@ -126,7 +126,7 @@ def _evaluate_share(
     so that training goes on from the same generator state whatever the number of ranks.
     """
     first, last = _share_of(len(problems), collective)
-    seeds = [int(sampler._rng.integers(2**31)) for _ in range(0, len(episodes), batch_size)]
+    seeds = [int(sampler.rng.integers(2**31)) for _ in range(0, len(episodes), batch_size)]
     temperature = 0.0 if samples == 1 else sampler.settings.temperature
     share = episodes[first * samples : last * samples]
     grades: list[Grade] = []

@@ -308,18 +308,20 @@ class DialogueSampler:
         the same, so that its ratio check compares identical computations) and each agent's
         behaviour log-probs only when first asked for (``BehaviourLogps``). False: the
         straightforward path, kept as the reference of the equality tests and the profile."""
-        self._rng = np.random.default_rng(settings.seed)
+        self.rng = np.random.default_rng(settings.seed)
+        """The sampler's generator (problems, routes, sampling seeds); checkpoints save and
+        restore its state, so a resumed run draws what a straight run would."""
 
     # -- generation ---------------------------------------------------------------------------
     def new_episodes(self) -> list[Episode]:
         """Fresh problems (each repeated G times, contiguously) and routing seeds."""
         s = self.settings
-        problems = self.problems(self._rng, s.prompts_per_batch)
+        problems = self.problems(self.rng, s.prompts_per_batch)
         episodes = []
         for problem in problems:
             prompt = tuple(self.chat.encode_prompt(problem.question))
             for _ in range(s.group_size):
-                route_seed = int(self._rng.integers(2**31))
+                route_seed = int(self.rng.integers(2**31))
                 episodes.append(Episode(problem, prompt, route_seed))
         return episodes
 
@@ -358,7 +360,7 @@ class DialogueSampler:
         temperature = s.temperature if temperature is None else temperature
         episodes = list(episodes)
         generated = 0
-        torch.manual_seed(int(self._rng.integers(2**31)) if seed is None else seed)
+        torch.manual_seed(int(self.rng.integers(2**31)) if seed is None else seed)
         while True:
             pending: dict[int, list[int]] = {}
             for index, episode in enumerate(episodes):

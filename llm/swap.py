@@ -339,7 +339,7 @@ def run_swap(args: argparse.Namespace) -> int:
     parts = build(config, progress=False)
     require_dialogues_fit(parts.chat, parts.positions, problems, config, "--probe")
     try:
-        point = read_resume_point(run_dir, stage, parts.team, parts.updater, parts.sampler._rng)
+        point = read_resume_point(run_dir, stage, parts.team, parts.updater, parts.sampler.rng)
     except RunDirectoryError as error:
         raise SwapError(f"--run: {error}") from None
     team = LoraTeam(parts.team.backbone, point.policies)

@@ -340,7 +340,7 @@ def train(
             log_event(run_dir, "started")
         if collective is not None:
             collective.gather(None)  # every rank waits until the run directory exists
-        start = ResumePoint.capture(0, parts.team, parts.updater, parts.sampler._rng, (), 0.0)
+        start = ResumePoint.capture(0, parts.team, parts.updater, parts.sampler.rng, (), 0.0)
         return _run(parts, run_dir, start, progress)
     finally:
         if lock is not None:
@@ -388,7 +388,7 @@ def resume(
         parts = build(config, collective, progress)
         # Stopped before its first checkpoint: the rebuilt run is exactly the original start.
         point = latest.point or ResumePoint.capture(
-            0, parts.team, parts.updater, parts.sampler._rng, (), 0.0
+            0, parts.team, parts.updater, parts.sampler.rng, (), 0.0
         )
         if writes:
             _log_resumed(run_dir, latest, point.stage)
@@ -453,7 +453,7 @@ class _NoWriter:
 def _run(parts: Components, run_dir: Path, start: ResumePoint, progress: bool) -> Path:
     """Stages ``start.stage`` onwards; ``start`` is the state to continue from."""
     config = parts.config
-    sampler_rng = parts.sampler._rng
+    sampler_rng = parts.sampler.rng
     resume_point = start
     position = {"stage": start.stage, "updates_done": 0}
     writer = None

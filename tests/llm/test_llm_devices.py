@@ -202,13 +202,13 @@ def test_a_checkpoint_written_on_the_test_device_resumes_on_the_cpu(tmp_path):
         for a, b in zip(team.policies, parts.team.policies, strict=True)
         for k in a.tensors
     ), "nothing moved any adapter"
-    point = ResumePoint.capture(1, team, parts.updater, parts.sampler._rng, ("{}",), 1.0)
+    point = ResumePoint.capture(1, team, parts.updater, parts.sampler.rng, ("{}",), 1.0)
     directory = write_checkpoint(tmp_path / "run", point)
     read = read_checkpoint(directory)
     assert all(t.device.type == "cpu" for p in read.policies for t in p.tensors.values())
 
     on_cpu = build(with_placement(config, "cpu", "float32"))
-    restored = read.restore(on_cpu.team, on_cpu.updater, on_cpu.sampler._rng)
+    restored = read.restore(on_cpu.team, on_cpu.updater, on_cpu.sampler.rng)
     for mine, original in zip(restored.policies, team.policies, strict=True):
         for key, tensor in mine.tensors.items():
             assert tensor.device.type == "cpu"

@@ -40,7 +40,7 @@ def make_run(root: Path, name: str, seed: int, stage: int = 1, stages: int = 2) 
     run_dir.mkdir()
     (run_dir / "config.json").write_text(json.dumps(config.to_dict(), indent=2))
     write_run_marker(run_dir)
-    point = ResumePoint.capture(stage, team, parts.updater, parts.sampler._rng, (), 0.0)
+    point = ResumePoint.capture(stage, team, parts.updater, parts.sampler.rng, (), 0.0)
     write_checkpoint(run_dir, point)
     return run_dir
 
