@@ -43,6 +43,7 @@ from llm.agents import AdapterWeights, LoraTeam
 from llm.backtracking import backtracked_step
 from llm.dialogue import ChatFormat, Episode
 from llm.losses import token_kl_from_logits
+from llm.sampler import SamplerSettings
 from llm.scoring import message_logits, score_chunks
 from teamtr.trust_region import TrustRegion
 
@@ -71,16 +72,12 @@ class AlignmentSettings:
     """Penalty raises per step before the refinement stops at the last admitted iterate."""
     bisection_steps: int = 12
     """Bisection iterations for the interpolation weight t (each one a forward pass)."""
-    temperature: float = 1.0
-    """The policy is softmax(logits / temperature), as in sampling and training."""
-    score_chunk: int = 8
-    """Probe episodes per forward pass (memory/speed trade-off; no effect on results)."""
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.delta0) and self.delta0 > 0):
             raise ValueError(f"delta0 must be finite and > 0, got {self.delta0!r}")
-        if self.learning_rate <= 0 or self.temperature <= 0:
-            raise ValueError("learning_rate and temperature must be > 0")
+        if self.learning_rate <= 0:
+            raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}")
         if min(self.steps, self.bisection_steps, self.max_backtracks, self.penalty_increases) < 0:
             raise ValueError(
                 "steps, bisection_steps, max_backtracks and penalty_increases must be >= 0"
@@ -89,8 +86,6 @@ class AlignmentSettings:
             raise ValueError(f"penalty_growth must be > 1, got {self.penalty_growth}")
         if not 0 < self.shrink < 1:
             raise ValueError(f"shrink must lie in (0, 1), got {self.shrink}")
-        if self.score_chunk < 1:
-            raise ValueError(f"score_chunk must be >= 1, got {self.score_chunk}")
 
 
 @dataclass(frozen=True)
@@ -159,13 +154,13 @@ class _Probe:
         agent: int,
         chat: ChatFormat,
         episodes: Sequence[Episode],
-        settings: AlignmentSettings,
+        sampling: SamplerSettings,
     ) -> None:
         self.team = team
         self.agent = agent
         self.chat = chat
         self.episodes = tuple(episodes)
-        self.settings = settings
+        self.sampling = sampling
         self.backbone = team.backbone
         self.parameters = self.backbone.parameters_of(agent)
 
@@ -183,7 +178,7 @@ class _Probe:
             self.episodes,
             self.agent,
             indices,
-            self.settings.temperature,
+            self.sampling.temperature,
         )
         if batch is None:
             return None
@@ -201,8 +196,8 @@ class _Probe:
                         self.chat,
                         self.episodes,
                         self.agent,
-                        self.settings.score_chunk,
-                        self.settings.temperature,
+                        self.sampling.score_chunk,
+                        self.sampling.temperature,
                     )
                 )
         return [
@@ -255,11 +250,14 @@ def align_adapter(
     chat: ChatFormat,
     probe_episodes: Sequence[Episode],
     settings: AlignmentSettings | None = None,
+    sampling: SamplerSettings | None = None,
 ) -> AlignmentResult:
     """Project ``pre`` into {π : E KL(π‖π_cur) ≤ δ0} around ``team``'s agent ``agent``.
 
     ``probe_episodes`` are complete dialogues sampled by ``team`` (agent ``agent`` must speak in
-    them). ``team`` itself is not changed; agent ``agent``'s slot of its backbone is used as
+    them). ``sampling`` is the team's sampler settings: the policy is softmax(logits /
+    ``sampling.temperature``) as in sampling and training, and probe episodes are scored
+    ``sampling.score_chunk`` at a time. ``team`` itself is not changed; agent ``agent``'s slot of its backbone is used as
     scratch space and ends holding the returned policy.
     """
     s = settings or AlignmentSettings()
@@ -270,7 +268,7 @@ def align_adapter(
         pre.tensors[key].shape != cur.tensors[key].shape for key in cur.tensors
     ):
         raise AlignmentError("the new adapter's tensors do not match the agent's LoRA slot")
-    probe = _Probe(team, agent, chat, probe_episodes, s)
+    probe = _Probe(team, agent, chat, probe_episodes, sampling or SamplerSettings())
     references = probe.references(pre, cur)
     n_tokens = sum(int(chunk.mask.sum()) for chunk in references)
     if n_tokens == 0:

@@ -355,11 +355,11 @@ def run_swap(args: argparse.Namespace) -> int:
             delta0=args.delta0,
             learning_rate=args.align_lr,
             steps=args.align_steps,
-            temperature=config.sampler.temperature,
-            score_chunk=config.sampler.score_chunk,
         )
         try:
-            alignment = align_adapter(team, args.agent, new.weights, parts.chat, episodes, settings)
+            alignment = align_adapter(
+                team, args.agent, new.weights, parts.chat, episodes, settings, config.sampler
+            )
         except AlignmentError as error:
             raise SwapError(f"alignment: {error}") from None
         policy = alignment.policy

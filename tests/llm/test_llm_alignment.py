@@ -13,9 +13,14 @@ from llm_test_support import arithmetic_sampler, perturb_agent
 from llm.agents import AdapterWeights, LoraTeam
 from llm.alignment import AlignmentError, AlignmentSettings, align_adapter
 from llm.losses import token_kl_from_logits
+from llm.sampler import SamplerSettings
 from llm.scoring import message_logits
 
 AGENT = 1
+
+
+# The policy the alignment scores at: temperature 1, as ``message_logits`` below.
+POLICY = SamplerSettings(temperature=1.0)
 
 
 def independent_mean_kl(
@@ -55,6 +60,7 @@ def test_alignment_lowers_kl_to_new_adapter_inside_delta0(setting):
         chat,
         episodes,
         AlignmentSettings(delta0=delta0, steps=6, learning_rate=1e-3),
+        POLICY,
     )
     kl_to_cur = independent_mean_kl(team, result.policy, current, chat, episodes)
     kl_to_pre = independent_mean_kl(team, result.policy, new_adapter, chat, episodes)
@@ -76,7 +82,9 @@ def test_alignment_lowers_kl_to_new_adapter_inside_delta0(setting):
 
 def test_huge_delta0_keeps_the_new_adapter(setting):
     team, new_adapter, chat, episodes = setting
-    result = align_adapter(team, AGENT, new_adapter, chat, episodes, AlignmentSettings(delta0=1e6))
+    result = align_adapter(
+        team, AGENT, new_adapter, chat, episodes, AlignmentSettings(delta0=1e6), POLICY
+    )
     assert result.policy.equal(new_adapter)
     assert result.kl_to_pre == 0.0
     assert result.multiplier == 0.0
@@ -88,7 +96,7 @@ def test_tiny_delta0_stays_at_the_current_agent(setting):
     current = team.agent(AGENT)
     delta0 = 1e-6
     result = align_adapter(
-        team, AGENT, new_adapter, chat, episodes, AlignmentSettings(delta0=delta0, steps=2)
+        team, AGENT, new_adapter, chat, episodes, AlignmentSettings(delta0=delta0, steps=2), POLICY
     )
     kl_to_cur = independent_mean_kl(team, result.policy, current, chat, episodes)
     assert kl_to_cur <= delta0 * (1 + 1e-3)
