@@ -42,7 +42,7 @@ import torch.distributed as dist
 from llm.agents import AdapterWeights
 from llm.collective import Collective
 from llm.config import ConfigError, RunConfig
-from llm.sampler import DialogueRollouts, DialogueSampler
+from llm.sampler import DialogueRollouts, DialogueSampler, prefixes_reusable
 
 RENDEZVOUS_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 """What torchrun sets for every worker; ``init_process_group("env://")`` needs all of them."""
@@ -291,11 +291,7 @@ class ShardedSampler(DialogueSampler):
         updated_agent: int | None = None,
     ) -> DialogueRollouts:
         started = time.perf_counter()
-        reusable = (
-            previous is not None
-            and updated_agent is not None
-            and team.differing_agents(previous.behaviour) in ((updated_agent,), ())
-        )
+        reusable = prefixes_reusable(team, previous, updated_agent)
         size = self.shard_episodes
         reused = 0
         if not reusable:

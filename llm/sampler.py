@@ -182,6 +182,19 @@ class DialogueRollouts:
         return self.weights if self.weights.size else np.ones(len(self.episodes))
 
 
+def prefixes_reusable(
+    team: LoraTeam, previous: DialogueRollouts | None, updated_agent: int | None
+) -> bool:
+    """Whether ``previous`` rollouts may lend their prefixes to ``team``'s: only when ``team``
+    differs from the team that sampled them in ``updated_agent`` alone (or not at all), so the
+    turns before that agent's first turn are still exact samples of ``team``."""
+    return (
+        previous is not None
+        and updated_agent is not None
+        and team.differing_agents(previous.behaviour) in ((updated_agent,), ())
+    )
+
+
 def generate_messages(
     model: PreTrainedModel | PeftModel,
     contexts: Sequence[Sequence[int]],
@@ -460,11 +473,7 @@ class DialogueSampler:
     ) -> DialogueRollouts:
         """On-policy rollouts of ``team``, reusing prefixes of ``previous`` where exact."""
         started = time.perf_counter()
-        reusable = (
-            previous is not None
-            and updated_agent is not None
-            and team.differing_agents(previous.behaviour) in ((updated_agent,), ())
-        )
+        reusable = prefixes_reusable(team, previous, updated_agent)
         if not reusable:
             episodes, generated = self.play(team, self.new_episodes())
             return self.finish(team, episodes, generated, 0, started)
