@@ -79,7 +79,8 @@ def run_checks(
         desc="teamtr verify",
         unit="instance",
         file=sys.stderr,
-        disable=not show_progress,
+        # A bar redraws with carriage returns: only on a terminal, never into a log file.
+        disable=not (show_progress and sys.stderr.isatty()),
     ) as bar:
         return [run_check(check, range(n_seeds), lambda: bar.update(1)) for check in checks]
 

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
+import pty
+import struct
 import subprocess
 import sys
+import termios
 
 import numpy as np
 import pytest
@@ -100,14 +105,38 @@ def test_verify_rejects_a_non_positive_seed_count(seeds):
     assert main(["verify", "--seeds", seeds, "--no-progress"]) == 2
 
 
-def test_console_script_prints_progress_on_stderr_and_table_on_stdout():
-    result = subprocess.run(
-        [sys.executable, "-m", "teamtr.cli", "verify", "--seeds", "1", "--check", "pinsker"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+VERIFY_ONE = [sys.executable, "-m", "teamtr.cli", "verify", "--seeds", "1", "--check", "pinsker"]
+
+
+def test_console_script_prints_the_table_on_stdout_and_no_bar_into_a_log():
+    result = subprocess.run(VERIFY_ONE, capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
     assert "pinsker" in result.stdout and "min slack" in result.stdout
-    assert "teamtr verify" in result.stderr  # the tqdm bar
+    # stderr is a pipe here, as in CI or `2> log`: no carriage-return frames of a bar.
+    assert "teamtr verify" not in result.stderr and "\r" not in result.stderr
+    assert "teamtr verify" not in result.stdout
+
+
+def test_console_script_draws_its_bar_on_a_terminal_stderr():
+    leader, follower = pty.openpty()
+    # A new pseudo-terminal is 0 columns wide, in which tqdm draws nothing: give it 120.
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+    try:
+        result = subprocess.run(
+            VERIFY_ONE, stdout=subprocess.PIPE, stderr=follower, text=True, check=False
+        )
+        os.close(follower)
+        drawn = b""
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # the terminal closed: everything has been read
+                break
+            if not chunk:
+                break
+            drawn += chunk
+    finally:
+        os.close(leader)
+    assert result.returncode == 0
+    assert "teamtr verify" in drawn.decode(errors="replace")  # the tqdm bar
     assert "teamtr verify" not in result.stdout

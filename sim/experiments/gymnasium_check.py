@@ -213,7 +213,9 @@ def run(args: argparse.Namespace) -> int:
         return 2
     began = time.perf_counter()
     rows = []
-    for index, case in enumerate(tqdm(CASES, unit="row", file=sys.stderr)):
+    for index, case in enumerate(
+        tqdm(CASES, unit="row", file=sys.stderr, disable=not sys.stderr.isatty())
+    ):
         env_id, make_kwargs, policies, horizon = case
         gamma = args.gamma if horizon is None else 1.0
         seed = args.seed + index

@@ -241,7 +241,13 @@ def collect(args: argparse.Namespace) -> dict[str, Any]:
     }
     sign_agreement: list[list[float]] = [[] for _ in args.agents]
     jobs = [(j, n, seed) for j, n in enumerate(args.agents) for seed in range(args.seeds)]
-    for j, n, seed in tqdm(jobs, desc="scaling", unit="stage pair", file=sys.stderr):
+    for j, n, seed in tqdm(
+        jobs,
+        desc="scaling",
+        unit="stage pair",
+        file=sys.stderr,
+        disable=not sys.stderr.isatty(),  # bars only on a terminal, not in logs
+    ):
         mdp = turn_taking_ring(
             n,
             states_per_agent=args.states_per_agent,

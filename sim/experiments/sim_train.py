@@ -308,7 +308,13 @@ def run(args: argparse.Namespace) -> int:
     ]
     runs: list[dict[str, Any]] = []
     instances: dict[tuple[str, int], tuple[sim.TurnTakingMDP, Any]] = {}
-    for spec in tqdm(specs, desc="sim-train", unit="run", file=sys.stderr):
+    for spec in tqdm(
+        specs,
+        desc="sim-train",
+        unit="run",
+        file=sys.stderr,
+        disable=not sys.stderr.isatty(),  # bars only on a terminal, not in logs
+    ):
         key = (spec.family, spec.seed)
         if key not in instances:
             mdp = build_family(spec.family, spec.seed)

@@ -407,7 +407,13 @@ def run(args: argparse.Namespace) -> int:
     began = time.perf_counter()
     runs = [
         study_seed(settings, seed)
-        for seed in tqdm(range(settings.seeds), desc="swap-sim", unit="seed", file=sys.stderr)
+        for seed in tqdm(
+            range(settings.seeds),
+            desc="swap-sim",
+            unit="seed",
+            file=sys.stderr,
+            disable=not sys.stderr.isatty(),  # bars only on a terminal, not in logs
+        )
     ]
     summary = summarise(runs, settings)
     result = {
