@@ -284,7 +284,7 @@ def _eval(args: argparse.Namespace) -> int:
         run_dir = Path(args.run)
         run_format(run_dir)  # a foreign or newer run directory fails before anything loads
         config = load_config(run_dir / "config.json")
-        n_agents = config.team.n_agents
+        n_agents = config.team.n_policies
         found = find_policies(run_dir, args.step, n_agents)  # read and verified, no model
     else:
         config = load_config(args.config)

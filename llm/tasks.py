@@ -33,6 +33,12 @@ class Problem:
 
     question: str
     answer: str
+    template: str = ""
+    """Id of the phrasing template ("" for JSONL problems)."""
+    difficulty: int = 0
+    """0 when unknown (JSONL)."""
+    notes: tuple[str, ...] = ()
+    """Per speaker (agent index): a private note, "" = none; () = no notes."""
 
 
 def split_of(question: str) -> Split:
