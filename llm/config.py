@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 from llm.agents import LoraSettings
 from llm.devices import DEVICE_CHOICES, DEVICE_PATTERN
-from llm.dialogue import DEFAULT_SYSTEM_PROMPT
+from llm.dialogue import DEFAULT_MESSAGE_TOKENS, DEFAULT_ROLE_PROMPTS, DEFAULT_SYSTEM_PROMPT
 from llm.sampler import SamplerSettings
 from llm.updater import UpdaterSettings
 from teamtr.config import OrderSpec, StageConfig
@@ -47,9 +47,15 @@ class ModelSettings:
         return self.sources[agent] if self.sources else self.source
 
 
+DEFAULT_ROLES_HINT = (
+    " (the default roles are the solver and the answerer of a two-agent team: write one role "
+    "prompt per agent, or role_prompts = [] for none)"
+)
+
+
 @dataclass(frozen=True)
 class TeamSettings:
-    n_agents: int = 3
+    n_agents: int = 2
     """n: agents (LoRA adapters on one base model); 1 gives the single-agent GRPO baseline."""
     router: Literal["fixed", "random", "handoff"] = "fixed"
     """Who speaks next: fixed cyclic order, a random order per episode, or handoff (@agentK)."""
@@ -57,8 +63,9 @@ class TeamSettings:
     """For "fixed": the cyclic speaking order (default 0..n-1); for "handoff": who starts."""
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
     """The system message every agent sees at the top of the transcript."""
-    role_prompts: tuple[str, ...] = ()
-    """Optional per-agent role prompts, shown as a system message before each of its turns."""
+    role_prompts: tuple[str, ...] = DEFAULT_ROLE_PROMPTS
+    """Per-agent role prompts, shown as a system message before each of its turns ((): none).
+    The default is the solver + answerer team of two agents."""
     shared_adapter: bool = False
     """One adapter speaks for all ``n_agents`` roles of the same dialogue (parameter sharing):
     the same format as the team, trained by the same loop as a one-agent team."""
@@ -79,6 +86,7 @@ class TeamSettings:
         if self.role_prompts and len(self.role_prompts) != self.n_agents:
             raise ValueError(
                 f"role_prompts needs {self.n_agents} entries, got {len(self.role_prompts)}"
+                + DEFAULT_ROLES_HINT * (self.role_prompts == DEFAULT_ROLE_PROMPTS)
             )
 
 
@@ -377,6 +385,8 @@ def _check_team(config: RunConfig, locate: Locator) -> None:
         raise ConfigError(
             f"{locate('team', 'role_prompts')}: needs one entry per agent "
             f"({team.n_agents}), got {len(team.role_prompts)}"
+            + DEFAULT_ROLES_HINT
+            * (team.role_prompts == DEFAULT_ROLE_PROMPTS)
         )
     order = team.speaking_order
     where = locate("team", "speaking_order")
@@ -386,9 +396,12 @@ def _check_team(config: RunConfig, locate: Locator) -> None:
         raise ConfigError(f"{where}: must not repeat an agent, got {list(order)}")
     tokens = config.sampler.max_new_tokens
     if isinstance(tokens, tuple) and len(tokens) != team.n_agents:
+        default = " (the default is the two-agent team's [40, 8])" * (
+            tokens == DEFAULT_MESSAGE_TOKENS
+        )
         raise ConfigError(
             f"{locate('sampler', 'max_new_tokens')}: a list needs one entry per agent "
-            f"({team.n_agents}), got {list(tokens)}"
+            f"({team.n_agents}), got {list(tokens)}{default}; or one number for every agent"
         )
     if team.shared_adapter and sources:
         raise ConfigError(
