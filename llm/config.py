@@ -73,8 +73,13 @@ class TeamSettings:
 class TaskSettings:
     kind: Literal["arithmetic", "jsonl"] = "arithmetic"
     """The built-in procedural arithmetic suite, or a JSONL file of {"question", "answer"}."""
-    difficulty: int = 1
-    """Arithmetic difficulty: 1 (a±b, up to 99), 2 (three operands), 3 ((a+b)*c-d)."""
+    difficulty: int | tuple[int, ...] = 1
+    """Arithmetic difficulty: 1 (a±b, up to 99), 2 (three operands), 3 ((a+b)*c-d); or a list
+    of distinct ones, a mix in which each problem draws its difficulty uniformly."""
+    phrasing: Literal["plain", "mixed"] = "plain"
+    """Arithmetic phrasing: "plain" asks "What is <expression>?" (the questions of earlier
+    versions, draw for draw); "mixed" draws among several templates, plain expressions and
+    word problems (``llm.phrasings``), and holds some templates out for evaluation only."""
     train_file: str = ""
     """For kind = "jsonl": training problems."""
     test_file: str = ""
@@ -200,7 +205,14 @@ BOUNDS: dict[tuple[str, str], Bound] = {
     ("lora", "rank"): at_least(1, "r, the LoRA rank"),
     ("lora", "alpha"): positive("the LoRA scale alpha / r"),
     ("team", "n_agents"): at_least(1, "n, the number of agents"),
-    ("task", "difficulty"): Bound(lambda v: v in (1, 2, 3), "must be 1, 2 or 3"),
+    ("task", "difficulty"): Bound(
+        lambda v: (
+            v in (1, 2, 3)
+            if isinstance(v, int)
+            else bool(v) and set(v) <= {1, 2, 3} and len(set(v)) == len(v)
+        ),
+        "must be 1, 2 or 3, or a non-empty list of distinct ones (a mix)",
+    ),
     ("task", "eval_size"): at_least(1),
     ("sampler", "prompts_per_batch"): at_least(1),
     ("sampler", "group_size"): at_least(2, "G: GRPO needs a baseline within each group"),

@@ -134,7 +134,7 @@ def problem_sources(config: RunConfig):
             return [train[int(i)] for i in rng.integers(len(train), size=count)]
 
         return draw, test[: task.eval_size], train
-    suite = ArithmeticSuite(task.difficulty)
+    suite = ArithmeticSuite(task.difficulty, task.phrasing)
     if task.eval_size > MAX_ARITHMETIC_TEST_SET:
         raise ConfigError(
             f"[task] eval_size: must be <= {MAX_ARITHMETIC_TEST_SET} for the arithmetic suite, "
