@@ -161,14 +161,14 @@ class ArithmeticSuite:
         trained on, so they are taken whatever their hash.
         """
         if self.phrasing == "plain" and len(self.difficulties) == 1:
-            return _distinct(self.stream(split, np.random.default_rng(seed)), count, split)
+            return first_distinct(self.stream(split, np.random.default_rng(seed)), count, split)
         templates = self.templates(split)
         rng = np.random.default_rng(seed)
         chosen: list[Problem] = []
         for index, template in enumerate(templates):
             quota = count // len(templates) + (index < count % len(templates))
             if quota:
-                chosen += _distinct(_template_stream(template, split, rng), quota, split)
+                chosen += first_distinct(_template_stream(template, split, rng), quota, split)
         return chosen
 
 
@@ -181,11 +181,18 @@ def _template_stream(
             yield problem
 
 
-def _distinct(stream: Iterator[Problem], count: int, split: Split) -> list[Problem]:
+def identity_of(problem: Problem) -> str:
+    """The text that tells problems apart: the question, and the private notes if any (the
+    questions of the private-notes task are the same for every draw of the numbers)."""
+    return "\n".join((problem.question, *problem.notes))
+
+
+def first_distinct(stream: Iterator[Problem], count: int, split: Split) -> list[Problem]:
+    """The first ``count`` problems of ``stream`` that differ (by ``identity_of``)."""
     seen: dict[str, Problem] = {}
     for _ in range(count * 1000):
         problem = next(stream)
-        seen.setdefault(problem.question, problem)
+        seen.setdefault(identity_of(problem), problem)
         if len(seen) == count:
             return list(seen.values())
     raise ValueError(f"could not draw {count} distinct {split} problems")
