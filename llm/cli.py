@@ -97,6 +97,14 @@ def _parser() -> argparse.ArgumentParser:
         "--resume", metavar="DIR", help="continue the run in DIR from its newest valid checkpoint"
     )
     train.add_argument("--name", help="run directory name (overrides [run] name)")
+    train.add_argument(
+        "--output-dir", help="parent of the run directory (overrides [run] output_dir)"
+    )
+    train.add_argument(
+        "--seed",
+        type=int,
+        help="overrides [run] seed and [sampler] seed (one seed for the repeats of a comparison)",
+    )
     train.add_argument("--no-progress", action="store_true", help="hide progress bars and lines")
     train.add_argument(
         "--device",
@@ -154,8 +162,8 @@ def _train_config(args: argparse.Namespace, world_size: int):
     from llm.train import placement_of, resumable_config
 
     if args.resume is not None:
-        if args.name:
-            raise ConfigError("--name cannot be combined with --resume")
+        if args.name or args.seed is not None or args.output_dir is not None:
+            raise ConfigError("--name, --seed and --output-dir cannot be combined with --resume")
         config = resumable_config(Path(args.resume), world_size)
         source = str(Path(args.resume) / "config.json")
     else:
@@ -165,6 +173,18 @@ def _train_config(args: argparse.Namespace, world_size: int):
             check_run_name(args.name, "--name")
             config = dataclasses.replace(
                 config, run=dataclasses.replace(config.run, name=args.name)
+            )
+        if args.output_dir is not None:
+            config = dataclasses.replace(
+                config, run=dataclasses.replace(config.run, output_dir=args.output_dir)
+            )
+        if args.seed is not None:
+            if not 0 <= args.seed < 2**31:
+                raise ConfigError(f"--seed: must lie in [0, 2**31), got {args.seed}")
+            config = dataclasses.replace(
+                config,
+                run=dataclasses.replace(config.run, seed=args.seed),
+                sampler=dataclasses.replace(config.sampler, seed=args.seed),
             )
     if args.device is not None:
         if not DEVICE_PATTERN.fullmatch(args.device):
@@ -312,7 +332,7 @@ def _eval(args: argparse.Namespace) -> int:
         run_dir = Path(args.run)
         run_format(run_dir)  # a foreign or newer run directory fails before anything loads
         config = load_config(run_dir / "config.json")
-        n_agents = config.team.n_agents
+        n_agents = config.team.n_policies
         found = find_policies(run_dir, args.step, n_agents)  # read and verified, no model
     else:
         config = load_config(args.config)

@@ -59,6 +59,19 @@ class TeamSettings:
     """The system message every agent sees at the top of the transcript."""
     role_prompts: tuple[str, ...] = ()
     """Optional per-agent role prompts, shown as a system message before each of its turns."""
+    shared_adapter: bool = False
+    """One adapter speaks for all ``n_agents`` roles of the same dialogue (parameter sharing):
+    the same format as the team, trained by the same loop as a one-agent team."""
+
+    @property
+    def n_policies(self) -> int:
+        """Adapters trained: one per agent, or one shared by every role."""
+        return 1 if self.shared_adapter else self.n_agents
+
+    @property
+    def policy_of(self) -> tuple[int, ...]:
+        """Speaker (role) -> the adapter that speaks for it."""
+        return (0,) * self.n_agents if self.shared_adapter else tuple(range(self.n_agents))
 
     def __post_init__(self) -> None:
         if self.n_agents < 1:
@@ -222,7 +235,10 @@ BOUNDS: dict[tuple[str, str], Bound] = {
     ("sampler", "prompts_per_batch"): at_least(1),
     ("sampler", "group_size"): at_least(2, "G: GRPO needs a baseline within each group"),
     ("sampler", "turns"): at_least(1, "H, turns per dialogue"),
-    ("sampler", "max_new_tokens"): at_least(1),
+    ("sampler", "max_new_tokens"): Bound(
+        lambda v: min(v) >= 1 if isinstance(v, tuple) else v >= 1,
+        "must be >= 1 (one value, or a list of one per agent)",
+    ),
     ("sampler", "temperature"): positive("the policy is softmax(logits / T)"),
     ("sampler", "a_max"): positive("A_max, the advantage clip"),
     ("sampler", "score_chunk"): at_least(1),
@@ -383,8 +399,19 @@ def _check_team(config: RunConfig, locate: Locator) -> None:
     where = locate("team", "speaking_order")
     if any(not 0 <= k < team.n_agents for k in order):
         raise ConfigError(f"{where}: agents are numbered 0..{team.n_agents - 1}, got {list(order)}")
-    if len(set(order)) != len(order):
+    if team.router != "fixed" and len(set(order)) != len(order):
         raise ConfigError(f"{where}: must not repeat an agent, got {list(order)}")
+    tokens = config.sampler.max_new_tokens
+    if isinstance(tokens, tuple) and len(tokens) != team.n_agents:
+        raise ConfigError(
+            f"{locate('sampler', 'max_new_tokens')}: a list needs one entry per agent "
+            f"({team.n_agents}), got {list(tokens)}"
+        )
+    if team.shared_adapter and sources:
+        raise ConfigError(
+            f"{locate('team', 'shared_adapter')}: one shared adapter lives on one base model; "
+            "it cannot be combined with [model] sources"
+        )
     if team.router == "handoff" and len(order) > 1:
         raise ConfigError(f"{where}: handoff takes [first speaker] only, got {list(order)}")
     if config.run.placement == "spread" and not sources:
@@ -405,10 +432,11 @@ def _check_team(config: RunConfig, locate: Locator) -> None:
 
 def _check_stage(config: RunConfig, locate: Locator) -> None:
     """What ``teamtr.StageConfig`` cannot know alone: the team's size and the updater."""
-    stage, n_agents = config.stage, config.team.n_agents
+    stage, n_agents = config.stage, config.team.n_policies
     if isinstance(stage.radius, tuple) and len(stage.radius) != n_agents:
+        shared = " (one shared adapter)" if config.team.shared_adapter else ""
         raise ConfigError(
-            f"{locate('stage', 'radius')}: needs one entry per agent ({n_agents}), "
+            f"{locate('stage', 'radius')}: needs one entry per adapter ({n_agents}{shared}), "
             f"got {list(stage.radius)}"
         )
     if isinstance(stage.order, tuple) and any(k >= n_agents for k in stage.order):

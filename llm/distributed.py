@@ -301,7 +301,7 @@ class ShardedSampler(DialogueSampler):
             assert previous is not None and updated_agent is not None
             truncated = []
             for episode in previous.episodes:
-                first = episode.first_turn_of(updated_agent)
+                first = episode.first_turn_of(updated_agent, self.chat.policy_of)
                 keep = len(episode.turns) if first is None else first
                 truncated.append(episode.with_turns(episode.turns[:keep]))
                 reused += keep

@@ -30,14 +30,13 @@ class Router(Protocol):
 
 @dataclass(frozen=True)
 class FixedOrder:
-    """Agents speak in a fixed cyclic order (``order`` defaults to 0, 1, ..., n-1)."""
+    """Agents speak in a fixed cyclic order (``order`` defaults to 0, 1, ..., n-1; an agent
+    may appear more than once, e.g. [0, 1, 0, 2] gives agent 0 two turns per round)."""
 
     n_agents: int
     order: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
-        if self.order and sorted(set(self.order)) != sorted(self.order):
-            raise ValueError(f"order {self.order} repeats an agent")
         if any(not 0 <= k < self.n_agents for k in self.order):
             raise ValueError(f"order {self.order} names an agent outside 0..{self.n_agents - 1}")
 

@@ -49,8 +49,10 @@ class SamplerSettings:
     """G: dialogues per problem; advantages are normalised within each group (GRPO)."""
     turns: int = 3
     """H: turns per dialogue (the horizon of the turn-level episodic MDP)."""
-    max_new_tokens: int = 24
-    """Longest message a speaker may write (a message cut here gets a stop token appended)."""
+    max_new_tokens: int | tuple[int, ...] = 24
+    """Longest message a speaker may write (a message cut here gets a stop token appended):
+    one value for every speaker, or one per speaker (a solver that works it out, an answerer
+    that states only the number)."""
     temperature: float = 0.7
     """The policy is softmax(logits / temperature), in sampling and in training alike."""
     a_max: float = 2.0
@@ -66,9 +68,16 @@ class SamplerSettings:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("prompts_per_batch", "turns", "max_new_tokens", "score_chunk"):
+        for name in ("prompts_per_batch", "turns", "score_chunk"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        lengths = (
+            self.max_new_tokens
+            if isinstance(self.max_new_tokens, tuple)
+            else (self.max_new_tokens,)
+        )
+        if not lengths or min(lengths) < 1:
+            raise ValueError(f"max_new_tokens must be >= 1 (each), got {self.max_new_tokens}")
         if self.group_size < 2:
             raise ValueError(
                 f"group_size must be >= 2 (GRPO needs a baseline), got {self.group_size}"
@@ -77,6 +86,19 @@ class SamplerSettings:
             raise ValueError(f"temperature must be > 0, got {self.temperature}")
         if self.a_max <= 0:
             raise ValueError(f"a_max must be > 0, got {self.a_max}")
+
+    def max_tokens_of(self, speaker: int) -> int:
+        """The longest message ``speaker`` may write."""
+        if isinstance(self.max_new_tokens, tuple):
+            return self.max_new_tokens[speaker]
+        return self.max_new_tokens
+
+    @property
+    def longest_message(self) -> int:
+        """The longest message any speaker may write."""
+        if isinstance(self.max_new_tokens, tuple):
+            return max(self.max_new_tokens)
+        return self.max_new_tokens
 
 
 class BehaviourLogps(Sequence[Sequence[torch.Tensor]]):
@@ -94,9 +116,11 @@ class BehaviourLogps(Sequence[Sequence[torch.Tensor]]):
         self,
         episodes: tuple[Episode, ...],
         compute: Callable[[int], dict[tuple[int, int], torch.Tensor]],
+        policy: Callable[[int], int] = int,
     ) -> None:
         self._episodes = episodes
         self._compute = compute
+        self._policy = policy
         self._per_agent: dict[int, dict[tuple[int, int], torch.Tensor]] = {}
 
     def of_agent(self, agent: int) -> dict[tuple[int, int], torch.Tensor]:
@@ -105,7 +129,7 @@ class BehaviourLogps(Sequence[Sequence[torch.Tensor]]):
         return self._per_agent[agent]
 
     def turn(self, episode: int, turn: int) -> torch.Tensor:
-        agent = self._episodes[episode].turns[turn].agent
+        agent = self._policy(self._episodes[episode].turns[turn].agent)
         return self.of_agent(agent).get((episode, turn), torch.zeros(0))
 
     def __len__(self) -> int:
@@ -348,11 +372,13 @@ class DialogueSampler:
             last.agent if last else None,
         )
 
-    def speaker_model(self, team: LoraTeam, agent: int) -> PreTrainedModel | PeftModel:
-        """The model that generates ``agent``'s messages (see ``merged_generation``)."""
+    def speaker_model(self, team: LoraTeam, speaker: int) -> PreTrainedModel | PeftModel:
+        """The model that generates ``speaker``'s messages (see ``merged_generation``): its
+        policy's adapter."""
+        policy = self.chat.policy(speaker)
         if self.settings.merged_generation:
-            return team.generation_model(agent)
-        return team.use(agent)
+            return team.generation_model(policy)
+        return team.use(policy)
 
     def play(
         self,
@@ -390,7 +416,12 @@ class DialogueSampler:
                 prompt_lengths = lengths if self.reuse_work and min(lengths) >= 2 else None
                 with profiling.section(f"sampling turn {len(episodes[indices[0]].turns) + 1}"):
                     messages = generate_messages(
-                        model, contexts, self.chat, s.max_new_tokens, temperature, prompt_lengths
+                        model,
+                        contexts,
+                        self.chat,
+                        s.max_tokens_of(agent),
+                        temperature,
+                        prompt_lengths,
                     )
                 for index, message in zip(indices, messages, strict=True):
                     episode = episodes[index]
@@ -450,7 +481,9 @@ class DialogueSampler:
             rewards=rewards,
             parsed=np.array([g.parsed for g in grades]),
             advantages=advantages,
-            old_logps=BehaviourLogps(frozen, lambda agent: self.agent_logps(team, frozen, agent))
+            old_logps=BehaviourLogps(
+                frozen, lambda agent: self.agent_logps(team, frozen, agent), self.chat.policy
+            )
             if self.reuse_work
             else self.behaviour_logps(team, frozen),
             horizon=self.settings.turns,
@@ -481,7 +514,7 @@ class DialogueSampler:
         truncated = []
         reused = 0
         for episode in previous.episodes:
-            first = episode.first_turn_of(updated_agent)
+            first = episode.first_turn_of(updated_agent, self.chat.policy_of)
             keep = len(episode.turns) if first is None else first
             truncated.append(episode.with_turns(episode.turns[:keep]))
             reused += keep

@@ -49,20 +49,27 @@ class MessageBatch:
 
 
 def turns_of(
-    episodes: Sequence[Episode], agent: int, indices: Sequence[int]
+    chat: ChatFormat, episodes: Sequence[Episode], agent: int, indices: Sequence[int]
 ) -> list[tuple[int, int]]:
-    """(episode, turn) pairs of ``agent``'s non-empty messages among ``indices``."""
+    """(episode, turn) pairs of policy ``agent``'s non-empty messages among ``indices``."""
     return [
         (e, t)
         for e in indices
         for t, turn in enumerate(episodes[e].turns)
-        if turn.agent == agent and turn.message
+        if chat.policy(turn.agent) == agent and turn.message
     ]
 
 
-def message_tokens(episodes: Sequence[Episode], agent: int) -> int:
-    """How many message tokens ``agent`` sampled in ``episodes`` (the tokens it is scored on)."""
-    return sum(len(turn.message) for e in episodes for turn in e.turns if turn.agent == agent)
+def message_tokens(chat: ChatFormat, episodes: Sequence[Episode], agent: int) -> int:
+    """How many message tokens policy ``agent`` sampled in ``episodes`` (the tokens it is
+    scored on)."""
+    return sum(
+        len(turn.message) for e in episodes for turn in e.turns if chat.policy(turn.agent) == agent
+    )
+
+
+Row = tuple[int, int | None]
+"""A scored transcript: (episode index, the view it is rendered in; ``ChatFormat.view_of``)."""
 
 
 def message_logits(
@@ -81,17 +88,26 @@ def message_logits(
     of once per episode: the same logits up to float rounding (causal attention: a prompt
     position never sees what follows it), for a fraction of the work. Returns None when the
     agent has no message there.
+
+    Each message is scored in its speaker's own view (``ChatFormat.view_of``): a transcript
+    row per episode and view, one per episode when the problem has no private notes.
     """
-    refs = turns_of(episodes, agent, indices)
+    refs = turns_of(chat, episodes, agent, indices)
     if not refs:
         return None
-    rows = sorted({e for e, _ in refs})
-    assembled = {e: chat.assemble(episodes[e]) for e in rows}
+    row_of_ref = {
+        (e, t): (e, chat.view_of(episodes[e], episodes[e].turns[t].agent)) for e, t in refs
+    }
+    rows = sorted(
+        set(row_of_ref.values()), key=lambda row: (row[0], -1 if row[1] is None else row[1])
+    )
+    assembled = {row: chat.assemble(episodes[row[0]], row[1]) for row in rows}
     # Causal attention: nothing after the agent's last message token changes its logits, so
     # each row stops there (the first speaker's rows skip the rest of the dialogue).
-    needed = {e: 0 for e in rows}
-    for e, t in refs:
-        needed[e] = max(needed[e], assembled[e][1][t][1])
+    needed = dict.fromkeys(rows, 0)
+    for ref in refs:
+        row = row_of_ref[ref]
+        needed[row] = max(needed[row], assembled[row][1][ref[1]][1])
     causal_lm = model.get_base_model()
     device = model_device(causal_lm)
     if share_prompt:
@@ -101,18 +117,19 @@ def message_logits(
     else:
         hidden, row_of = _hidden_per_row(causal_lm, chat, assembled, needed, device)
         offset_of = dict.fromkeys(rows, 0)
-    longest = max(assembled[e][1][t][1] - assembled[e][1][t][0] for e, t in refs)
+    spans = [assembled[row_of_ref[ref]][1][ref[1]] for ref in refs]
+    longest = max(end - start for start, end in spans)
     positions = torch.zeros((len(refs), longest), dtype=torch.long)
     tokens = torch.zeros((len(refs), longest), dtype=torch.long)
     mask = torch.zeros((len(refs), longest), dtype=torch.bool)
-    for m, (e, t) in enumerate(refs):
-        start, end = assembled[e][1][t]
+    for m, ((e, t), (start, end)) in enumerate(zip(refs, spans, strict=True)):
         n = end - start
-        # The logits at position p predict token p + 1 (rows of ``hidden`` start at offset_of[e]).
-        positions[m, :n] = torch.arange(start - 1, end - 1) - offset_of[e]
+        # The logits at position p predict token p + 1 (hidden rows start at offset_of[row]).
+        positions[m, :n] = torch.arange(start - 1, end - 1) - offset_of[row_of_ref[(e, t)]]
         tokens[m, :n] = torch.tensor(episodes[e].turns[t].message)
         mask[m, :n] = True
-    row_index = torch.tensor([row_of[e] for e, _ in refs]).unsqueeze(-1).expand_as(positions)
+    row_index = torch.tensor([row_of[row_of_ref[ref]] for ref in refs])
+    row_index = row_index.unsqueeze(-1).expand_as(positions)
     selected = hidden[row_index.to(device), positions.to(device)]
     logits = output_logits(_submodule(causal_lm, "lm_head"), selected) / temperature
     profiling.count("scored message tokens", int(mask.sum()))
@@ -148,10 +165,10 @@ def _submodule(causal_lm: torch.nn.Module, name: str) -> torch.nn.Module:
 def _hidden_per_row(
     causal_lm: torch.nn.Module,
     chat: ChatFormat,
-    assembled: dict[int, tuple[list[int], list[tuple[int, int]]]],
-    needed: dict[int, int],
+    assembled: dict[Row, tuple[list[int], list[tuple[int, int]]]],
+    needed: dict[Row, int],
     device: torch.device,
-) -> tuple[torch.Tensor, dict[int, int]]:
+) -> tuple[torch.Tensor, dict[Row, int]]:
     """Every row's transcript (up to ``needed``) through the model, right-padded."""
     rows = list(assembled)
     row_of = {e: r for r, e in enumerate(rows)}
@@ -172,21 +189,21 @@ def _hidden_sharing_prompts(
     causal_lm: torch.nn.Module,
     chat: ChatFormat,
     episodes: Sequence[Episode],
-    assembled: dict[int, tuple[list[int], list[tuple[int, int]]]],
-    needed: dict[int, int],
+    assembled: dict[Row, tuple[list[int], list[tuple[int, int]]]],
+    needed: dict[Row, int],
     device: torch.device,
-) -> tuple[torch.Tensor, dict[int, int], dict[int, int]]:
+) -> tuple[torch.Tensor, dict[Row, int], dict[Row, int]]:
     """Each distinct prompt through the model once; its rows continue from its cache.
 
     Returns the hidden states after the prompt, right-padded to one length, the row of each
     episode, and the transcript position each row starts at (its prompt's length).
     """
-    groups: dict[tuple[int, ...], list[int]] = {}
-    for e in assembled:
-        groups.setdefault(episodes[e].prompt, []).append(e)
+    groups: dict[tuple[int, ...], list[Row]] = {}
+    for row in assembled:
+        groups.setdefault(episodes[row[0]].prompt, []).append(row)
     pieces = []
-    row_of: dict[int, int] = {}
-    offset_of: dict[int, int] = {}
+    row_of: dict[Row, int] = {}
+    offset_of: dict[Row, int] = {}
     for prompt, members in groups.items():
         # All but the prompt's last token: every scored position (the one before a message
         # token) then lies after the shared part, whatever the turn headers are.

@@ -316,7 +316,7 @@ def run_swap(args: argparse.Namespace) -> int:
 
     run_dir = Path(args.run)
     config = _run_config(run_dir, "--run")
-    n_agents = config.team.n_agents
+    n_agents = config.team.n_policies
     if not 0 <= args.agent < n_agents:
         raise SwapError(f"--agent {args.agent}: the run has agents 0..{n_agents - 1}")
     if args.align and not args.delta0 > 0:

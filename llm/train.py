@@ -211,7 +211,9 @@ def build_backbone(config: RunConfig, progress: bool = True):
     positions = min(getattr(m.config, "max_position_embeddings", 2**62) for _, m in loaded)
     if not config.model.sources:
         tokenizer, base = loaded[0]
-        backbone: Backbone = LoraBackbone.create(base, config.team.n_agents, config.lora, seed=seed)
+        backbone: Backbone = LoraBackbone.create(
+            base, config.team.n_policies, config.lora, seed=seed
+        )
         return tokenizer, backbone, positions
     tokenizers = [tokenizer for tokenizer, _ in loaded]
     require_shared_tokenizer(list(config.model.sources), tokenizers)
@@ -229,7 +231,7 @@ def require_dialogues_fit(
         (len(chat.encode_prompt(q)) for q in {p.question for p in problems}),
         overhead,
         config.sampler.turns,
-        config.sampler.max_new_tokens,
+        config.sampler.longest_message,
         where,
     )
 
@@ -245,7 +247,11 @@ def build(
     seed_everything(config.run.seed)
     tokenizer, backbone, positions = build_backbone(config, progress)
     chat = ChatFormat.from_tokenizer(
-        tokenizer, config.team.n_agents, config.team.system_prompt, config.team.role_prompts
+        tokenizer,
+        config.team.n_agents,
+        config.team.system_prompt,
+        config.team.role_prompts,
+        config.team.policy_of,
     )
     where = "[sampler] max_new_tokens"
     require_dialogues_fit(chat, positions, [*train_problems, *test], config, where)

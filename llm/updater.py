@@ -361,7 +361,7 @@ class TrustRegionUpdater:
             # Every group's rewards were equal: the surrogate and its gradient are 0, so the
             # identity is the update (and its KL 0). Skipping it saves every forward pass.
             return AgentUpdate(team.agent(agent), 0.0, 0.0, a_max, extras={"no_signal": 1.0})
-        n_tokens = int(together.sum(message_tokens(rollouts.episodes, agent)))
+        n_tokens = int(together.sum(message_tokens(self.chat, rollouts.episodes, agent)))
         if n_tokens == 0:  # the agent never spoke: nothing to learn, nothing changes
             return AgentUpdate(team.agent(agent), 0.0, 0.0, a_max, extras={"tokens": 0.0})
         backbone = team.backbone

@@ -85,7 +85,7 @@ def test_a_run_directory_config_round_trips(tmp_path):
 @pytest.mark.parametrize(
     ("line", "message"),
     [
-        ("radius = [0.1, 0.2]", "[stage] radius: needs one entry per agent (3), got [0.1, 0.2]"),
+        ("radius = [0.1, 0.2]", "[stage] radius: needs one entry per adapter (3), got [0.1, 0.2]"),
         ("radius = [0.1, -0.2, 0.1]", "[stage] radius: must be > 0 (δ_i"),
         ("order = [0, 5]", "[stage] order: agents are numbered 0..2, got [0, 5]"),
         ("order = [0, 0, 1]", "[stage] order: must be 'fixed', 'random' or a non-empty tuple"),

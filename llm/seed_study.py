@@ -1,0 +1,307 @@
+"""Equal-budget comparison over seeds: train every method with every seed, side by side.
+
+Each method is a config (its budget, clock and thread count are the config's: one torch thread
+and a CPU-time budget make runs that share a machine comparable). The study
+
+1. evaluates each method's untrained team once (LoRA B = 0 and greedy decoding: the same team
+   and the same answers for every seed);
+2. trains each (method, seed) as ``teamtr train --config C --name METHOD-sSEED --seed SEED``,
+   ``--jobs`` runs at a time, seed 0 of every method first so that a partial study is balanced;
+   a run interrupted earlier is resumed from its newest checkpoint;
+3. writes each finished run's summary to ``RESULTS/METHOD-sSEED.json`` at once (run directories
+   may not outlive the machine; these files are small enough to commit), and after every run
+   the aggregate ``RESULTS.json`` (per method: mean ± standard error over seeds) and its figure.
+
+Usage::
+
+    python -m llm.seed_study --results results/study_arithmetic --runs runs/study_arithmetic \\
+        --method teamtr=configs/compare/teamtr.toml --method grpo=configs/compare/grpo.toml \\
+        --seeds 0 1 2 --jobs 2
+
+``--report`` only rebuilds the aggregate and the figure from the per-run files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from llm.compare_report import RunSpec, summarise
+
+
+@dataclass(frozen=True)
+class Method:
+    name: str
+    config: Path
+
+    @classmethod
+    def parse(cls, text: str) -> Method:
+        name, _, config = text.partition("=")
+        if not name or not config:
+            raise argparse.ArgumentTypeError(f"--method {text!r}: expected NAME=CONFIG.toml")
+        if not Path(config).is_file():
+            raise argparse.ArgumentTypeError(f"--method {text!r}: no such config file {config}")
+        return cls(name, Path(config))
+
+
+@dataclass(frozen=True)
+class Job:
+    """One command of the study and the file that says it is done."""
+
+    label: str
+    command: list[str]
+    done: Path
+
+
+def teamtr_command(*arguments: str) -> list[str]:
+    return [sys.executable, "-m", "teamtr", *arguments]
+
+
+def untrained_path(results: Path, method: str) -> Path:
+    return results / f"untrained_{method}.json"
+
+
+def run_path(results: Path, method: str, seed: int) -> Path:
+    return results / f"{method}-s{seed}.json"
+
+
+def plan(methods: list[Method], seeds: list[int], results: Path, runs: Path) -> list[Job]:
+    jobs = [
+        Job(
+            f"untrained {m.name}",
+            teamtr_command(
+                "eval", "--config", str(m.config), "--json", str(untrained_path(results, m.name))
+            ),
+            untrained_path(results, m.name),
+        )
+        for m in methods
+    ]
+    for seed in seeds:
+        for m in methods:
+            name = f"{m.name}-s{seed}"
+            run_dir = runs / name
+            if (run_dir / "config.json").is_file():
+                command = teamtr_command("train", "--resume", str(run_dir))
+            else:
+                command = teamtr_command(
+                    "train", "--config", str(m.config), "--name", name, "--seed", str(seed)
+                )
+                command += ["--output-dir", str(runs)]
+            jobs.append(Job(f"train {name}", command, run_path(results, m.name, seed)))
+    return [job for job in jobs if not job.done.is_file()]
+
+
+def record_run(results: Path, runs: Path, method: str, seed: int) -> Path:
+    """The finished run's summary (its own final evaluation) as a small results file."""
+    run_dir = runs / f"{method}-s{seed}"
+    summary = summarise(RunSpec(method, run_dir, Path("-"), untrained_path(results, method)))
+    summary["seed"] = seed
+    out = run_path(results, method, seed)
+    write_json(out, summary)
+    return out
+
+
+def write_json(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(data, indent=1))
+    os.replace(partial, path)  # a crash leaves the old file or the new one, never half of one
+
+
+def mean_and_error(values: list[float]) -> dict[str, float]:
+    """Mean and its standard error over seeds (sample standard deviation / sqrt(k))."""
+    k = len(values)
+    mean = sum(values) / k
+    spread = math.sqrt(sum((v - mean) ** 2 for v in values) / (k - 1)) if k > 1 else float("nan")
+    return {"mean": mean, "standard_error": spread / math.sqrt(k), "seeds": float(k)}
+
+
+def aggregate(methods: list[str], results: Path) -> dict[str, Any]:
+    summary: dict[str, Any] = {"methods": {}}
+    for method in methods:
+        runs = sorted(results.glob(f"{method}-s*.json"), key=lambda p: p.name)
+        records = [json.loads(p.read_text()) for p in runs]
+        untrained_file = untrained_path(results, method)
+        untrained = json.loads(untrained_file.read_text()) if untrained_file.is_file() else None
+        entry: dict[str, Any] = {
+            "untrained_accuracy": None if untrained is None else untrained["accuracy"],
+            "seeds": [r["seed"] for r in records],
+        }
+        if records:
+            entry["trained_accuracy"] = mean_and_error([r["trained"]["accuracy"] for r in records])
+            entry["gain"] = mean_and_error(
+                [r["trained"]["accuracy"] - r["untrained"]["accuracy"] for r in records]
+            )
+            entry["stages"] = mean_and_error([float(r["stages_trained"]) for r in records])
+            entry["agent_updates"] = mean_and_error(
+                [float(sum(len(s["updates"]) for s in r["stages"])) for r in records]
+            )
+            entry["per_seed"] = [
+                {
+                    "seed": r["seed"],
+                    "trained": r["trained"]["accuracy"],
+                    "stages": r["stages_trained"],
+                    "budget_clock_minutes_used": r["budget_clock_minutes_used"],
+                }
+                for r in records
+            ]
+        summary["methods"][method] = entry
+    return summary
+
+
+def plot(summary: dict[str, Any], results: Path, out: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    methods = list(summary["methods"])
+    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for index, method in enumerate(methods):
+        colour = f"C{index}"
+        for path in sorted(results.glob(f"{method}-s*.json")):
+            run = json.loads(path.read_text())
+            walls = [s["wall_seconds"] for s in run["stages"]]
+            used = run["budget_clock_minutes_used"] or sum(walls) / 60.0
+            ends, elapsed = [], 0.0
+            for wall in walls:
+                elapsed += wall
+                ends.append(used * elapsed / sum(walls))
+            rewards = [s["train_reward"] for s in run["stages"]]
+            label = method if path.name.endswith("-s0.json") else None
+            left.plot(ends, rewards, color=colour, alpha=0.6, linewidth=1, label=label)
+        entry = summary["methods"][method]
+        if entry.get("untrained_accuracy") is not None:
+            right.bar(
+                index - 0.18,
+                100 * entry["untrained_accuracy"],
+                0.36,
+                color="0.7",
+                label="untrained" if index == 0 else None,
+            )
+        if "trained_accuracy" in entry:
+            trained = entry["trained_accuracy"]
+            right.bar(
+                index + 0.18,
+                100 * trained["mean"],
+                0.36,
+                color=colour,
+                yerr=100 * (trained["standard_error"] if trained["seeds"] > 1 else 0),
+                capsize=3,
+                label="trained (mean ± s.e. over seeds)" if index == 0 else None,
+            )
+            for run in entry["per_seed"]:
+                right.plot(index + 0.18, 100 * run["trained"], "k.", markersize=4)
+    left.set_xlabel("budget clock at the stage's end (minutes)")
+    left.set_ylabel("training reward (stage-start rollouts)")
+    left.set_title("training, one line per seed")
+    if left.get_legend_handles_labels()[0]:
+        left.legend()
+    right.set_xticks(range(len(methods)), methods)
+    right.set_ylabel("greedy held-out accuracy (%)")
+    right.set_title("held-out accuracy (dots: seeds)")
+    if right.get_legend_handles_labels()[0]:
+        right.legend()
+    figure.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(out, dpi=120)
+    plt.close(figure)
+    return out
+
+
+def report(methods: list[str], results: Path, figure: Path | None) -> dict[str, Any]:
+    summary = aggregate(methods, results)
+    write_json(results.with_suffix(".json"), summary)
+    if figure is not None:
+        plot(summary, results, figure)
+    return summary
+
+
+def run_jobs(jobs: list[Job], parallel: int, on_done) -> int:
+    """Run ``jobs``, ``parallel`` at a time; returns how many failed."""
+    pending: list[Job] = list(jobs)
+    running: list[tuple[Job, subprocess.Popen, Any, Path]] = []
+    failed = 0
+    environment = {**os.environ, "OMP_NUM_THREADS": "1"}
+    while pending or running:
+        while pending and len(running) < parallel:
+            job = pending.pop(0)
+            log = job.done.with_suffix(".log")
+            log.parent.mkdir(parents=True, exist_ok=True)
+            handle = log.open("w")
+            print(f"[{time.strftime('%H:%M:%S')}] start {job.label}", flush=True)
+            process = subprocess.Popen(
+                [*job.command, "--no-progress"],
+                stdout=handle,
+                stderr=subprocess.STDOUT,
+                env=environment,
+            )
+            running.append((job, process, handle, log))
+        time.sleep(2)
+        for entry in list(running):
+            job, process, handle, log = entry
+            if process.poll() is None:
+                continue
+            running.remove(entry)
+            handle.close()
+            ok = process.returncode == 0
+            print(
+                f"[{time.strftime('%H:%M:%S')}] {'done' if ok else 'FAILED'} {job.label}"
+                + ("" if ok else f" (exit {process.returncode}, see {log})"),
+                flush=True,
+            )
+            if ok:
+                log.unlink(missing_ok=True)
+                on_done(job)
+            else:
+                failed += 1
+    return failed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--method", type=Method.parse, action="append", required=True)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--jobs", type=int, default=2, help="runs at a time (one thread each)")
+    parser.add_argument(
+        "--results",
+        type=Path,
+        required=True,
+        help="folder of per-run files; RESULTS.json is the aggregate",
+    )
+    parser.add_argument("--runs", type=Path, required=True, help="parent of the run directories")
+    parser.add_argument("--plot", type=Path, help="figure (PNG) of the aggregate")
+    parser.add_argument("--report", action="store_true", help="only rebuild the aggregate")
+    args = parser.parse_args(argv)
+    if args.jobs < 1:
+        parser.error(f"--jobs must be >= 1, got {args.jobs}")
+    names = [m.name for m in args.method]
+    if len(set(names)) != len(names):
+        parser.error(f"method names must differ, got {names}")
+    if not args.report:
+        jobs = plan(args.method, args.seeds, args.results, args.runs)
+
+        def on_done(job: Job) -> None:
+            if job.label.startswith("train "):
+                method, _, seed = job.label.removeprefix("train ").rpartition("-s")
+                record_run(args.results, args.runs, method, int(seed))
+            report(names, args.results, args.plot)
+
+        failed = run_jobs(jobs, args.jobs, on_done)
+        if failed:
+            print(f"{failed} job(s) failed; run the same command again to retry them")
+    summary = report(names, args.results, args.plot)
+    print(json.dumps(summary["methods"], indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

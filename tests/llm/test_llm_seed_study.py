@@ -1,0 +1,62 @@
+"""The seed study trains real tiny runs side by side, records each at once, and aggregates."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from llm.seed_study import main, mean_and_error
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_mean_and_standard_error_over_seeds():
+    summary = mean_and_error([0.2, 0.4, 0.9])
+    assert summary["mean"] == pytest.approx(0.5, abs=1e-12)
+    spread = math.sqrt(((0.2 - 0.5) ** 2 + (0.4 - 0.5) ** 2 + (0.9 - 0.5) ** 2) / 2)
+    assert summary["standard_error"] == pytest.approx(spread / math.sqrt(3), abs=1e-12)
+
+
+def test_a_study_of_two_methods_and_two_seeds(tmp_path):
+    smoke = (REPO / "configs" / "smoke.toml").read_text()
+    teamtr = tmp_path / "teamtr.toml"
+    teamtr.write_text(smoke.replace("stages = 2", "stages = 1"))
+    shared = tmp_path / "shared.toml"
+    shared.write_text(f'extends = "{teamtr.name}"\n[team]\nshared_adapter = true\n')
+    results, runs, figure = tmp_path / "study", tmp_path / "runs", tmp_path / "study.png"
+    arguments = [
+        "--method", f"teamtr={teamtr}", "--method", f"shared={shared}", "--seeds", "0", "1",
+        "--results", str(results), "--runs", str(runs), "--plot", str(figure), "--jobs", "2",
+    ]  # fmt: skip
+    assert main(arguments) == 0
+    for name in ("teamtr-s0", "teamtr-s1", "shared-s0", "shared-s1"):
+        record = json.loads((results / f"{name}.json").read_text())
+        assert record["stages_trained"] == 1
+        assert record["seed"] == int(name[-1])
+        config = json.loads((runs / name / "config.json").read_text())
+        assert config["run"]["seed"] == config["sampler"]["seed"] == int(name[-1])
+    shared_run = json.loads((results / "shared-s0.json").read_text())
+    assert len(shared_run["stages"][0]["updates"]) == 1  # one adapter: one update a stage
+    summary = json.loads((tmp_path / "study.json").read_text())["methods"]
+    accuracies = [
+        json.loads((results / f"teamtr-s{s}.json").read_text())["trained"]["accuracy"]
+        for s in (0, 1)
+    ]
+    assert summary["teamtr"]["trained_accuracy"]["mean"] == pytest.approx(
+        sum(accuracies) / 2, abs=1e-12
+    )
+    assert summary["teamtr"]["agent_updates"]["mean"] == 2.0  # smoke: 2 agents, 1 stage
+    assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # Running it again finds everything done and trains nothing.
+    before = {p: p.stat().st_mtime_ns for p in results.glob("*-s*.json")}
+    assert main(arguments) == 0
+    assert {p: p.stat().st_mtime_ns for p in results.glob("*-s*.json")} == before
+
+
+def test_a_method_without_its_config_is_refused(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main(["--method", f"x={tmp_path / 'none.toml'}", "--results", "r", "--runs", "u"])
+    assert "no such config file" in capsys.readouterr().err
