@@ -131,6 +131,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     evaluate.add_argument("--json", required=True, help="the results file to write")
     evaluate.add_argument(
+        "--transcripts",
+        help="JSONL file of every dialogue: question, notes, turns, parsed answer, reward "
+        "(default: beside --json, its name ending .transcripts.jsonl)",
+    )
+    evaluate.add_argument(
         "--samples",
         type=integer_at_least(1, MAX_SAMPLES),
         default=1,
@@ -290,15 +295,38 @@ def _write_results(path: Path, result: dict[str, Any]) -> None:
         ) from None
 
 
+def transcripts_beside(results: Path) -> Path:
+    """The default transcripts file of an evaluation written to ``results``."""
+    return results.with_name(results.stem + ".transcripts.jsonl")
+
+
+def _write_file(path: Path, data: bytes, option: str, what: str) -> None:
+    """Write atomically, as ``_write_results``; a failure names the option and the file."""
+    from llm.checkpoint import write_atomically
+    from llm.rundir import RunFailed
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomically(path, data)
+    except OSError as error:
+        raise RunFailed(
+            f"{option} {path}: cannot write {what}: {error.strerror or error}"
+        ) from None
+
+
 def _eval(args: argparse.Namespace) -> int:
     from llm.agents import LoraTeam
     from llm.checkpoint import find_policies, run_format
-    from llm.evaluation import evaluate_team
+    from llm.evaluation import evaluate_team_with_episodes, transcript_records
     from llm.preflight import require_writable_file
     from llm.train import build, problem_sources, require_dialogues_fit
 
     destination = Path(args.json)
     require_writable_file(destination, "--json")  # before the evaluation, not after it
+    transcripts = Path(args.transcripts or transcripts_beside(destination))
+    require_writable_file(transcripts, "--transcripts")
+    if transcripts.resolve() == destination.resolve():
+        raise ConfigError(f"--transcripts: {transcripts} is the --json file; give another path")
     found = None
     if args.run is not None:
         run_dir = Path(args.run)
@@ -316,9 +344,18 @@ def _eval(args: argparse.Namespace) -> int:
     parts = build(config, progress=not args.no_progress)
     require_dialogues_fit(parts.chat, parts.positions, problems, config, "--data")
     team = parts.team if found is None else LoraTeam(parts.team.backbone, found.policies)
-    result: dict[str, Any] = evaluate_team(
+    evaluation = evaluate_team_with_episodes(
         team, parts.sampler, problems, samples=args.samples, progress=not args.no_progress
     )
+    records = transcript_records(evaluation, args.samples, parts.chat.message_text)
+    _write_file(
+        transcripts,
+        "".join(json.dumps(record) + "\n" for record in records).encode(),
+        "--transcripts",
+        "the transcripts",
+    )
+    result: dict[str, Any] = dict(evaluation.metrics)
+    result["transcripts"] = str(transcripts)
     if found is not None:
         result["run"] = str(args.run)
         result["checkpoint"] = found.directory.name

@@ -92,18 +92,27 @@ class TeamSettings:
 
 @dataclass(frozen=True)
 class TaskSettings:
-    kind: Literal["arithmetic", "jsonl"] = "arithmetic"
-    """The built-in procedural arithmetic suite, or a JSONL file of {"question", "answer"}."""
-    difficulty: int = 1
-    """Arithmetic difficulty: 1 (a±b, up to 99), 2 (three operands), 3 ((a+b)*c-d)."""
+    kind: Literal["arithmetic", "jsonl", "private_notes"] = "arithmetic"
+    """The built-in procedural arithmetic suite, a JSONL file of {"question", "answer"}, or
+    the private-notes task (``llm.private_notes``): each of the ``[team] n_agents`` agents
+    sees a private number of its own, and the last speaker must state their sum."""
+    difficulty: int | tuple[int, ...] = 1
+    """Arithmetic difficulty: 1 (a±b, up to 99), 2 (three operands), 3 ((a+b)*c-d); or a list
+    of distinct ones, a mix in which each problem draws its difficulty uniformly."""
+    phrasing: Literal["plain", "mixed"] = "plain"
+    """Arithmetic phrasing: "plain" asks "What is <expression>?" (the questions of earlier
+    versions, draw for draw); "mixed" draws among several templates, plain expressions and
+    word problems (``llm.phrasings``), and holds some templates out for evaluation only."""
     train_file: str = ""
     """For kind = "jsonl": training problems."""
     test_file: str = ""
     """For kind = "jsonl": held-out problems (default evaluation set)."""
+    note_max: int = 9
+    """For kind = "private_notes": the private numbers are drawn uniformly from 1..note_max."""
     eval_size: int = 200
     """Held-out questions in the periodic evaluation (first N of the test split)."""
     eval_seed: int = 1234
-    """Seed that fixes the arithmetic test questions."""
+    """Seed that fixes the arithmetic and private-notes test questions."""
 
     def __post_init__(self) -> None:
         if self.kind == "jsonl" and not self.train_file:
@@ -221,8 +230,16 @@ BOUNDS: dict[tuple[str, str], Bound] = {
     ("lora", "rank"): at_least(1, "r, the LoRA rank"),
     ("lora", "alpha"): positive("the LoRA scale alpha / r"),
     ("team", "n_agents"): at_least(1, "n, the number of agents"),
-    ("task", "difficulty"): Bound(lambda v: v in (1, 2, 3), "must be 1, 2 or 3"),
+    ("task", "difficulty"): Bound(
+        lambda v: (
+            v in (1, 2, 3)
+            if isinstance(v, int)
+            else bool(v) and set(v) <= {1, 2, 3} and len(set(v)) == len(v)
+        ),
+        "must be 1, 2 or 3, or a non-empty list of distinct ones (a mix)",
+    ),
     ("task", "eval_size"): at_least(1),
+    ("task", "note_max"): at_least(1, "the private numbers are 1..note_max"),
     ("sampler", "prompts_per_batch"): at_least(1),
     ("sampler", "group_size"): at_least(2, "G: GRPO needs a baseline within each group"),
     ("sampler", "turns"): at_least(1, "H, turns per dialogue"),

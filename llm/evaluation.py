@@ -1,21 +1,41 @@
-"""Held-out evaluation of a team: accuracy, parse failures, length; pass@K and majority vote."""
+"""Held-out evaluation of a team: accuracy, parse failures, length; pass@K and majority vote;
+accuracy per phrasing template and difficulty; the transcripts of every dialogue."""
 
 from __future__ import annotations
 
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from math_verify import parse, verify
 
 from llm.agents import LoraTeam
 from llm.collective import Collective
-from llm.dialogue import Episode
+from llm.dialogue import Episode, Turn
+from llm.phrasings import TEMPLATES
+from llm.private_notes import NOTES_TEMPLATES
 from llm.progress import CountProgress
 from llm.rewards import Grade, grade
 from llm.sampler import DialogueSampler
 from llm.tasks import Problem
+
+EVAL_ONLY_TEMPLATES = frozenset(
+    [t.id for t in TEMPLATES if t.eval_only] + [t.id for t in NOTES_TEMPLATES if t.eval_only]
+)
+"""Templates never drawn for training (``llm.phrasings``, ``llm.private_notes``)."""
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """The numbers of an evaluation, and the dialogues and grades behind them (in the order
+    of the problems, ``samples`` consecutive dialogues per problem)."""
+
+    metrics: dict[str, float]
+    episodes: list[Episode]
+    grades: list[Grade]
 
 
 def evaluate_team(
@@ -33,8 +53,36 @@ def evaluate_team(
     ``standard_error`` is the standard error of ``accuracy`` over the problems (binomial for
     greedy evaluation). With a ``collective`` (data parallelism, ``llm.distributed``) each rank
     plays a contiguous share of the problems and the grades are gathered in order, so every
-    rank returns the numbers of the whole set.
+    rank returns the numbers of the whole set. Per template and difficulty the accuracy, the
+    number of problems and the standard error are flat keys (``group_metrics``), so that the
+    periodic evaluation's record stays a table of scalars.
     """
+    return _evaluate(team, sampler, problems, samples, batch_size, progress, collective).metrics
+
+
+def evaluate_team_with_episodes(
+    team: LoraTeam,
+    sampler: DialogueSampler,
+    problems: Sequence[Problem],
+    *,
+    samples: int = 1,
+    batch_size: int = 32,
+    progress: bool = False,
+) -> Evaluation:
+    """``evaluate_team`` in one process, returning the finished dialogues and their grades
+    too (for transcripts)."""
+    return _evaluate(team, sampler, problems, samples, batch_size, progress, None)
+
+
+def _evaluate(
+    team: LoraTeam,
+    sampler: DialogueSampler,
+    problems: Sequence[Problem],
+    samples: int,
+    batch_size: int,
+    progress: bool,
+    collective: Collective | None,
+) -> Evaluation:
     if samples < 1:
         raise ValueError(f"samples must be >= 1, got {samples}")
     temperature = 0.0 if samples == 1 else sampler.settings.temperature
@@ -53,8 +101,8 @@ def evaluate_team(
         mine = last - first  # this rank's bar counts the dialogues it plays
     bar = CountProgress(mine * samples * sampler.settings.turns, "msg", "evaluating", progress)
     started = time.perf_counter()
+    finished: list[Episode] = []
     if collective is None:
-        finished: list[Episode] = []
         tokens = 0
         for start in range(0, len(episodes), batch_size):
             done, generated = sampler.play(
@@ -100,7 +148,70 @@ def evaluate_team(
             winner = Counter(answers).most_common(1)[0][0]
             votes.append(float(bool(verify(parse(problem.answer), parse(winner)))))
         result["majority_vote"] = float(np.mean(votes))
-    return result
+    result.update(group_metrics(problems, correct.reshape(len(problems), samples).mean(axis=1)))
+    return Evaluation(result, finished, grades)
+
+
+def _summary(scores: np.ndarray) -> dict[str, float]:
+    """Accuracy, count and standard error (over problems, as for the whole set)."""
+    return {
+        "accuracy": float(scores.mean()),
+        "n": float(len(scores)),
+        "standard_error": float(scores.std() / np.sqrt(len(scores))),
+    }
+
+
+def group_metrics(problems: Sequence[Problem], scores: np.ndarray) -> dict[str, float]:
+    """Per-problem scores (the fraction of its dialogues graded correct) summarised by group:
+    ``template/<id>/<stat>``, ``difficulty/<d>/<stat>``, and ``seen_templates/<stat>`` and
+    ``eval_only_templates/<stat>`` (templates trained on or held out for evaluation), for
+    stat in accuracy, n, standard_error. Problems without a template (read from a file) or a
+    difficulty (0) are in no group; empty groups are left out."""
+    groups: dict[str, list[int]] = {}
+    for index, problem in enumerate(problems):
+        if problem.template:
+            groups.setdefault(f"template/{problem.template}", []).append(index)
+            held_out = problem.template in EVAL_ONLY_TEMPLATES
+            kind = "eval_only_templates" if held_out else "seen_templates"
+            groups.setdefault(kind, []).append(index)
+        if problem.difficulty:
+            groups.setdefault(f"difficulty/{problem.difficulty}", []).append(index)
+    table: dict[str, float] = {}
+    for name in sorted(groups):
+        for stat, value in _summary(scores[groups[name]]).items():
+            table[f"{name}/{stat}"] = value
+    return table
+
+
+def transcript_records(
+    evaluation: Evaluation, samples: int, message_text: Callable[[Turn], str]
+) -> list[dict[str, Any]]:
+    """One JSON-ready record per dialogue: the problem (question, reference answer, notes,
+    template, difficulty), each turn (agent and decoded text), the parsed answer, the reward."""
+    records = []
+    for index, (episode, verdict) in enumerate(
+        zip(evaluation.episodes, evaluation.grades, strict=True)
+    ):
+        problem = episode.problem
+        records.append(
+            {
+                "problem": index // samples,
+                "sample": index % samples,
+                "question": problem.question,
+                "reference_answer": problem.answer,
+                "notes": list(problem.notes),
+                "template": problem.template,
+                "difficulty": problem.difficulty,
+                "turns": [
+                    {"agent": turn.agent, "text": message_text(turn)} for turn in episode.turns
+                ],
+                "parsed_answer": verdict.extracted,
+                "parsed": verdict.parsed,
+                "reward": verdict.reward,
+                "correct": verdict.correct,
+            }
+        )
+    return records
 
 
 def _share_of(n: int, collective: Collective) -> tuple[int, int]:

@@ -1,11 +1,13 @@
 """Tasks: problems with a verifiable final answer.
 
 Two sources: a built-in, seeded, procedurally generated arithmetic suite with several
-difficulties and disjoint train/test splits, and a loader for GSM8K/MATH-style JSONL files.
+difficulties and phrasings (``llm.phrasings``) and disjoint train/test splits, and a loader
+for GSM8K/MATH-style JSONL files.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import itertools
@@ -18,8 +20,12 @@ from typing import Literal
 
 import numpy as np
 
+from llm.phrasings import Template, templates_of
+
 Split = Literal["train", "test"]
+Phrasing = Literal["plain", "mixed"]
 DIFFICULTIES = (1, 2, 3)
+PHRASINGS = ("plain", "mixed")
 TEST_FRACTION_PERCENT = 20
 
 
@@ -34,11 +40,11 @@ class Problem:
     question: str
     answer: str
     template: str = ""
-    """Id of the phrasing template ("" for JSONL problems)."""
+    """Id of the phrasing template that asked it ("" for problems read from a file)."""
     difficulty: int = 0
-    """0 when unknown (JSONL)."""
+    """Its difficulty (0: unknown, as for problems read from a file)."""
     notes: tuple[str, ...] = ()
-    """Per speaker (agent index): a private note, "" = none; () = no notes."""
+    """One private note per agent (index k is shown to agent k only; "" = none); () = none."""
 
 
 def split_of(question: str) -> Split:
@@ -66,21 +72,79 @@ def _arithmetic_problem(difficulty: int, rng: np.random.Generator) -> Problem:
     raise ValueError(f"difficulty must be one of {DIFFICULTIES}, got {difficulty!r}")
 
 
+def _plain_problem(difficulty: int, rng: np.random.Generator) -> Problem:
+    """A plain question ("What is ...?"), labelled with its template and difficulty."""
+    problem = _arithmetic_problem(difficulty, rng)
+    return dataclasses.replace(problem, template=f"d{difficulty}.what_is", difficulty=difficulty)
+
+
+def _from_template(template: Template, rng: np.random.Generator) -> Problem:
+    question, answer = template.draw(rng)
+    return Problem(question, str(answer), template.id, template.difficulty)
+
+
 @dataclass(frozen=True)
 class ArithmeticSuite:
-    """Seeded procedural arithmetic problems of one difficulty (1: a±b up to 99; 2: three
-    operands with + - or a*b+c; 3: (a+b)*c-d)."""
+    """Seeded procedural arithmetic problems (1: a±b up to 99; 2: three operands with + - or
+    a*b+c; 3: (a+b)*c-d), of one difficulty or a mix (each problem draws its difficulty
+    uniformly from ``difficulty``).
 
-    difficulty: int = 1
+    ``phrasing = "plain"`` asks every question as "What is <expression>?" (one difficulty
+    gives exactly the questions of earlier versions, draw for draw). ``"mixed"`` draws a
+    template uniformly among the training templates of the difficulty (``llm.phrasings``):
+    plain expressions and word problems. Training problems come from training templates and
+    the train half of the question hash; the held-out set (``fixed_set("test", ...)``) holds
+    test-half questions of the training templates and questions of the eval-only templates,
+    balanced across templates.
+    """
+
+    difficulty: int | tuple[int, ...] = 1
+    phrasing: Phrasing = "plain"
 
     def __post_init__(self) -> None:
-        if self.difficulty not in DIFFICULTIES:
-            raise ValueError(f"difficulty must be one of {DIFFICULTIES}, got {self.difficulty!r}")
+        levels = self.difficulties
+        if (
+            not levels
+            or any(d not in DIFFICULTIES for d in levels)
+            or len(set(levels)) < len(levels)
+        ):
+            raise ValueError(
+                f"difficulty must be one of {DIFFICULTIES} or a list of distinct ones, "
+                f"got {self.difficulty!r}"
+            )
+        if self.phrasing not in PHRASINGS:
+            raise ValueError(f"phrasing must be one of {PHRASINGS}, got {self.phrasing!r}")
+
+    @property
+    def difficulties(self) -> tuple[int, ...]:
+        return (self.difficulty,) if isinstance(self.difficulty, int) else tuple(self.difficulty)
+
+    def templates(self, split: Split) -> list[Template]:
+        """The templates questions of ``split`` are asked in: the training templates for
+        "train"; for "test" the eval-only templates too. Plain phrasing: "What is" only."""
+        if self.phrasing == "plain":
+            return [
+                t for d in self.difficulties for t in templates_of(d) if t.id.endswith("what_is")
+            ]
+        chosen = []
+        for d in self.difficulties:
+            chosen += templates_of(d, eval_only=False if split == "train" else None)
+        return chosen
+
+    def _draw(self, rng: np.random.Generator) -> Problem:
+        levels = self.difficulties
+        # A single difficulty draws nothing extra, so that old runs reproduce draw for draw.
+        difficulty = levels[0] if len(levels) == 1 else levels[int(rng.integers(len(levels)))]
+        if self.phrasing == "plain":
+            return _plain_problem(difficulty, rng)
+        training = templates_of(difficulty, eval_only=False)
+        return _from_template(training[int(rng.integers(len(training)))], rng)
 
     def stream(self, split: Split, rng: np.random.Generator) -> Iterator[Problem]:
-        """An endless stream of problems of ``split`` (repeats are possible)."""
+        """An endless stream of problems of ``split`` in training templates (repeats are
+        possible)."""
         while True:
-            problem = _arithmetic_problem(self.difficulty, rng)
+            problem = self._draw(rng)
             if split_of(problem.question) == split:
                 yield problem
 
@@ -89,15 +153,49 @@ class ArithmeticSuite:
         return [next(stream) for _ in range(count)]
 
     def fixed_set(self, split: Split, count: int, seed: int = 0) -> list[Problem]:
-        """``count`` distinct problems of ``split``, the same for the same seed (evaluation)."""
-        seen: dict[str, Problem] = {}
-        stream = self.stream(split, np.random.default_rng(seed))
-        for _ in range(count * 1000):
-            problem = next(stream)
-            seen.setdefault(problem.question, problem)
-            if len(seen) == count:
-                return list(seen.values())
-        raise ValueError(f"could not draw {count} distinct {split} problems")
+        """``count`` distinct problems of ``split``, the same for the same seed (evaluation).
+
+        One plain difficulty: the first distinct questions of the stream, as in earlier
+        versions. Otherwise balanced: ``count`` split as evenly as possible across
+        ``templates(split)`` in their order; questions of eval-only templates are never
+        trained on, so they are taken whatever their hash.
+        """
+        if self.phrasing == "plain" and len(self.difficulties) == 1:
+            return first_distinct(self.stream(split, np.random.default_rng(seed)), count, split)
+        templates = self.templates(split)
+        rng = np.random.default_rng(seed)
+        chosen: list[Problem] = []
+        for index, template in enumerate(templates):
+            quota = count // len(templates) + (index < count % len(templates))
+            if quota:
+                chosen += first_distinct(_template_stream(template, split, rng), quota, split)
+        return chosen
+
+
+def _template_stream(
+    template: Template, split: Split, rng: np.random.Generator
+) -> Iterator[Problem]:
+    while True:
+        problem = _from_template(template, rng)
+        if template.eval_only or split_of(problem.question) == split:
+            yield problem
+
+
+def identity_of(problem: Problem) -> str:
+    """The text that tells problems apart: the question, and the private notes if any (the
+    questions of the private-notes task are the same for every draw of the numbers)."""
+    return "\n".join((problem.question, *problem.notes))
+
+
+def first_distinct(stream: Iterator[Problem], count: int, split: Split) -> list[Problem]:
+    """The first ``count`` problems of ``stream`` that differ (by ``identity_of``)."""
+    seen: dict[str, Problem] = {}
+    for _ in range(count * 1000):
+        problem = next(stream)
+        seen.setdefault(identity_of(problem), problem)
+        if len(seen) == count:
+            return list(seen.values())
+    raise ValueError(f"could not draw {count} distinct {split} problems")
 
 
 def _answer_field(value: object) -> str:

@@ -71,6 +71,7 @@ from llm.preflight import (
     require_context_fits,
     require_writable_directory,
 )
+from llm.private_notes import PrivateNotesSuite
 from llm.progress import StageProgress, library_bars, on_terminal
 from llm.router import make_router
 from llm.rundir import (
@@ -123,8 +124,9 @@ before it fails."""
 
 def problem_sources(config: RunConfig):
     """How training problems are drawn, the held-out problems, and the training problems
-    known in advance (a JSONL file's; none for the procedural suite, whose questions are
-    as short as its held-out ones)."""
+    known in advance (a JSONL file's; none for the procedural suites, whose questions are
+    as short as their held-out ones). The private-notes task gets one note per agent of
+    ``[team] n_agents``."""
     task = config.task
     if task.kind == "jsonl":
         train = load_jsonl(task.train_file)
@@ -134,17 +136,25 @@ def problem_sources(config: RunConfig):
             return [train[int(i)] for i in rng.integers(len(train), size=count)]
 
         return draw, test[: task.eval_size], train
-    suite = ArithmeticSuite(task.difficulty)
+    suite: ArithmeticSuite | PrivateNotesSuite
+    if task.kind == "private_notes":
+        suite = PrivateNotesSuite(config.team.n_agents, task.note_max, task.phrasing)
+    else:
+        suite = ArithmeticSuite(task.difficulty, task.phrasing)
     if task.eval_size > MAX_ARITHMETIC_TEST_SET:
         raise ConfigError(
-            f"[task] eval_size: must be <= {MAX_ARITHMETIC_TEST_SET} for the arithmetic suite, "
+            f"[task] eval_size: must be <= {MAX_ARITHMETIC_TEST_SET} for the built-in tasks, "
             f"got {task.eval_size}"
         )
-    return (
-        lambda rng, count: suite.sample("train", count, rng),
-        suite.fixed_set("test", task.eval_size, seed=task.eval_seed),
-        [],
-    )
+    try:
+        test = suite.fixed_set("test", task.eval_size, seed=task.eval_seed)
+    except ValueError as error:
+        # Few distinct problems exist when note_max ** n_agents is small.
+        raise ConfigError(
+            f"[task] eval_size: {task.eval_size} distinct held-out problems cannot be drawn "
+            f"for this task ({task.kind}): {error}; lower eval_size or raise [task] note_max"
+        ) from None
+    return lambda rng, count: suite.sample("train", count, rng), test, []
 
 
 def seed_everything(seed: int) -> None:
