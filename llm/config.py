@@ -109,6 +109,10 @@ class TaskSettings:
     """For kind = "jsonl": held-out problems (default evaluation set)."""
     note_max: int = 9
     """For kind = "private_notes": the private numbers are drawn uniformly from 1..note_max."""
+    note_holders: int = 0
+    """For kind = "private_notes": how many numbers (one per speaker, in speaking order);
+    0 = one per agent. More holders than agents leaves numbers no agent sees: with one agent
+    and 2 holders, a single agent that knows one of two numbers (the floor a team must beat)."""
     eval_size: int = 200
     """Held-out questions in the periodic evaluation (first N of the test split)."""
     eval_seed: int = 1234
@@ -240,6 +244,7 @@ BOUNDS: dict[tuple[str, str], Bound] = {
     ),
     ("task", "eval_size"): at_least(1),
     ("task", "note_max"): at_least(1, "the private numbers are 1..note_max"),
+    ("task", "note_holders"): at_least(0, "0 = one per agent"),
     ("sampler", "prompts_per_batch"): at_least(1),
     ("sampler", "group_size"): at_least(2, "G: GRPO needs a baseline within each group"),
     ("sampler", "turns"): at_least(1, "H, turns per dialogue"),
@@ -404,6 +409,12 @@ def _check_team(config: RunConfig, locate: Locator) -> None:
             f"({team.n_agents}), got {len(team.role_prompts)}"
             + DEFAULT_ROLES_HINT
             * (team.role_prompts == DEFAULT_ROLE_PROMPTS)
+        )
+    holders = config.task.note_holders
+    if holders and holders < team.n_agents:
+        raise ConfigError(
+            f"{locate('task', 'note_holders')}: must be 0 (one per agent) or at least "
+            f"[team] n_agents ({team.n_agents}), got {holders}"
         )
     order = team.speaking_order
     where = locate("team", "speaking_order")

@@ -138,7 +138,9 @@ def problem_sources(config: RunConfig):
         return draw, test[: task.eval_size], train
     suite: ArithmeticSuite | PrivateNotesSuite
     if task.kind == "private_notes":
-        suite = PrivateNotesSuite(config.team.n_agents, task.note_max, task.phrasing)
+        suite = PrivateNotesSuite(
+            task.note_holders or config.team.n_agents, task.note_max, task.phrasing
+        )
     else:
         suite = ArithmeticSuite(task.difficulty, task.phrasing)
     if task.eval_size > MAX_ARITHMETIC_TEST_SET:
