@@ -487,9 +487,14 @@ def config_from_dict(data: Any, source: str, text: str = "") -> RunConfig:
             raise ConfigError(f"{source}: unknown section [{name}] (known: {', '.join(hints)})")
         sections[name] = _section(hints[name], value, name, locate)
     config = RunConfig(**sections)
+    check_consistent(config, locate)
+    return config
+
+
+def check_consistent(config: RunConfig, locate: Locator) -> None:
+    """What no section can check alone: keys that must agree across sections."""
     _check_team(config, locate)
     _check_stage(config, locate)
-    return config
 
 
 EXTENDS = "extends"

@@ -146,7 +146,8 @@ class ChatFormat:
 
         def header(agent: int, note: str = "") -> tuple[int, ...]:
             role = role_prompts[agent] if role_prompts else ""
-            text = "\n".join(part for part in (role, note) if part)
+            # The note first, the role last: the instruction the speaker acts on closes its header.
+            text = "\n".join(part for part in (note, role) if part)
             role_text = render([{"role": "system", "content": text}], False) if text else ""
             return tuple(encode(role_text + generation_prompt))
 
