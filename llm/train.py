@@ -139,7 +139,10 @@ def problem_sources(config: RunConfig):
     suite: ArithmeticSuite | PrivateNotesSuite
     if task.kind == "private_notes":
         suite = PrivateNotesSuite(
-            task.note_holders or config.team.n_agents, task.note_max, task.phrasing
+            task.note_holders or config.team.n_agents,
+            task.note_max,
+            task.phrasing,
+            task.note_answer,
         )
     else:
         suite = ArithmeticSuite(task.difficulty, task.phrasing)
