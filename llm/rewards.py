@@ -2,6 +2,13 @@
 
 An answer math-verify cannot parse scores 0 and is counted, so the parse-failure rate can be
 logged next to the accuracy (a policy that learns to emit unparsable text must not look good).
+
+An answer must also be worked out: when the reference is a number, a final answer that is an
+unevaluated expression ("89 + 25", "12 * 3", "3/4") scores 0, although math-verify would
+evaluate it and call it equal. Otherwise restating the question is rewarded as solving it: 7 of
+the 17 answers graded right in an untrained team's evaluation on mixed phrasings were the
+question's own expression (docs/tasks.md). A reference that is itself symbolic ("\\sqrt{2}")
+accepts any equal expression.
 """
 
 from __future__ import annotations
@@ -35,9 +42,16 @@ def grade(prediction: str, gold: str) -> Grade:
         gold_parsed = parse(gold)
         if not gold_parsed:
             raise ValueError(f"reference answer {gold!r} cannot be parsed")
-        correct = bool(verify(gold_parsed, extracted))
+        restated = _is_number(gold_parsed) and not _is_number(extracted)
+        correct = not restated and bool(verify(gold_parsed, extracted))
     except ValueError:
         raise
     except Exception:  # math-verify raises assorted errors (timeouts, sympy); fail closed.
         return Grade(correct=False, parsed=False, extracted=None)
     return Grade(correct=correct, parsed=True, extracted=str(extracted[-1]))
+
+
+def _is_number(parsed: list) -> bool:
+    """Whether math-verify's parse is a single evaluated number (sympy keeps "89 + 25" as an
+    unevaluated sum, "\\frac{1}{2}" and "-21" as numbers)."""
+    return bool(getattr(parsed[0], "is_Number", False))

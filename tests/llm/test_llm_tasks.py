@@ -44,6 +44,12 @@ def test_jsonl_loader_names_file_line_and_field(tmp_path):
 
 def test_grading_fails_closed():
     assert grade("So the answer is 42.", "42").correct
+    # A restated expression is not an answer, however equal; a worked one ending in it is.
+    assert not grade("89 + 25", "114").correct and grade("89 + 25", "114").parsed
+    assert not grade("12 * 3", "36").correct and not grade("$89+25$", "114").correct
+    assert grade("89 + 25 = 114", "114").correct and grade("-21", "-21").correct
+    assert grade("\\frac{1}{2}", "0.5").correct
+    assert grade("$\\sqrt{2}$", "$\\sqrt{2}$").correct  # a symbolic reference takes an expression
     assert not grade("It is 41", "42").correct and grade("It is 41", "42").parsed
     unparsable = grade("I do not know", "42")
     assert not unparsable.correct and not unparsable.parsed and unparsable.reward == 0.0
