@@ -4,7 +4,8 @@ Three cases, each one real stage through ``llm.train.train`` (sampling, updates,
 metrics, TensorBoard, checkpoint), profiled with ``llm.profiling`` (exclusive CPU seconds per
 part, ``time.process_time`` with one torch thread):
 
-- ``teamtr``: one stage of ``configs/default.toml`` (3 agents, 32 dialogues of 3 turns);
+- ``teamtr``: one stage of ``configs/compare/teamtr.toml`` (the three-agent format the profile
+  was measured with: 32 dialogues of 3 turns of <= 24 tokens);
 - ``stale``: the same config with ``scheme = "stale"``;
 - ``grpo``: one step of ``configs/compare/grpo.toml`` (one agent, 32 answers of 48 tokens).
 
@@ -50,8 +51,8 @@ from llm.train import Components, build, train
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = {
-    "teamtr": (ROOT / "configs" / "default.toml", "teamtr"),
-    "stale": (ROOT / "configs" / "default.toml", "stale"),
+    "teamtr": (ROOT / "configs" / "compare" / "teamtr.toml", "teamtr"),
+    "stale": (ROOT / "configs" / "compare" / "teamtr.toml", "stale"),
     "grpo": (ROOT / "configs" / "compare" / "grpo.toml", "teamtr"),
 }
 PATHS = ("before", "after")
@@ -100,7 +101,7 @@ def case_config(
             sampler,
             prompts_per_batch=2,
             group_size=4,
-            max_new_tokens=min(sampler.max_new_tokens, 8),
+            max_new_tokens=min(sampler.longest_message, 8),
             score_chunk=4,
         )
     return dataclasses.replace(
@@ -175,12 +176,12 @@ def generation_limit(source: str, quick: bool, scratch: Path) -> dict[str, float
     s = sampler.settings
     torch.manual_seed(0)
     started = time.process_time()
-    messages = generate_messages(model, contexts, chat, s.max_new_tokens, s.temperature)
+    messages = generate_messages(model, contexts, chat, s.max_tokens_of(0), s.temperature)
     sampler_seconds = time.process_time() - started
     torch.manual_seed(0)
     started = time.process_time()
     shared = generate_messages(
-        model, contexts, chat, s.max_new_tokens, s.temperature, [len(e.prompt) for e in episodes]
+        model, contexts, chat, s.max_tokens_of(0), s.temperature, [len(e.prompt) for e in episodes]
     )
     shared_seconds = time.process_time() - started
     steps = max(len(m) for m in messages)

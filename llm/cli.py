@@ -347,15 +347,21 @@ def _eval(args: argparse.Namespace) -> int:
     evaluation = evaluate_team_with_episodes(
         team, parts.sampler, problems, samples=args.samples, progress=not args.no_progress
     )
+    from llm.rundir import RunFailed
+
     records = transcript_records(evaluation, args.samples, parts.chat.message_text)
-    _write_file(
-        transcripts,
-        "".join(json.dumps(record) + "\n" for record in records).encode(),
-        "--transcripts",
-        "the transcripts",
-    )
+    transcripts_failed: RunFailed | None = None
+    try:
+        _write_file(
+            transcripts,
+            "".join(json.dumps(record) + "\n" for record in records).encode(),
+            "--transcripts",
+            "the transcripts",
+        )
+    except RunFailed as error:  # the results are still written (or printed), then exit 1
+        transcripts_failed = error
     result: dict[str, Any] = dict(evaluation.metrics)
-    result["transcripts"] = str(transcripts)
+    result["transcripts"] = None if transcripts_failed else str(transcripts)
     if found is not None:
         result["run"] = str(args.run)
         result["checkpoint"] = found.directory.name
@@ -364,6 +370,8 @@ def _eval(args: argparse.Namespace) -> int:
         result["checkpoint"] = None  # the untrained team of --config
     _write_results(destination, result)
     print(json.dumps(result))
+    if transcripts_failed is not None:
+        raise transcripts_failed
     return 0
 
 

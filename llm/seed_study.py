@@ -102,8 +102,11 @@ def copy_untrained(results: Path, owner: str, sharing: dict[str, list[str]]) -> 
     source = untrained_path(results, owner)
     if source.is_file():
         for other in sharing.get(owner, []):
-            if other != owner and not untrained_path(results, other).is_file():
-                write_json(untrained_path(results, other), json.loads(source.read_text()))
+            target = untrained_path(results, other)
+            if other != owner and not target.is_file():
+                partial = target.with_name(target.name + ".partial")
+                partial.write_bytes(source.read_bytes())
+                os.replace(partial, target)
 
 
 def plan(methods: list[Method], seeds: list[int], results: Path, runs: Path) -> list[Job]:
