@@ -347,15 +347,22 @@ def _eval(args: argparse.Namespace) -> int:
     evaluation = evaluate_team_with_episodes(
         team, parts.sampler, problems, samples=args.samples, progress=not args.no_progress
     )
+    from llm.rundir import RunFailed
+
     records = transcript_records(evaluation, args.samples, parts.chat.message_text)
-    _write_file(
-        transcripts,
-        "".join(json.dumps(record) + "\n" for record in records).encode(),
-        "--transcripts",
-        "the transcripts",
-    )
     result: dict[str, Any] = dict(evaluation.metrics)
-    result["transcripts"] = str(transcripts)
+    unwritten: RunFailed | None = None
+    try:
+        _write_file(
+            transcripts,
+            "".join(json.dumps(record) + "\n" for record in records).encode(),
+            "--transcripts",
+            "the transcripts",
+        )
+        result["transcripts"] = str(transcripts)
+    except RunFailed as error:  # the results are still written (or printed) below
+        result["transcripts"] = None
+        unwritten = error
     if found is not None:
         result["run"] = str(args.run)
         result["checkpoint"] = found.directory.name
@@ -364,6 +371,8 @@ def _eval(args: argparse.Namespace) -> int:
         result["checkpoint"] = None  # the untrained team of --config
     _write_results(destination, result)
     print(json.dumps(result))
+    if unwritten is not None:
+        raise unwritten
     return 0
 
 
