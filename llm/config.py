@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 from llm.agents import LoraSettings
 from llm.devices import DEVICE_CHOICES, DEVICE_PATTERN
-from llm.dialogue import DEFAULT_SYSTEM_PROMPT
+from llm.dialogue import DEFAULT_MESSAGE_TOKENS, DEFAULT_ROLE_PROMPTS, DEFAULT_SYSTEM_PROMPT
 from llm.sampler import SamplerSettings
 from llm.updater import UpdaterSettings
 from teamtr.config import OrderSpec, StageConfig
@@ -47,9 +47,15 @@ class ModelSettings:
         return self.sources[agent] if self.sources else self.source
 
 
+DEFAULT_ROLES_HINT = (
+    " (the default roles are the solver and the answerer of a two-agent team: write one role "
+    "prompt per agent, or role_prompts = [] for none)"
+)
+
+
 @dataclass(frozen=True)
 class TeamSettings:
-    n_agents: int = 3
+    n_agents: int = 2
     """n: agents (LoRA adapters on one base model); 1 gives the single-agent GRPO baseline."""
     router: Literal["fixed", "random", "handoff"] = "fixed"
     """Who speaks next: fixed cyclic order, a random order per episode, or handoff (@agentK)."""
@@ -57,8 +63,9 @@ class TeamSettings:
     """For "fixed": the cyclic speaking order (default 0..n-1); for "handoff": who starts."""
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
     """The system message every agent sees at the top of the transcript."""
-    role_prompts: tuple[str, ...] = ()
-    """Optional per-agent role prompts, shown as a system message before each of its turns."""
+    role_prompts: tuple[str, ...] = DEFAULT_ROLE_PROMPTS
+    """Per-agent role prompts, shown as a system message before each of its turns ((): none).
+    The default is the solver + answerer team of two agents."""
     shared_adapter: bool = False
     """One adapter speaks for all ``n_agents`` roles of the same dialogue (parameter sharing):
     the same format as the team, trained by the same loop as a one-agent team."""
@@ -79,6 +86,7 @@ class TeamSettings:
         if self.role_prompts and len(self.role_prompts) != self.n_agents:
             raise ValueError(
                 f"role_prompts needs {self.n_agents} entries, got {len(self.role_prompts)}"
+                + DEFAULT_ROLES_HINT * (self.role_prompts == DEFAULT_ROLE_PROMPTS)
             )
 
 
@@ -101,6 +109,13 @@ class TaskSettings:
     """For kind = "jsonl": held-out problems (default evaluation set)."""
     note_max: int = 9
     """For kind = "private_notes": the private numbers are drawn uniformly from 1..note_max."""
+    note_answer: Literal["sum", "first"] = "sum"
+    """For kind = "private_notes": the last speaker states the sum of all the numbers, or
+    ("first") the first speaker's number (a relay; its own number is a distractor)."""
+    note_holders: int = 0
+    """For kind = "private_notes": how many numbers (one per speaker, in speaking order);
+    0 = one per agent. More holders than agents leaves numbers no agent sees: with one agent
+    and 2 holders, a single agent that knows one of two numbers (the floor a team must beat)."""
     eval_size: int = 200
     """Held-out questions in the periodic evaluation (first N of the test split)."""
     eval_seed: int = 1234
@@ -232,6 +247,7 @@ BOUNDS: dict[tuple[str, str], Bound] = {
     ),
     ("task", "eval_size"): at_least(1),
     ("task", "note_max"): at_least(1, "the private numbers are 1..note_max"),
+    ("task", "note_holders"): at_least(0, "0 = one per agent"),
     ("sampler", "prompts_per_batch"): at_least(1),
     ("sampler", "group_size"): at_least(2, "G: GRPO needs a baseline within each group"),
     ("sampler", "turns"): at_least(1, "H, turns per dialogue"),
@@ -394,6 +410,14 @@ def _check_team(config: RunConfig, locate: Locator) -> None:
         raise ConfigError(
             f"{locate('team', 'role_prompts')}: needs one entry per agent "
             f"({team.n_agents}), got {len(team.role_prompts)}"
+            + DEFAULT_ROLES_HINT
+            * (team.role_prompts == DEFAULT_ROLE_PROMPTS)
+        )
+    holders = config.task.note_holders
+    if holders and holders < team.n_agents:
+        raise ConfigError(
+            f"{locate('task', 'note_holders')}: must be 0 (one per agent) or at least "
+            f"[team] n_agents ({team.n_agents}), got {holders}"
         )
     order = team.speaking_order
     where = locate("team", "speaking_order")
@@ -403,9 +427,12 @@ def _check_team(config: RunConfig, locate: Locator) -> None:
         raise ConfigError(f"{where}: must not repeat an agent, got {list(order)}")
     tokens = config.sampler.max_new_tokens
     if isinstance(tokens, tuple) and len(tokens) != team.n_agents:
+        default = " (the default is the two-agent team's [40, 8])" * (
+            tokens == DEFAULT_MESSAGE_TOKENS
+        )
         raise ConfigError(
             f"{locate('sampler', 'max_new_tokens')}: a list needs one entry per agent "
-            f"({team.n_agents}), got {list(tokens)}"
+            f"({team.n_agents}), got {list(tokens)}{default}; or one number for every agent"
         )
     if team.shared_adapter and sources:
         raise ConfigError(
@@ -463,9 +490,14 @@ def config_from_dict(data: Any, source: str, text: str = "") -> RunConfig:
             raise ConfigError(f"{source}: unknown section [{name}] (known: {', '.join(hints)})")
         sections[name] = _section(hints[name], value, name, locate)
     config = RunConfig(**sections)
+    check_consistent(config, locate)
+    return config
+
+
+def check_consistent(config: RunConfig, locate: Locator) -> None:
+    """What no section can check alone: keys that must agree across sections."""
     _check_team(config, locate)
     _check_stage(config, locate)
-    return config
 
 
 EXTENDS = "extends"

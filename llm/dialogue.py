@@ -27,6 +27,18 @@ from transformers import PreTrainedTokenizerBase
 from llm.tasks import Problem
 
 DEFAULT_SYSTEM_PROMPT = (
+    "Two assistants solve a math problem together. The first works it out; the second states "
+    "the final answer as a number."
+)
+"""The default team's system prompt: the solver + answerer format (docs/llm_results.md,
+"Team formats": untrained, it is as accurate as the single agent at the same tokens)."""
+DEFAULT_ROLE_PROMPTS = (
+    "You are the solver. Work out the answer step by step.",
+    "You are the answerer. Reply with only the final answer from the solver's work, as a number.",
+)
+DEFAULT_MESSAGE_TOKENS = (40, 8)
+"""The default roles' longest messages: the solver's working, the answerer's number."""
+GENERIC_SYSTEM_PROMPT = (
     "You are one of several assistants who take turns in one conversation to solve a math "
     "problem. Build on what was said before. Whoever speaks last must state the final answer "
     "as a number."
@@ -134,7 +146,8 @@ class ChatFormat:
 
         def header(agent: int, note: str = "") -> tuple[int, ...]:
             role = role_prompts[agent] if role_prompts else ""
-            text = "\n".join(part for part in (role, note) if part)
+            # The note first, the role last: the instruction the speaker acts on closes its header.
+            text = "\n".join(part for part in (note, role) if part)
             role_text = render([{"role": "system", "content": text}], False) if text else ""
             return tuple(encode(role_text + generation_prompt))
 

@@ -17,6 +17,7 @@ import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Literal
 
 import numpy as np
 
@@ -53,6 +54,30 @@ NOTES_TEMPLATES: tuple[NotesTemplate, ...] = (
 )
 """The first template is the "plain" phrasing; the eval-only one is never trained on."""
 
+RELAY_TEMPLATES: tuple[NotesTemplate, ...] = (
+    NotesTemplate(
+        "relay.first",
+        False,
+        "Each of the {n} teammates holds a private number that the others cannot see. "
+        "The last speaker must state the first speaker's number.",
+    ),
+    NotesTemplate(
+        "relay.pass_on",
+        False,
+        "Every one of the {n} teammates was told a secret number. The first speaker passes "
+        "theirs on; whoever speaks last answers with the first speaker's number.",
+    ),
+    NotesTemplate(
+        "relay.repeat",
+        True,
+        "A team of {n} each knows one hidden number. The final speaker gives the hidden number "
+        "of the one who spoke first.",
+    ),
+)
+"""``answer = "first"``: the last speaker must state the first speaker's number (a relay: the
+last speaker's own number is a distractor it must not answer with)."""
+NoteAnswer = Literal["sum", "first"]
+
 
 ENUMERABLE = 100_000
 """Most draws of the numbers counted one by one to say how many held-out problems exist."""
@@ -69,6 +94,8 @@ class PrivateNotesSuite:
     n_agents: int
     note_max: int = 9
     phrasing: Phrasing = "plain"
+    answer: NoteAnswer = "sum"
+    """"sum": the sum of all the numbers; "first": the first speaker's number."""
 
     def __post_init__(self) -> None:
         if self.n_agents < 1:
@@ -77,18 +104,21 @@ class PrivateNotesSuite:
             raise ValueError(f"note_max must be >= 1, got {self.note_max}")
         if self.phrasing not in PHRASINGS:
             raise ValueError(f"phrasing must be one of {PHRASINGS}, got {self.phrasing!r}")
+        if self.answer not in ("sum", "first"):
+            raise ValueError(f'answer must be "sum" or "first", got {self.answer!r}')
 
     def templates(self, split: Split) -> list[NotesTemplate]:
         """The templates of ``split``: "plain" asks the first only; "mixed" trains on the
         training templates and evaluates on all."""
+        family = NOTES_TEMPLATES if self.answer == "sum" else RELAY_TEMPLATES
         if self.phrasing == "plain":
-            return [NOTES_TEMPLATES[0]]
-        return [t for t in NOTES_TEMPLATES if split == "test" or not t.eval_only]
+            return [family[0]]
+        return [t for t in family if split == "test" or not t.eval_only]
 
     def problem(self, template: NotesTemplate, numbers: list[int]) -> Problem:
         return Problem(
             template.text.format(n=self.n_agents),
-            str(sum(numbers)),
+            str(sum(numbers) if self.answer == "sum" else numbers[0]),
             template.id,
             0,
             tuple(note_text(x) for x in numbers),
@@ -164,8 +194,11 @@ def sum_distribution(n_agents: int, note_max: int) -> dict[int, int]:
     return counts
 
 
-def random_guess_floor(n_agents: int, note_max: int) -> Fraction:
-    """The accuracy of the best constant answer, max_s P(sum = s): what a team that ignores
-    every note can reach at most (the mode of the sum's distribution)."""
+def random_guess_floor(n_agents: int, note_max: int, answer: NoteAnswer = "sum") -> Fraction:
+    """The accuracy of the best constant answer, max_s P(answer = s): what a team that ignores
+    every note can reach at most (the mode of the sum's distribution; 1 / note_max for the
+    first speaker's number, which is uniform)."""
+    if answer == "first":
+        return Fraction(1, note_max)
     counts = sum_distribution(n_agents, note_max)
     return Fraction(max(counts.values()), note_max**n_agents)

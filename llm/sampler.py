@@ -29,7 +29,7 @@ from transformers import GenerationConfig, PreTrainedModel
 from llm import profiling
 from llm.agents import LoraTeam
 from llm.devices import model_device
-from llm.dialogue import ChatFormat, Episode, Turn
+from llm.dialogue import DEFAULT_MESSAGE_TOKENS, ChatFormat, Episode, Turn
 from llm.losses import group_normalised_advantages
 from llm.rewards import grade
 from llm.router import Router
@@ -47,9 +47,9 @@ class SamplerSettings:
     """Distinct problems per rollout batch."""
     group_size: int = 8
     """G: dialogues per problem; advantages are normalised within each group (GRPO)."""
-    turns: int = 3
+    turns: int = 2
     """H: turns per dialogue (the horizon of the turn-level episodic MDP)."""
-    max_new_tokens: int | tuple[int, ...] = 24
+    max_new_tokens: int | tuple[int, ...] = DEFAULT_MESSAGE_TOKENS
     """Longest message a speaker may write (a message cut here gets a stop token appended):
     one value for every speaker, or one per speaker (a solver that works it out, an answerer
     that states only the number)."""

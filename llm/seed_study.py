@@ -4,7 +4,8 @@ Each method is a config (its budget, clock and thread count are the config's: on
 and a CPU-time budget make runs that share a machine comparable). The study
 
 1. evaluates each method's untrained team once (LoRA B = 0 and greedy decoding: the same team
-   and the same answers for every seed);
+   and the same answers for every seed), and once for all methods whose untrained teams are
+   the same (``untrained_key``: e.g. teamtr, stale and a shared adapter of one format);
 2. trains each (method, seed) as ``teamtr train --config C --name METHOD-sSEED --seed SEED``,
    ``--jobs`` runs at a time, seed 0 of every method first so that a partial study is balanced;
    a run interrupted earlier is resumed from its newest checkpoint;
@@ -73,7 +74,42 @@ def run_path(results: Path, method: str, seed: int) -> Path:
     return results / f"{method}-s{seed}.json"
 
 
+def untrained_key(config_path: Path) -> str:
+    """What decides a method's untrained greedy answers: the model, the team's format, the
+    task and the message lengths. Not the scheme, the budget, the updater, the seed (every
+    adapter starts at B = 0, i.e. as the base model) or whether one adapter is shared."""
+    import dataclasses
+
+    from llm.config import load_config
+
+    config = load_config(config_path)
+    team = dataclasses.replace(config.team, shared_adapter=False)
+    parts = (config.model, team, config.task, config.sampler.turns, config.sampler.max_new_tokens)
+    return repr(parts)
+
+
+def share_untrained(methods: list[Method], results: Path) -> dict[str, list[str]]:
+    """The method whose untrained evaluation runs -> the methods that reuse its file."""
+    first_of: dict[str, str] = {}
+    sharing: dict[str, list[str]] = {}
+    for m in methods:
+        owner = first_of.setdefault(untrained_key(m.config), m.name)
+        sharing.setdefault(owner, []).append(m.name)
+    return sharing
+
+
+def copy_untrained(results: Path, owner: str, sharing: dict[str, list[str]]) -> None:
+    source = untrained_path(results, owner)
+    if source.is_file():
+        for other in sharing.get(owner, []):
+            if other != owner and not untrained_path(results, other).is_file():
+                write_json(untrained_path(results, other), json.loads(source.read_text()))
+
+
 def plan(methods: list[Method], seeds: list[int], results: Path, runs: Path) -> list[Job]:
+    sharing = share_untrained(methods, results)
+    for owner in sharing:
+        copy_untrained(results, owner, sharing)
     jobs = [
         Job(
             f"untrained {m.name}",
@@ -83,6 +119,7 @@ def plan(methods: list[Method], seeds: list[int], results: Path, runs: Path) -> 
             untrained_path(results, m.name),
         )
         for m in methods
+        if m.name in sharing
     ]
     for seed in seeds:
         for m in methods:
@@ -289,7 +326,11 @@ def main(argv: list[str] | None = None) -> int:
     if not args.report:
         jobs = plan(args.method, args.seeds, args.results, args.runs)
 
+        sharing = share_untrained(args.method, args.results)
+
         def on_done(job: Job) -> None:
+            if job.label.startswith("untrained "):
+                copy_untrained(args.results, job.label.removeprefix("untrained "), sharing)
             if job.label.startswith("train "):
                 method, _, seed = job.label.removeprefix("train ").rpartition("-s")
                 record_run(args.results, args.runs, method, int(seed))

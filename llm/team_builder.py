@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from llm.agents import LoraTeam
-from llm.config import ConfigError, RunConfig, load_config
+from llm.config import ConfigError, Locator, RunConfig, check_consistent, load_config
 from llm.sampler import DialogueSampler
 from llm.updater import TrustRegionUpdater
 from teamtr.penalty import EpisodicPenalty
@@ -38,18 +38,27 @@ class TeamParts(NamedTuple):
 
 
 def configured(config: RunConfig, settings: dict[str, Any]) -> RunConfig:
-    """``config`` with each keyword replaced in the one section that has that key."""
+    """``config`` with each keyword replaced in the one section that has that key.
+
+    The keywords of one section are applied together (``n_agents=3, role_prompts=()`` is one
+    consistent change), then the whole config is checked as a loaded file would be."""
     sections = {name: getattr(config, name) for name in SECTIONS}
+    changes: dict[str, dict[str, Any]] = {}
     for key, value in settings.items():
         owners = [name for name, section in sections.items() if key in _fields(section)]
         if len(owners) != 1:
             where = "no config section" if not owners else f"sections {owners}"
             raise ConfigError(f"build_team: {key!r} names {where}; use a key of {list(SECTIONS)}")
+        changes.setdefault(owners[0], {})[key] = value
+    for name, values in changes.items():
         try:
-            sections[owners[0]] = dataclasses.replace(sections[owners[0]], **{key: value})
+            sections[name] = dataclasses.replace(sections[name], **values)
         except (TypeError, ValueError) as error:
-            raise ConfigError(f"build_team: [{owners[0]}] {key} = {value!r}: {error}") from None
-    return dataclasses.replace(config, **sections)
+            written = ", ".join(f"{key} = {value!r}" for key, value in values.items())
+            raise ConfigError(f"build_team: [{name}] {written}: {error}") from None
+    result = dataclasses.replace(config, **sections)
+    check_consistent(result, Locator("build_team"))
+    return result
 
 
 def _fields(section: Any) -> set[str]:

@@ -138,7 +138,12 @@ def problem_sources(config: RunConfig):
         return draw, test[: task.eval_size], train
     suite: ArithmeticSuite | PrivateNotesSuite
     if task.kind == "private_notes":
-        suite = PrivateNotesSuite(config.team.n_agents, task.note_max, task.phrasing)
+        suite = PrivateNotesSuite(
+            task.note_holders or config.team.n_agents,
+            task.note_max,
+            task.phrasing,
+            task.note_answer,
+        )
     else:
         suite = ArithmeticSuite(task.difficulty, task.phrasing)
     if task.eval_size > MAX_ARITHMETIC_TEST_SET:

@@ -111,4 +111,4 @@ def test_shipped_configs_are_valid():
         config = load_config(REPO / "configs" / f"{name}.toml")
         assert config.sampler.turns >= 2
     assert load_config(REPO / "configs" / "single_agent.toml").team.n_agents == 1
-    assert load_config(REPO / "configs" / "default.toml").team.n_agents == 3
+    assert load_config(REPO / "configs" / "default.toml").team.n_agents == 2

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from llm.seed_study import main, mean_and_error
+from llm.seed_study import Method, main, mean_and_error, share_untrained
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -38,6 +38,12 @@ def test_a_study_of_two_methods_and_two_seeds(tmp_path):
         assert record["seed"] == int(name[-1])
         config = json.loads((runs / name / "config.json").read_text())
         assert config["run"]["seed"] == config["sampler"]["seed"] == int(name[-1])
+    # One untrained evaluation serves both: a shared adapter starts as the same team.
+    methods = [Method("teamtr", teamtr), Method("shared", shared)]
+    assert share_untrained(methods, results) == {"teamtr": ["teamtr", "shared"]}
+    assert (results / "untrained_shared.json").read_text() == (
+        results / "untrained_teamtr.json"
+    ).read_text()
     shared_run = json.loads((results / "shared-s0.json").read_text())
     assert len(shared_run["stages"][0]["updates"]) == 1  # one adapter: one update a stage
     summary = json.loads((tmp_path / "study.json").read_text())["methods"]

@@ -156,3 +156,20 @@ def test_the_held_out_capacity_is_counted_exactly():
     )
     with pytest.raises(ValueError, match=f"has only {len(held_out)} for 3 agents"):
         suite.fixed_set("test", len(held_out) + 1, seed=0)
+
+
+def test_the_relay_answer_is_the_first_speakers_number_and_its_floor_is_exact():
+    suite = PrivateNotesSuite(2, note_max=50, phrasing="mixed", answer="first")
+    problems = suite.sample("train", 500, np.random.default_rng(0))
+    for problem in problems:
+        first = int(problem.notes[0].removeprefix("Your private number is ").rstrip("."))
+        assert problem.answer == str(first)
+        assert problem.template.startswith("relay.") and problem.template != "relay.repeat"
+    held_out = suite.fixed_set("test", 60, seed=1)
+    assert {p.template for p in held_out} == {"relay.first", "relay.pass_on", "relay.repeat"}
+    assert not {p.question for p in held_out if p.template == "relay.repeat"} & {
+        p.question for p in problems
+    }
+    # Best constant guess: the first number is uniform on 1..50, whatever the other one is.
+    firsts = Counter(draw[0] for draw in itertools.product(range(1, 51), repeat=2))
+    assert random_guess_floor(2, 50, "first") == Fraction(max(firsts.values()), 50**2)
