@@ -38,11 +38,6 @@ DEFAULT_ROLE_PROMPTS = (
 )
 DEFAULT_MESSAGE_TOKENS = (40, 8)
 """The default roles' longest messages: the solver's working, the answerer's number."""
-GENERIC_SYSTEM_PROMPT = (
-    "You are one of several assistants who take turns in one conversation to solve a math "
-    "problem. Build on what was said before. Whoever speaks last must state the final answer "
-    "as a number."
-)
 
 
 @dataclass(frozen=True)

@@ -262,6 +262,31 @@ def report(methods: list[str], results: Path, figure: Path | None) -> dict[str, 
     return summary
 
 
+def markdown(summary: dict[str, Any]) -> str:
+    """The aggregate as a markdown table (percent; mean ± standard error over seeds)."""
+
+    def cell(entry: dict[str, Any] | None, scale: float = 100.0, digits: int = 1) -> str:
+        if not entry:
+            return "–"
+        error = entry["standard_error"]
+        shown = f"{scale * entry['mean']:.{digits}f}"
+        return shown if math.isnan(error) else f"{shown} ± {scale * error:.{digits}f}"
+
+    lines = [
+        "| method | untrained (%) | trained (%) | gain (points) | stages | agent updates | seeds |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for method, entry in summary["methods"].items():
+        untrained = entry.get("untrained_accuracy")
+        lines.append(
+            f"| {method} | {'–' if untrained is None else f'{100 * untrained:.1f}'} | "
+            f"{cell(entry.get('trained_accuracy'))} | {cell(entry.get('gain'))} | "
+            f"{cell(entry.get('stages'), 1.0)} | {cell(entry.get('agent_updates'), 1.0)} | "
+            f"{len(entry['seeds'])} |"
+        )
+    return "\n".join(lines)
+
+
 def run_jobs(jobs: list[Job], parallel: int, on_done) -> int:
     """Run ``jobs``, ``parallel`` at a time; returns how many failed."""
     pending: list[Job] = list(jobs)
@@ -317,6 +342,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=Path, required=True, help="parent of the run directories")
     parser.add_argument("--plot", type=Path, help="figure (PNG) of the aggregate")
     parser.add_argument("--report", action="store_true", help="only rebuild the aggregate")
+    parser.add_argument("--markdown", action="store_true", help="print the aggregate as a table")
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error(f"--jobs must be >= 1, got {args.jobs}")
@@ -340,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
         if failed:
             print(f"{failed} job(s) failed; run the same command again to retry them")
     summary = report(names, args.results, args.plot)
-    print(json.dumps(summary["methods"], indent=1))
+    print(markdown(summary) if args.markdown else json.dumps(summary["methods"], indent=1))
     return 0
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -62,5 +63,25 @@ def test_the_comparison_configs_differ_from_the_default_only_where_they_say():
     for name in ("teamtr", "stale"):
         config = load_config(REPO / "configs" / "compare" / f"{name}.toml")
         assert config.stage.scheme == name
-        for section in ("model", "lora", "team", "task", "sampler", "updater"):
+        for section in ("model", "lora", "task", "updater"):
             assert getattr(config, section) == getattr(default, section), (name, section)
+        # The three-agent format they were measured with, written out; nothing else differs.
+        assert (config.team.n_agents, config.team.role_prompts) == (3, ())
+        assert (config.sampler.turns, config.sampler.max_new_tokens) == (3, 24)
+        assert (
+            dataclasses.replace(
+                config.team,
+                n_agents=default.team.n_agents,
+                role_prompts=default.team.role_prompts,
+                system_prompt=default.team.system_prompt,
+            )
+            == default.team
+        )
+        assert (
+            dataclasses.replace(
+                config.sampler,
+                turns=default.sampler.turns,
+                max_new_tokens=default.sampler.max_new_tokens,
+            )
+            == default.sampler
+        )

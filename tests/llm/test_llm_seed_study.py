@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from llm.seed_study import Method, main, mean_and_error, share_untrained
+from llm.seed_study import Method, main, markdown, mean_and_error, share_untrained
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -56,6 +56,8 @@ def test_a_study_of_two_methods_and_two_seeds(tmp_path):
     )
     assert summary["teamtr"]["agent_updates"]["mean"] == 2.0  # smoke: 2 agents, 1 stage
     assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    table = markdown(json.loads((tmp_path / "study.json").read_text()))
+    assert table.splitlines()[2].startswith("| teamtr | ") and table.count("\n") == 3
     # Running it again finds everything done and trains nothing.
     before = {p: p.stat().st_mtime_ns for p in results.glob("*-s*.json")}
     assert main(arguments) == 0
