@@ -350,7 +350,8 @@ def _eval(args: argparse.Namespace) -> int:
     from llm.rundir import RunFailed
 
     records = transcript_records(evaluation, args.samples, parts.chat.message_text)
-    transcripts_failed: RunFailed | None = None
+    result: dict[str, Any] = dict(evaluation.metrics)
+    unwritten: RunFailed | None = None
     try:
         _write_file(
             transcripts,
@@ -358,10 +359,10 @@ def _eval(args: argparse.Namespace) -> int:
             "--transcripts",
             "the transcripts",
         )
-    except RunFailed as error:  # the results are still written (or printed), then exit 1
-        transcripts_failed = error
-    result: dict[str, Any] = dict(evaluation.metrics)
-    result["transcripts"] = None if transcripts_failed else str(transcripts)
+        result["transcripts"] = str(transcripts)
+    except RunFailed as error:  # the results are still written (or printed) below
+        result["transcripts"] = None
+        unwritten = error
     if found is not None:
         result["run"] = str(args.run)
         result["checkpoint"] = found.directory.name
@@ -370,8 +371,8 @@ def _eval(args: argparse.Namespace) -> int:
         result["checkpoint"] = None  # the untrained team of --config
     _write_results(destination, result)
     print(json.dumps(result))
-    if transcripts_failed is not None:
-        raise transcripts_failed
+    if unwritten is not None:
+        raise unwritten
     return 0
 
 

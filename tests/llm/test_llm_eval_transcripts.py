@@ -140,3 +140,34 @@ def test_periodic_evaluations_in_training_carry_the_per_template_table(tmp_path,
         assert evaluation["difficulty/1/n"] + evaluation["difficulty/2/n"] == 30
         templates = [k for k in evaluation if k.startswith("template/") and k.endswith("/n")]
         assert sum(evaluation[k] for k in templates) == 30
+
+
+def test_transcripts_that_cannot_be_written_exit_1_after_the_results_are(
+    tmp_path, capsys, monkeypatch
+):
+    """A full disk for the transcripts alone: the results are written, naming no transcripts,
+    and the run exits 1 with one line naming --transcripts."""
+    import errno
+    import os
+
+    import llm.checkpoint
+
+    write_durably = llm.checkpoint._write_durably
+
+    def full_for_transcripts(path: Path, data: bytes) -> None:
+        if "transcripts" in path.name:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        write_durably(path, data)
+
+    monkeypatch.setattr(llm.checkpoint, "_write_durably", full_for_transcripts)
+    config = config_with(tmp_path, "eval_size = 2")
+    out = tmp_path / "eval.json"
+    assert main(["eval", "--config", str(config), "--json", str(out), "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert (
+        f"--transcripts {tmp_path / 'eval.transcripts.jsonl'}: cannot write the transcripts" in err
+    )
+    result = json.loads(out.read_text())
+    assert result["transcripts"] is None and result["n"] == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.toml", "eval.json"]
