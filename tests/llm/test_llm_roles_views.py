@@ -4,6 +4,8 @@ speakers, private notes that only their holder sees, and one adapter shared by e
 from __future__ import annotations
 
 import dataclasses
+import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -16,6 +18,7 @@ from llm.sampler import DialogueSampler, SamplerSettings
 from llm.scoring import message_logits
 from llm.tasks import Problem
 
+REPO = Path(__file__).resolve().parents[2]
 NOTES = ("Your number is 7.", "Your number is 5.")
 OTHER_NOTE = "Your private number is 31, keep it."
 
@@ -203,6 +206,18 @@ def base_config(**team_and_sampler):
             "[team] shared_adapter",
         ),
         (base_config(n_agents=2, shared_adapter="yes"), "expected true or false"),
+        (
+            {
+                "team": {"n_agents": 3, "role_prompts": []},
+                "sampler": {"max_new_tokens": 8},
+                "task": {"kind": "private_notes", "note_holders": 2},
+            },
+            "[task] note_holders",
+        ),
+        (
+            {**base_config(n_agents=2), "task": {"kind": "private_notes", "note_answer": "max"}},
+            "[task] note_answer",
+        ),
     ],
 )
 def test_bad_format_keys_name_their_key(data, message):
@@ -222,3 +237,31 @@ def test_good_format_keys_load():
     assert config.team.n_policies == 1
     assert config.sampler.max_tokens_of(1) == 8
     assert config.sampler.longest_message == 40
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--resume", "some_run", "--seed", "1"], "cannot be combined with --resume"),
+        (["--resume", "some_run", "--output-dir", "x"], "cannot be combined with --resume"),
+        (["--config", "configs/smoke.toml", "--seed", "-1"], "--seed: must lie in"),
+    ],
+)
+def test_seed_and_output_dir_options_refuse_what_they_cannot_do(arguments, message, capsys):
+    from llm.cli import main
+
+    assert main(["train", *arguments, "--check"]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_seed_and_output_dir_set_both_seeds_and_the_parent(tmp_path):
+    from llm.cli import main
+
+    smoke = tmp_path / "smoke.toml"
+    smoke.write_text(
+        (REPO / "configs" / "smoke.toml").read_text().replace("stages = 2", "stages = 1")
+    )
+    arguments = ["train", "--config", str(smoke), "--name", "r", "--seed", "7"]
+    assert main([*arguments, "--output-dir", str(tmp_path / "out"), "--no-progress"]) == 0
+    config = json.loads((tmp_path / "out" / "r" / "config.json").read_text())
+    assert (config["run"]["seed"], config["sampler"]["seed"]) == (7, 7)
