@@ -123,6 +123,25 @@ def summarise(spec: RunSpec) -> dict[str, Any]:
     }
 
 
+def stage_ends_minutes(run: dict[str, Any]) -> list[float]:
+    """Each stage's end on the run's budget clock: the run's total clock time shared out in
+    proportion to the stages' wall times (metrics.jsonl records wall time per stage only)."""
+    walls = [stage["wall_seconds"] for stage in run["stages"]]
+    used = run["budget_clock_minutes_used"] or sum(walls) / 60.0
+    return [used * elapsed / sum(walls) for elapsed in itertools.accumulate(walls)]
+
+
+def save_figure(figure: Any, out: Path) -> Path:
+    """Lay out, write (PNG, 120 dpi) and close ``figure``."""
+    import matplotlib.pyplot as plt
+
+    figure.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(out, dpi=120)
+    plt.close(figure)
+    return out
+
+
 def plot(summary: dict[str, Any], out: Path) -> Path:
     import matplotlib
 
@@ -132,11 +151,7 @@ def plot(summary: dict[str, Any], out: Path) -> Path:
     runs = summary["runs"]
     figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
     for name, run in runs.items():
-        walls = [stage["wall_seconds"] for stage in run["stages"]]
-        # Stage ends on the budget clock: the run's total clock time shared out in proportion
-        # to the stages' wall times (metrics.jsonl records wall time per stage only).
-        used = run["budget_clock_minutes_used"] or sum(walls) / 60.0
-        ends = [used * elapsed / sum(walls) for elapsed in itertools.accumulate(walls)]
+        ends = stage_ends_minutes(run)
         rewards = [stage["train_reward"] for stage in run["stages"]]
         left.plot(ends, rewards, marker="o", markersize=3, label=f"{name} ({len(rewards)} stages)")
     budgets = {run["budget"]["minutes"] for run in runs.values()}
@@ -163,11 +178,7 @@ def plot(summary: dict[str, Any], out: Path) -> Path:
     right.set_ylabel("greedy accuracy, held-out questions (%)")
     right.set_title("held-out accuracy (±1 binomial s.e.)")
     right.legend()
-    figure.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(out, dpi=120)
-    plt.close(figure)
-    return out
+    return save_figure(figure, out)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from llm.compare_report import RunSpec, summarise
+from llm.compare_report import RunSpec, save_figure, stage_ends_minutes, summarise
 
 
 @dataclass(frozen=True)
@@ -209,12 +209,7 @@ def plot(summary: dict[str, Any], results: Path, out: Path) -> Path:
         colour = f"C{index}"
         for path in sorted(results.glob(f"{method}-s*.json")):
             run = json.loads(path.read_text())
-            walls = [s["wall_seconds"] for s in run["stages"]]
-            used = run["budget_clock_minutes_used"] or sum(walls) / 60.0
-            ends, elapsed = [], 0.0
-            for wall in walls:
-                elapsed += wall
-                ends.append(used * elapsed / sum(walls))
+            ends = stage_ends_minutes(run)
             rewards = [s["train_reward"] for s in run["stages"]]
             label = method if path.name.endswith("-s0.json") else None
             left.plot(ends, rewards, color=colour, alpha=0.6, linewidth=1, label=label)
@@ -250,11 +245,7 @@ def plot(summary: dict[str, Any], results: Path, out: Path) -> Path:
     right.set_title("held-out accuracy (dots: seeds)")
     if right.get_legend_handles_labels()[0]:
         right.legend()
-    figure.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(out, dpi=120)
-    plt.close(figure)
-    return out
+    return save_figure(figure, out)
 
 
 def report(methods: list[str], results: Path, figure: Path | None) -> dict[str, Any]:
