@@ -16,14 +16,14 @@ from llm.agents import LoraTeam
 from llm.collective import Collective
 from llm.dialogue import Episode, Turn
 from llm.phrasings import TEMPLATES
-from llm.private_notes import NOTES_TEMPLATES
+from llm.private_notes import NOTES_TEMPLATES, RELAY_TEMPLATES
 from llm.progress import CountProgress
 from llm.rewards import Grade, grade
 from llm.sampler import DialogueSampler
 from llm.tasks import Problem
 
 EVAL_ONLY_TEMPLATES = frozenset(
-    [t.id for t in TEMPLATES if t.eval_only] + [t.id for t in NOTES_TEMPLATES if t.eval_only]
+    t.id for family in (TEMPLATES, NOTES_TEMPLATES, RELAY_TEMPLATES) for t in family if t.eval_only
 )
 """Templates never drawn for training (``llm.phrasings``, ``llm.private_notes``)."""
 

@@ -156,11 +156,13 @@ def write_json(path: Path, data: Any) -> None:
     os.replace(partial, path)  # a crash leaves the old file or the new one, never half of one
 
 
-def mean_and_error(values: list[float]) -> dict[str, float]:
+def mean_and_error(values: list[float]) -> dict[str, float | None]:
     """Mean and its standard error over seeds (sample standard deviation / sqrt(k))."""
     k = len(values)
     mean = sum(values) / k
-    spread = math.sqrt(sum((v - mean) ** 2 for v in values) / (k - 1)) if k > 1 else float("nan")
+    if k == 1:  # one seed has no spread to speak of (null in the JSON, not NaN)
+        return {"mean": mean, "standard_error": None, "seeds": 1.0}
+    spread = math.sqrt(sum((v - mean) ** 2 for v in values) / (k - 1))
     return {"mean": mean, "standard_error": spread / math.sqrt(k), "seeds": float(k)}
 
 
@@ -229,7 +231,7 @@ def plot(summary: dict[str, Any], results: Path, out: Path) -> Path:
                 100 * trained["mean"],
                 0.36,
                 color=colour,
-                yerr=100 * (trained["standard_error"] if trained["seeds"] > 1 else 0),
+                yerr=100 * (trained["standard_error"] or 0),
                 capsize=3,
                 label="trained (mean ± s.e. over seeds)" if index == 0 else None,
             )
@@ -264,7 +266,7 @@ def markdown(summary: dict[str, Any]) -> str:
             return "–"
         error = entry["standard_error"]
         shown = f"{scale * entry['mean']:.{digits}f}"
-        return shown if math.isnan(error) else f"{shown} ± {scale * error:.{digits}f}"
+        return shown if error is None else f"{shown} ± {scale * error:.{digits}f}"
 
     lines = [
         "| method | untrained (%) | trained (%) | gain (points) | stages | agent updates | seeds |",

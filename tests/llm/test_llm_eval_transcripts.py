@@ -39,6 +39,8 @@ def test_group_metrics_summarise_each_template_difficulty_and_held_out_kind():
     scores = np.array([1.0, 0.0, 1.0, 0.5, 1.0])
     table = group_metrics(problems, scores)
     assert "d1.take_away" in EVAL_ONLY_TEMPLATES and "d1.what_is" not in EVAL_ONLY_TEMPLATES
+    assert "relay.repeat" in EVAL_ONLY_TEMPLATES and "relay.first" not in EVAL_ONLY_TEMPLATES
+    assert "notes.add_up" in EVAL_ONLY_TEMPLATES
     expected = {
         "template/d1.what_is": [1.0, 0.0],
         "template/d1.take_away": [1.0],
