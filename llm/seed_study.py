@@ -224,6 +224,8 @@ def plot(summary: dict[str, Any], results: Path, out: Path) -> Path:
                 color="0.7",
                 label="untrained" if index == 0 else None,
             )
+            value = 100 * entry["untrained_accuracy"]
+            right.annotate(f"{value:.0f}", (index - 0.18, value), ha="center", va="bottom")
         if "trained_accuracy" in entry:
             trained = entry["trained_accuracy"]
             right.bar(
@@ -237,12 +239,15 @@ def plot(summary: dict[str, Any], results: Path, out: Path) -> Path:
             )
             for run in entry["per_seed"]:
                 right.plot(index + 0.18, 100 * run["trained"], "k.", markersize=4)
+            value = 100 * trained["mean"]
+            right.annotate(f"{value:.0f}", (index + 0.18, value), ha="center", va="bottom")
     left.set_xlabel("budget clock at the stage's end (minutes)")
     left.set_ylabel("training reward (stage-start rollouts)")
     left.set_title("training, one line per seed")
     if left.get_legend_handles_labels()[0]:
         left.legend()
     right.set_xticks(range(len(methods)), methods)
+    right.set_ylim(0, 105)
     right.set_ylabel("greedy held-out accuracy (%)")
     right.set_title("held-out accuracy (dots: seeds)")
     if right.get_legend_handles_labels()[0]:
