@@ -30,8 +30,9 @@ DEFAULT_SYSTEM_PROMPT = (
     "Two assistants solve a math problem together. The first works it out; the second states "
     "the final answer as a number."
 )
-"""The default team's system prompt: the solver + answerer format (docs/llm_results.md,
-"Team formats": untrained, it is as accurate as the single agent at the same tokens)."""
+"""The default team's system prompt: the solver + answerer format, the most accurate team
+format measured untrained (docs/teams_that_learn.md, "Team formats"; still below the single
+agent at the same tokens)."""
 DEFAULT_ROLE_PROMPTS = (
     "You are the solver. Work out the answer step by step.",
     "You are the answerer. Reply with only the final answer from the solver's work, as a number.",
