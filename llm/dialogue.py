@@ -30,8 +30,8 @@ DEFAULT_SYSTEM_PROMPT = (
     "Two assistants solve a math problem together. The first works it out; the second states "
     "the final answer as a number."
 )
-"""The default team's system prompt: the solver + answerer format, the most accurate team
-format measured untrained (docs/teams_that_learn.md, "Team formats"; still below the single
+"""The default team's system prompt: the solver + answerer format, one of the two most accurate
+team formats measured untrained (within a standard error of each other) (docs/teams_that_learn.md, "Team formats"; still below the single
 agent at the same tokens)."""
 DEFAULT_ROLE_PROMPTS = (
     "You are the solver. Work out the answer step by step.",
