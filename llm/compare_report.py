@@ -62,12 +62,16 @@ def _evaluation(path: Path) -> dict[str, float]:
 
 
 def _evaluation_of(result: dict[str, Any]) -> dict[str, float]:
+    """The headline numbers, and the per-template ones (``template/<id>/<stat>``) when the
+    evaluation has them."""
+    templates = {k: v for k, v in result.items() if k.startswith("template/")}
     return {
         "accuracy": result["accuracy"],
         "n": result["n"],
         "standard_error": binomial_standard_error(result["accuracy"], result["n"]),
         "parse_failure_rate": result["parse_failure_rate"],
         "mean_tokens": result["mean_tokens"],
+        **templates,
     }
 
 

@@ -166,6 +166,20 @@ def mean_and_error(values: list[float]) -> dict[str, float | None]:
     return {"mean": mean, "standard_error": spread / math.sqrt(k), "seeds": float(k)}
 
 
+def eval_only_accuracy(evaluation: dict[str, Any]) -> float | None:
+    """Accuracy on the questions of templates never trained on, from the per-template keys
+    (None when the evaluation has no such template)."""
+    from llm.evaluation import EVAL_ONLY_TEMPLATES
+
+    right = total = 0.0
+    for template in EVAL_ONLY_TEMPLATES:
+        n = evaluation.get(f"template/{template}/n")
+        if n:
+            right += evaluation[f"template/{template}/accuracy"] * n
+            total += n
+    return right / total if total else None
+
+
 def aggregate(methods: list[str], results: Path) -> dict[str, Any]:
     summary: dict[str, Any] = {"methods": {}}
     for method in methods:
@@ -182,6 +196,13 @@ def aggregate(methods: list[str], results: Path) -> dict[str, Any]:
             entry["gain"] = mean_and_error(
                 [r["trained"]["accuracy"] - r["untrained"]["accuracy"] for r in records]
             )
+            held_out = [eval_only_accuracy(r["trained"]) for r in records]
+            if all(value is not None for value in held_out):
+                entry["eval_only_template_accuracy"] = mean_and_error(
+                    [float(value) for value in held_out if value is not None]
+                )
+            if untrained is not None and eval_only_accuracy(untrained) is not None:
+                entry["untrained_eval_only_template_accuracy"] = eval_only_accuracy(untrained)
             entry["stages"] = mean_and_error([float(r["stages_trained"]) for r in records])
             entry["agent_updates"] = mean_and_error(
                 [float(sum(len(s["updates"]) for s in r["stages"])) for r in records]
@@ -255,6 +276,16 @@ def plot(summary: dict[str, Any], results: Path, out: Path) -> Path:
     return save_figure(figure, out)
 
 
+def rerecord(methods: list[str], results: Path, runs: Path) -> None:
+    """Record again every finished run whose directory is still here (what the current code
+    records: e.g. per-template accuracy added since)."""
+    for method in methods:
+        for path in results.glob(f"{method}-s*.json"):
+            seed = int(path.stem.rpartition("-s")[2])
+            if (runs / f"{method}-s{seed}" / "metrics.jsonl").is_file():
+                record_run(results, runs, method, seed)
+
+
 def report(methods: list[str], results: Path, figure: Path | None) -> dict[str, Any]:
     summary = aggregate(methods, results)
     write_json(results.with_suffix(".json"), summary)
@@ -274,14 +305,16 @@ def markdown(summary: dict[str, Any]) -> str:
         return shown if error is None else f"{shown} ± {scale * error:.{digits}f}"
 
     lines = [
-        "| method | untrained (%) | trained (%) | gain (points) | stages | agent updates | seeds |",
-        "|---|---|---|---|---|---|---|",
+        "| method | untrained (%) | trained (%) | gain (points) | trained, eval-only templates (%) "
+        "| stages | agent updates | seeds |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for method, entry in summary["methods"].items():
         untrained = entry.get("untrained_accuracy")
         lines.append(
             f"| {method} | {'–' if untrained is None else f'{100 * untrained:.1f}'} | "
             f"{cell(entry.get('trained_accuracy'))} | {cell(entry.get('gain'))} | "
+            f"{cell(entry.get('eval_only_template_accuracy'))} | "
             f"{cell(entry.get('stages'), 1.0)} | {cell(entry.get('agent_updates'), 1.0)} | "
             f"{len(entry['seeds'])} |"
         )
@@ -350,7 +383,9 @@ def main(argv: list[str] | None = None) -> int:
     names = [m.name for m in args.method]
     if len(set(names)) != len(names):
         parser.error(f"method names must differ, got {names}")
-    if not args.report:
+    if args.report:
+        rerecord(names, args.results, args.runs)
+    else:
         jobs = plan(args.method, args.seeds, args.results, args.runs)
 
         sharing = share_untrained(args.method, args.results)

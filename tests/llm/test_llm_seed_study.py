@@ -8,7 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from llm.seed_study import Method, main, markdown, mean_and_error, share_untrained
+from llm.seed_study import (
+    Method,
+    eval_only_accuracy,
+    main,
+    markdown,
+    mean_and_error,
+    share_untrained,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -68,3 +75,19 @@ def test_a_method_without_its_config_is_refused(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["--method", f"x={tmp_path / 'none.toml'}", "--results", "r", "--runs", "u"])
     assert "no such config file" in capsys.readouterr().err
+
+
+def test_eval_only_accuracy_weighs_held_out_templates_by_their_questions():
+    evaluation = {
+        "template/relay.repeat/accuracy": 0.5,
+        "template/relay.repeat/n": 10.0,
+        "template/d1.take_away/accuracy": 1.0,
+        "template/d1.take_away/n": 30.0,
+        "template/d1.what_is/accuracy": 0.0,  # trained on: not counted
+        "template/d1.what_is/n": 50.0,
+    }
+    assert eval_only_accuracy(evaluation) == pytest.approx((5 + 30) / 40, abs=1e-12)
+    assert (
+        eval_only_accuracy({"template/d1.what_is/accuracy": 1.0, "template/d1.what_is/n": 3})
+        is None
+    )
