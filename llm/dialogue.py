@@ -198,19 +198,11 @@ class ChatFormat:
             self._note_headers[key] = self.encode_note_header(speaker, note)
         return self._note_headers[key]
 
-    def turn_tokens(
-        self, turn: Turn, episode: Episode | None = None, viewer: int | None = None
-    ) -> list[int]:
-        """A finished turn as it appears in the transcript (in ``viewer``'s view of
-        ``episode`` when the problem has notes)."""
+    def turn_tokens(self, turn: Turn, episode: Episode, viewer: int | None) -> list[int]:
+        """A finished turn as it appears in ``viewer``'s view of ``episode``."""
         ended = bool(turn.message) and turn.message[-1] == self.stop_id
         tail = list(self.closing) if ended else [self.stop_id, *self.closing]
-        head = (
-            self.headers[turn.agent]
-            if episode is None
-            else self.header(episode, turn.agent, viewer)
-        )
-        return [*head, *turn.message, *tail]
+        return [*self.header(episode, turn.agent, viewer), *turn.message, *tail]
 
     def context(self, episode: Episode, next_agent: int) -> list[int]:
         """What ``next_agent`` sees when it starts its turn (its own view)."""

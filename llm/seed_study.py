@@ -88,7 +88,7 @@ def untrained_key(config_path: Path) -> str:
     return repr(parts)
 
 
-def share_untrained(methods: list[Method], results: Path) -> dict[str, list[str]]:
+def share_untrained(methods: list[Method]) -> dict[str, list[str]]:
     """The method whose untrained evaluation runs -> the methods that reuse its file."""
     first_of: dict[str, str] = {}
     sharing: dict[str, list[str]] = {}
@@ -109,8 +109,15 @@ def copy_untrained(results: Path, owner: str, sharing: dict[str, list[str]]) -> 
                 os.replace(partial, target)
 
 
-def plan(methods: list[Method], seeds: list[int], results: Path, runs: Path) -> list[Job]:
-    sharing = share_untrained(methods, results)
+def plan(
+    methods: list[Method],
+    seeds: list[int],
+    results: Path,
+    runs: Path,
+    sharing: dict[str, list[str]],
+) -> list[Job]:
+    """The jobs not done yet; ``sharing`` (``share_untrained``) says which untrained
+    evaluations run and which are copies."""
     for owner in sharing:
         copy_untrained(results, owner, sharing)
     jobs = [
@@ -386,9 +393,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.report:
         rerecord(names, args.results, args.runs)
     else:
-        jobs = plan(args.method, args.seeds, args.results, args.runs)
-
-        sharing = share_untrained(args.method, args.results)
+        sharing = share_untrained(args.method)
+        jobs = plan(args.method, args.seeds, args.results, args.runs, sharing)
 
         def on_done(job: Job) -> None:
             if job.label.startswith("untrained "):

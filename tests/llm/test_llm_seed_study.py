@@ -47,7 +47,7 @@ def test_a_study_of_two_methods_and_two_seeds(tmp_path):
         assert config["run"]["seed"] == config["sampler"]["seed"] == int(name[-1])
     # One untrained evaluation serves both: a shared adapter starts as the same team.
     methods = [Method("teamtr", teamtr), Method("shared", shared)]
-    assert share_untrained(methods, results) == {"teamtr": ["teamtr", "shared"]}
+    assert share_untrained(methods) == {"teamtr": ["teamtr", "shared"]}
     assert (results / "untrained_shared.json").read_text() == (
         results / "untrained_teamtr.json"
     ).read_text()
