@@ -299,12 +299,7 @@ class ShardedSampler(DialogueSampler):
             local = [batch[s * size : (s + 1) * size] for s in self.local_shards]
         else:
             assert previous is not None and updated_agent is not None
-            truncated = []
-            for episode in previous.episodes:
-                first = episode.first_turn_of(updated_agent, self.chat.policy_of)
-                keep = len(episode.turns) if first is None else first
-                truncated.append(episode.with_turns(episode.turns[:keep]))
-                reused += keep
+            truncated, reused = self.reusable_prefixes(previous, updated_agent)
             local = [truncated[i * size : (i + 1) * size] for i in range(len(self.local_shards))]
         seeds = [int(self.rng.integers(2**31)) for _ in range(self.shards)]
         episodes = []

@@ -511,6 +511,15 @@ class DialogueSampler:
             episodes, generated = self.play(team, self.new_episodes())
             return self.finish(team, episodes, generated, 0, started)
         assert previous is not None and updated_agent is not None
+        truncated, reused = self.reusable_prefixes(previous, updated_agent)
+        episodes, generated = self.play(team, truncated)
+        return self.finish(team, episodes, generated, reused, started)
+
+    def reusable_prefixes(
+        self, previous: DialogueRollouts, updated_agent: int
+    ) -> tuple[list[Episode], int]:
+        """``previous``'s episodes cut before the first turn spoken for ``updated_agent``, and
+        how many turns they keep (see ``prefixes_reusable`` for when this is exact)."""
         truncated = []
         reused = 0
         for episode in previous.episodes:
@@ -518,8 +527,7 @@ class DialogueSampler:
             keep = len(episode.turns) if first is None else first
             truncated.append(episode.with_turns(episode.turns[:keep]))
             reused += keep
-        episodes, generated = self.play(team, truncated)
-        return self.finish(team, episodes, generated, reused, started)
+        return truncated, reused
 
     def importance_weighted(self, rollouts: DialogueRollouts, team: LoraTeam) -> DialogueRollouts:
         """HAPPO: weight each episode by the product of the changed agents' message ratios."""
