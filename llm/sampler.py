@@ -30,6 +30,7 @@ from llm import profiling
 from llm.agents import LoraTeam
 from llm.devices import model_device
 from llm.dialogue import DEFAULT_MESSAGE_TOKENS, ChatFormat, Episode, Turn
+from llm.hf_compat import cache_argument, cache_of
 from llm.losses import group_normalised_advantages
 from llm.rewards import grade
 from llm.router import Router
@@ -267,7 +268,7 @@ def generate_messages(
             input_ids=input_ids.to(device),
             attention_mask=attention.to(device),
             generation_config=config,
-            cache=cache,
+            **cache_argument(cache),
         )
     messages = []
     for row in output[:, width:].tolist():
@@ -306,12 +307,14 @@ def _prompt_cache(
         prefix_mask[g, prompt_width - len(prompt) :] = 1
     device = model_device(model)
     with torch.no_grad():
-        cache = model(
-            input_ids=prefix_ids.to(device),
-            attention_mask=prefix_mask.to(device),
-            position_ids=(prefix_mask.cumsum(-1) - 1).clamp(min=0).to(device),
-            use_cache=True,
-        ).cache
+        cache = cache_of(
+            model(
+                input_ids=prefix_ids.to(device),
+                attention_mask=prefix_mask.to(device),
+                position_ids=(prefix_mask.cumsum(-1) - 1).clamp(min=0).to(device),
+                use_cache=True,
+            )
+        )
     cache.reorder_cache(torch.tensor(group_of, device=device))  # one cache row per context
     input_ids = torch.full((rows, prompt_width + rest_width), chat.pad_id, dtype=torch.long)
     attention = torch.zeros((rows, prompt_width + rest_width), dtype=torch.long)

@@ -17,6 +17,7 @@ from peft import PeftModel
 from llm import profiling
 from llm.devices import model_device
 from llm.dialogue import ChatFormat, Episode
+from llm.hf_compat import cache_argument, cache_of
 
 
 @dataclass(frozen=True)
@@ -212,7 +213,7 @@ def _hidden_sharing_prompts(
         if p > 0:
             prefix_ids = torch.tensor([prompt[:p]], device=device)
             prefix = _submodule(causal_lm, "model")(input_ids=prefix_ids, use_cache=True)
-            cache = prefix.cache
+            cache = cache_of(prefix)
             cache.batch_repeat_interleave(len(members))
         length = max(needed[e] for e in members) - p
         input_ids = torch.full((len(members), length), chat.pad_id, dtype=torch.long)
@@ -228,8 +229,8 @@ def _hidden_sharing_prompts(
         out = _submodule(causal_lm, "model")(
             input_ids=input_ids.to(device),
             attention_mask=attention.to(device),
-            cache=cache,
             use_cache=True,
+            **cache_argument(cache),
         )
         pieces.append(out.last_hidden_state)
     longest = max(piece.shape[1] for piece in pieces)

@@ -1,0 +1,28 @@
+"""The key-value cache's name in Hugging Face model calls, across transformers versions.
+
+transformers 5.2x calls it ``cache`` (argument and output field); earlier releases, which
+``pyproject.toml`` still admits (a GPU image may ship one), call it ``past_key_values``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from transformers.modeling_outputs import CausalLMOutputWithPast
+
+CACHE_NAME = (
+    "cache"
+    if "cache" in {f.name for f in dataclasses.fields(CausalLMOutputWithPast)}
+    else "past_key_values"
+)
+
+
+def cache_of(output: Any) -> Any:
+    """The key-value cache a forward pass with ``use_cache=True`` returned."""
+    return getattr(output, CACHE_NAME)
+
+
+def cache_argument(cache: Any) -> dict[str, Any]:
+    """Keyword arguments that hand ``cache`` to a model's ``forward`` or ``generate``."""
+    return {CACHE_NAME: cache}
