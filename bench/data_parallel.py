@@ -81,7 +81,7 @@ def main() -> None:
         config = Path(scratch) / "data_parallel.toml"
         config.write_text(
             CONFIG.format(
-                default=REPO / "configs" / "default.toml",
+                default=REPO / "configs" / "reference.toml",
                 source=args.source,
                 prompts=args.prompts,
                 stages=args.stages,

@@ -5,7 +5,7 @@ with its own time limit, and keeps going after a part fails (the failure is reco
 
 1. ``device_tests``: the unit tests that touch devices, with their models on the GPU
    (``TEAMTR_TEST_DEVICE=cuda``);
-2. ``train``: ``python -m teamtr train`` on ``configs/default.toml`` (SmolLM2, the default batch
+2. ``train``: ``python -m teamtr train`` on ``configs/reference.toml`` (SmolLM2, the default batch
    sizes) for two stages in bfloat16, evaluated after the second stage;
 3. ``throughput``: ``bench/llm_throughput.py --sections generation stage``: sampler tokens/s
    against raw ``generate`` on the same prompts, and one stage's wall time (teamtr vs stale);
@@ -109,9 +109,9 @@ def device_tests(out: Path, device: str, env: dict[str, str], limit: float) -> d
 
 
 def train_config(out: Path, runs: Path, device: str, quick: bool) -> Path:
-    """Two stages of the default config (tiny model with --quick), in bfloat16 on ``device``."""
+    """Two stages of the reference (arithmetic) config (tiny model with --quick), in bfloat16 on ``device``."""
     lines = [
-        f"extends = {json.dumps(str(REPO / 'configs' / 'default.toml'))}",
+        f"extends = {json.dumps(str(REPO / 'configs' / 'reference.toml'))}",
         "[stage]",
         "stages = 2",
         "[run]",

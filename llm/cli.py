@@ -92,7 +92,10 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     train = commands.add_parser("train", help="train a team from a TOML config")
     start = train.add_mutually_exclusive_group(required=True)
-    start.add_argument("--config", help="TOML file (see configs/default.toml)")
+    start.add_argument(
+        "--config",
+        help="TOML file (configs/default.toml: the run to start with; configs/reference.toml: every key)",
+    )
     start.add_argument(
         "--resume", metavar="DIR", help="continue the run in DIR from its newest valid checkpoint"
     )

@@ -75,6 +75,10 @@ def _evaluation_of(result: dict[str, Any]) -> dict[str, float]:
     }
 
 
+def _headline(result: dict[str, Any]) -> dict[str, float]:
+    return {k: _evaluation_of(result)[k] for k in ("accuracy", "n", "standard_error")}
+
+
 def budget_clock_minutes(run_dir: Path) -> float | None:
     """Time spent on the run's budget clock, from its newest valid checkpoint (None without)."""
     from llm.checkpoint import latest_checkpoint
@@ -121,6 +125,8 @@ def summarise(spec: RunSpec) -> dict[str, Any]:
                     {k: u[k] for k in ("agent", "kept", "kl", "surrogate", "backtracks")}
                     for u in s["updates"]
                 ],
+                # The held-out evaluation after this stage ([run] eval_every), for the curve.
+                **({"eval": _headline(s["eval"])} if s.get("eval") else {}),
             }
             for s in stages
         ],

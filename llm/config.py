@@ -1,7 +1,7 @@
 """Run configuration: a TOML file whose sections map onto frozen dataclasses.
 
 Every field is documented where it is defined (``LoraSettings``, ``SamplerSettings``,
-``UpdaterSettings`` and the classes below); ``configs/default.toml`` lists them all. Unknown
+``UpdaterSettings`` and the classes below); ``configs/reference.toml`` lists them all. Unknown
 sections or keys, wrong types, non-finite numbers and out-of-range values raise ``ConfigError``
 naming the file, the line (for TOML), the section and key, and what is expected; the CLI turns
 that into exit code 2. ``ConfigError`` is the only exception the parser raises on any input.

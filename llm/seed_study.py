@@ -234,15 +234,29 @@ def plot(summary: dict[str, Any], results: Path, out: Path) -> Path:
     import matplotlib.pyplot as plt
 
     methods = list(summary["methods"])
-    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    runs = {
+        m: [json.loads(p.read_text()) for p in sorted(results.glob(f"{m}-s*.json"))]
+        for m in methods
+    }
+    # Runs that evaluated during training ([run] eval_every) get a held-out learning curve.
+    with_curve = any(len(held_out_curve(run)) > 1 for group in runs.values() for run in group)
+    figure, axes = plt.subplots(1, 3 if with_curve else 2, figsize=(16 if with_curve else 11, 4.2))
+    left, right = axes[0], axes[-1]
     for index, method in enumerate(methods):
         colour = f"C{index}"
-        for path in sorted(results.glob(f"{method}-s*.json")):
-            run = json.loads(path.read_text())
+        for number, run in enumerate(runs[method]):
             ends = stage_ends_minutes(run)
             rewards = [s["train_reward"] for s in run["stages"]]
-            label = method if path.name.endswith("-s0.json") else None
+            label = method if number == 0 else None
             left.plot(ends, rewards, color=colour, alpha=0.6, linewidth=1, label=label)
+            if with_curve:
+                curve = [(0, 100 * run["untrained"]["accuracy"])] + [
+                    (stage, 100 * accuracy) for stage, accuracy in held_out_curve(run)
+                ]
+                stages, accuracies = zip(*curve, strict=True)
+                axes[1].plot(
+                    stages, accuracies, "o-", color=colour, alpha=0.6, markersize=3, label=label
+                )
         entry = summary["methods"][method]
         if entry.get("untrained_accuracy") is not None:
             right.bar(
@@ -274,6 +288,12 @@ def plot(summary: dict[str, Any], results: Path, out: Path) -> Path:
     left.set_title("training, one line per seed")
     if left.get_legend_handles_labels()[0]:
         left.legend()
+    if with_curve:
+        axes[1].set_xlabel("stages trained")
+        axes[1].set_ylabel("greedy held-out accuracy (%)")
+        axes[1].set_ylim(0, 105)
+        axes[1].set_title("held-out accuracy during training, one line per seed")
+        axes[1].legend()
     right.set_xticks(range(len(methods)), methods)
     right.set_ylim(0, 105)
     right.set_ylabel("greedy held-out accuracy (%)")
@@ -281,6 +301,11 @@ def plot(summary: dict[str, Any], results: Path, out: Path) -> Path:
     if right.get_legend_handles_labels()[0]:
         right.legend()
     return save_figure(figure, out)
+
+
+def held_out_curve(run: dict[str, Any]) -> list[tuple[int, float]]:
+    """(stages trained, greedy held-out accuracy) after every stage that evaluated."""
+    return [(s["stage"] + 1, s["eval"]["accuracy"]) for s in run["stages"] if "eval" in s]
 
 
 def rerecord(methods: list[str], results: Path, runs: Path) -> None:

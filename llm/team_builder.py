@@ -5,7 +5,7 @@ The same call trains a tabular team and a language-model team::
     team, sampler, updater, penalty = llm.build_team(source="tiny", n_agents=2)
     report, team = teamtr.run_stage(team, sampler, updater, teamtr.StageConfig(), penalty)
 
-Settings come from a ``RunConfig``, a TOML file (``configs/default.toml`` documents every key),
+Settings come from a ``RunConfig``, a TOML file (``configs/reference.toml`` documents every key),
 or keyword arguments named after the config's keys (``source``, ``n_agents``, ``group_size``,
 ``max_new_tokens``, ...), which override the file's or the defaults' values.
 """

@@ -107,8 +107,19 @@ def test_bad_input_exits_2_with_a_message(tmp_path, data_file, capsys):
 
 
 def test_shipped_configs_are_valid():
-    for name in ("default", "single_agent", "smoke"):
+    for name in ("default", "reference", "single_agent", "smoke"):
         config = load_config(REPO / "configs" / f"{name}.toml")
         assert config.sampler.turns >= 2
     assert load_config(REPO / "configs" / "single_agent.toml").team.n_agents == 1
     assert load_config(REPO / "configs" / "default.toml").team.n_agents == 2
+
+
+def test_the_default_run_is_the_private_note_relay_on_the_reference_model():
+    default = load_config(REPO / "configs" / "default.toml")
+    reference = load_config(REPO / "configs" / "reference.toml")
+    assert (default.task.kind, default.task.note_answer) == ("private_notes", "first")
+    assert default.team.role_prompts and not default.team.shared_adapter
+    assert default.stage.scheme == "teamtr" and default.run.time_budget_minutes == 0
+    assert (default.model, default.lora) == (reference.model, reference.lora)
+    # The curve the README shows: held-out evaluations during training, the last at the end.
+    assert 0 < default.run.eval_every < default.stage.stages

@@ -59,7 +59,7 @@ def test_bad_extends_is_a_config_error(tmp_path, text, message):
 
 
 def test_the_comparison_configs_differ_from_the_default_only_where_they_say():
-    default = load_config(REPO / "configs" / "default.toml")
+    default = load_config(REPO / "configs" / "reference.toml")
     for name in ("teamtr", "stale"):
         config = load_config(REPO / "configs" / "compare" / f"{name}.toml")
         assert config.stage.scheme == name

@@ -11,6 +11,7 @@ import pytest
 from llm.seed_study import (
     Method,
     eval_only_accuracy,
+    held_out_curve,
     main,
     markdown,
     mean_and_error,
@@ -69,6 +70,25 @@ def test_a_study_of_two_methods_and_two_seeds(tmp_path):
     before = {p: p.stat().st_mtime_ns for p in results.glob("*-s*.json")}
     assert main(arguments) == 0
     assert {p: p.stat().st_mtime_ns for p in results.glob("*-s*.json")} == before
+
+
+def test_evaluations_during_training_are_kept_and_drawn_as_a_curve(tmp_path):
+    config = tmp_path / "curve.toml"
+    config.write_text((REPO / "configs" / "smoke.toml").read_text())  # 2 stages, eval_every 1
+    results, runs, figure = tmp_path / "study", tmp_path / "runs", tmp_path / "study.png"
+    arguments = ["--method", f"curve={config}", "--seeds", "0", "--results", str(results),
+                 "--runs", str(runs), "--plot", str(figure), "--jobs", "1"]  # fmt: skip
+    assert main(arguments) == 0
+    record = json.loads((results / "curve-s0.json").read_text())
+    logged = [json.loads(line) for line in (runs / "curve-s0" / "metrics.jsonl").open()]
+    assert held_out_curve(record) == [
+        (1, logged[0]["eval"]["accuracy"]),
+        (2, logged[1]["eval"]["accuracy"]),
+    ]
+    assert record["stages"][1]["eval"]["n"] == logged[1]["eval"]["n"]
+    # Three panels (training reward, the held-out curve, the bars): a wider PNG (IHDR width).
+    width = int.from_bytes(figure.read_bytes()[16:20], "big")
+    assert width > 1600
 
 
 def test_a_method_without_its_config_is_refused(tmp_path, capsys):

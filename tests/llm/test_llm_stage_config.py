@@ -1,7 +1,7 @@
 """One stage config and one source of defaults.
 
 The ``[stage]`` section is ``teamtr.StageConfig`` itself (validated there, reported with the
-file, line and key), and the code's defaults are exactly ``configs/default.toml``'s.
+file, line and key), and the code's defaults are exactly ``configs/reference.toml``'s.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from llm.config import ConfigError, RunConfig, load_config
 from teamtr.config import StageConfig
 
 REPO = Path(__file__).resolve().parents[2]
-DEFAULT = REPO / "configs" / "default.toml"
+DEFAULT = REPO / "configs" / "reference.toml"
 
 
-def test_code_defaults_are_exactly_the_default_toml():
+def test_code_defaults_are_exactly_the_reference_toml():
     from_file = load_config(DEFAULT)
     from_code = RunConfig()
     for section in dataclasses.fields(RunConfig):
@@ -26,8 +26,8 @@ def test_code_defaults_are_exactly_the_default_toml():
     assert from_file == from_code
 
 
-def test_every_key_of_the_default_toml_is_written_out():
-    """default.toml lists every key (so the comparison above compares written values)."""
+def test_every_key_of_the_reference_toml_is_written_out():
+    """reference.toml lists every key (so the comparison above compares written values)."""
     import tomllib
 
     written = tomllib.loads(DEFAULT.read_text())
