@@ -109,7 +109,8 @@ def device_tests(out: Path, device: str, env: dict[str, str], limit: float) -> d
 
 
 def train_config(out: Path, runs: Path, device: str, quick: bool) -> Path:
-    """Two stages of the reference (arithmetic) config (tiny model with --quick), in bfloat16 on ``device``."""
+    """Two stages of the reference (arithmetic) config (tiny model with --quick), in bfloat16
+    on ``device``."""
     lines = [
         f"extends = {json.dumps(str(REPO / 'configs' / 'reference.toml'))}",
         "[stage]",

@@ -76,7 +76,8 @@ def _evaluation_of(result: dict[str, Any]) -> dict[str, float]:
 
 
 def _headline(result: dict[str, Any]) -> dict[str, float]:
-    return {k: _evaluation_of(result)[k] for k in ("accuracy", "n", "standard_error")}
+    evaluation = _evaluation_of(result)
+    return {k: evaluation[k] for k in ("accuracy", "n", "standard_error")}
 
 
 def budget_clock_minutes(run_dir: Path) -> float | None:

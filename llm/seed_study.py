@@ -208,8 +208,9 @@ def aggregate(methods: list[str], results: Path) -> dict[str, Any]:
                 entry["eval_only_template_accuracy"] = mean_and_error(
                     [float(value) for value in held_out if value is not None]
                 )
-            if untrained is not None and eval_only_accuracy(untrained) is not None:
-                entry["untrained_eval_only_template_accuracy"] = eval_only_accuracy(untrained)
+            untrained_held_out = None if untrained is None else eval_only_accuracy(untrained)
+            if untrained_held_out is not None:
+                entry["untrained_eval_only_template_accuracy"] = untrained_held_out
             entry["stages"] = mean_and_error([float(r["stages_trained"]) for r in records])
             entry["agent_updates"] = mean_and_error(
                 [float(sum(len(s["updates"]) for s in r["stages"])) for r in records]
