@@ -13,3 +13,6 @@ SWAP = Command(
     "llm.cli",
     forward_argv=True,
 )
+LLM_SCALING = Command(
+    "measure the n^2 (stale) vs n (teamtr) drift on language-model teams", "llm.drift_study"
+)

@@ -109,9 +109,11 @@ class TaskSettings:
     """For kind = "jsonl": held-out problems (default evaluation set)."""
     note_max: int = 9
     """For kind = "private_notes": the private numbers are drawn uniformly from 1..note_max."""
-    note_answer: Literal["sum", "first"] = "sum"
+    note_answer: Literal["sum", "first", "chain"] = "sum"
     """For kind = "private_notes": the last speaker states the sum of all the numbers, or
-    ("first") the first speaker's number (a relay; its own number is a distractor)."""
+    ("first") the first speaker's number (a relay; its own number is a distractor), or
+    ("chain") a running sum: every speaker states the total so far and earns a share of the
+    reward for it (dense partial credit; accuracy is still the final sum)."""
     note_holders: int = 0
     """For kind = "private_notes": how many numbers (one per speaker, in speaking order);
     0 = one per agent. More holders than agents leaves numbers no agent sees: with one agent

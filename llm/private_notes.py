@@ -76,7 +76,53 @@ RELAY_TEMPLATES: tuple[NotesTemplate, ...] = (
 )
 """``answer = "first"``: the last speaker must state the first speaker's number (a relay: the
 last speaker's own number is a distractor it must not answer with)."""
-NoteAnswer = Literal["sum", "first"]
+
+CHAIN_TEMPLATES: tuple[NotesTemplate, ...] = (
+    NotesTemplate(
+        "chain.running_total",
+        False,
+        "Each of the {n} teammates holds a private number that the others cannot see. "
+        "Speaking in turn, each adds their number to the total the previous speaker said and "
+        "says the new total; the last total is the sum of all {n} numbers.",
+    ),
+    NotesTemplate(
+        "chain.keep_count",
+        False,
+        "Every one of the {n} teammates was told a secret number. Keep a running total: the "
+        "first speaker says theirs, and everyone after adds theirs to the last total said.",
+    ),
+    NotesTemplate(
+        "chain.tally",
+        True,
+        "A team of {n} each knows one hidden number. One after another, add your hidden number "
+        "to the tally so far and say the new tally; the final speaker's tally is the answer.",
+    ),
+)
+"""``answer = "chain"``: a running sum passed along the team. Every speaker's message is graded
+(``Problem.credit = "running_sum"``): speaker k should state the sum of the numbers of the
+first k + 1 speakers, which it can only know from the message before it and its own note. The
+reward depends on every agent and is dense (partial credit per turn), so most batches carry a
+signal even when no team gets the final sum right."""
+NoteAnswer = Literal["sum", "first", "chain"]
+NOTE_ANSWERS: tuple[NoteAnswer, ...] = ("sum", "first", "chain")
+
+
+def chain_role_prompts(n_agents: int) -> tuple[str, ...]:
+    """Role prompts for a running-sum chain of ``n_agents`` speakers, one per position."""
+    if n_agents < 1:
+        raise ValueError(f"n_agents must be >= 1, got {n_agents}")
+    if n_agents == 1:
+        return ("You are the only speaker. Say only your private number.",)
+    first = "You speak first. Say only your private number."
+    middle = (
+        "Add your private number to the total the previous speaker said. "
+        "Say only the new total, as a number."
+    )
+    last = (
+        "You speak last. Add your private number to the total the previous speaker said. "
+        "Say only the final total, as a number."
+    )
+    return (first, *([middle] * (n_agents - 2)), last)
 
 
 ENUMERABLE = 100_000
@@ -104,13 +150,15 @@ class PrivateNotesSuite:
             raise ValueError(f"note_max must be >= 1, got {self.note_max}")
         if self.phrasing not in PHRASINGS:
             raise ValueError(f"phrasing must be one of {PHRASINGS}, got {self.phrasing!r}")
-        if self.answer not in ("sum", "first"):
-            raise ValueError(f'answer must be "sum" or "first", got {self.answer!r}')
+        if self.answer not in NOTE_ANSWERS:
+            raise ValueError(f"answer must be one of {NOTE_ANSWERS}, got {self.answer!r}")
 
     def templates(self, split: Split) -> list[NotesTemplate]:
         """The templates of ``split``: "plain" asks the first only; "mixed" trains on the
         training templates and evaluates on all."""
-        family = NOTES_TEMPLATES if self.answer == "sum" else RELAY_TEMPLATES
+        family = {"sum": NOTES_TEMPLATES, "first": RELAY_TEMPLATES, "chain": CHAIN_TEMPLATES}[
+            self.answer
+        ]
         if self.phrasing == "plain":
             return [family[0]]
         return [t for t in family if split == "test" or not t.eval_only]
@@ -118,10 +166,12 @@ class PrivateNotesSuite:
     def problem(self, template: NotesTemplate, numbers: list[int]) -> Problem:
         return Problem(
             template.text.format(n=self.n_agents),
-            str(sum(numbers) if self.answer == "sum" else numbers[0]),
+            str(numbers[0] if self.answer == "first" else sum(numbers)),
             template.id,
             0,
             tuple(note_text(x) for x in numbers),
+            tuple(numbers),
+            "running_sum" if self.answer == "chain" else "final",
         )
 
     def _draw(self, template: NotesTemplate, rng: np.random.Generator) -> Problem:
@@ -197,7 +247,7 @@ def sum_distribution(n_agents: int, note_max: int) -> dict[int, int]:
 def random_guess_floor(n_agents: int, note_max: int, answer: NoteAnswer = "sum") -> Fraction:
     """The accuracy of the best constant answer, max_s P(answer = s): what a team that ignores
     every note can reach at most (the mode of the sum's distribution; 1 / note_max for the
-    first speaker's number, which is uniform)."""
+    first speaker's number, which is uniform). The chain's final answer is the sum."""
     if answer == "first":
         return Fraction(1, note_max)
     counts = sum_distribution(n_agents, note_max)

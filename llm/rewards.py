@@ -13,6 +13,7 @@ accepts any equal expression.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from math_verify import parse, verify
@@ -49,6 +50,28 @@ def grade(prediction: str, gold: str) -> Grade:
     except Exception:  # math-verify raises assorted errors (timeouts, sympy); fail closed.
         return Grade(correct=False, parsed=False, extracted=None)
     return Grade(correct=correct, parsed=True, extracted=str(extracted[-1]))
+
+
+def running_sum_reward(
+    messages: Sequence[str], speakers: Sequence[int], values: Sequence[int]
+) -> float:
+    """The chain task's dense reward: the share of turns that state the running sum.
+
+    Turn t (spoken by ``speakers[t]``) should state the sum of the private numbers ``values``
+    of every distinct speaker of turns 0..t: what the previous message said plus its own
+    number. Each turn is graded like a final answer (``grade``: an unevaluated expression
+    earns nothing). The reward is the mean over turns, in {0, 1/H, ..., 1}: 1 exactly when
+    every speaker kept the total right, so the final answer is right too.
+    """
+    if len(messages) != len(speakers) or not messages:
+        raise ValueError(f"{len(messages)} messages for {len(speakers)} speakers")
+    spoken: set[int] = set()
+    credit = 0
+    for message, speaker in zip(messages, speakers, strict=True):
+        spoken.add(speaker)
+        total = sum(values[k] for k in spoken if k < len(values))
+        credit += grade(message, str(total)).correct
+    return credit / len(messages)
 
 
 def _is_number(parsed: list) -> bool:

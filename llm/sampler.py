@@ -32,7 +32,7 @@ from llm.devices import model_device
 from llm.dialogue import DEFAULT_MESSAGE_TOKENS, ChatFormat, Episode, Turn
 from llm.hf_compat import cache_argument, cache_of
 from llm.losses import group_normalised_advantages
-from llm.rewards import grade
+from llm.rewards import Grade, grade, running_sum_reward
 from llm.router import Router
 from llm.scoring import score_chunks
 from llm.tasks import Problem
@@ -205,6 +205,18 @@ class DialogueRollouts:
 
     def episode_weights(self) -> np.ndarray:
         return self.weights if self.weights.size else np.ones(len(self.episodes))
+
+
+def episode_reward(chat: ChatFormat, episode: Episode, final: Grade) -> float:
+    """The reward of a finished dialogue: its final answer's (``final``), or, for a problem
+    with ``credit = "running_sum"``, the share of turns that kept the running sum."""
+    if episode.problem.credit == "running_sum":
+        return running_sum_reward(
+            [chat.message_text(turn) for turn in episode.turns],
+            [turn.agent for turn in episode.turns],
+            episode.problem.values,
+        )
+    return final.reward
 
 
 def prefixes_reusable(
@@ -473,7 +485,9 @@ class DialogueSampler:
             grades = [
                 grade(self.chat.message_text(e.turns[-1]), e.problem.answer) for e in episodes
             ]
-        rewards = np.array([g.reward for g in grades])
+            rewards = np.array(
+                [episode_reward(self.chat, e, g) for e, g in zip(episodes, grades, strict=True)]
+            )
         advantages = group_normalised_advantages(
             torch.tensor(rewards), self.settings.group_size, self.settings.a_max
         ).numpy()

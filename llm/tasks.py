@@ -45,6 +45,12 @@ class Problem:
     """Its difficulty (0: unknown, as for problems read from a file)."""
     notes: tuple[str, ...] = ()
     """One private note per agent (index k is shown to agent k only; "" = none); () = none."""
+    values: tuple[int, ...] = ()
+    """The private numbers behind ``notes`` (the private-notes task; () otherwise)."""
+    credit: Literal["final", "running_sum"] = "final"
+    """How a dialogue earns its reward: "final" grades the last message against ``answer``;
+    "running_sum" (the chain task, ``llm.rewards.running_sum_reward``) gives every turn
+    credit for stating the sum of the numbers of everyone who has spoken so far."""
 
 
 def split_of(question: str) -> Split:

@@ -19,6 +19,7 @@ OWNERS = {
     "train": "llm",
     "eval": "llm",
     "swap": "llm",
+    "llm-scaling": "llm",
 }
 
 

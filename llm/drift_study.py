@@ -1,0 +1,553 @@
+"""``teamtr llm-scaling``: the n^2 versus n drift (Thm 3.7) measured on language-model teams.
+
+The counterpart of the tabular ``teamtr scaling``. For every team size n and seed, a team of n
+SmolLM2 agents (one LoRA adapter each) plays the running-sum chain (``llm.private_notes``,
+``answer = "chain"``: speaker k adds its private number to the total the speaker before it
+said; every turn earns a share of the reward). From the same starting team and the same first
+batch, one stage of ``stale`` and one of ``teamtr`` update the n agents in speaking order with
+the same per-agent radius. Each stage keeps its intermediate teams pi_hat^0 .. pi_hat^n, and an
+independent measurement batch of each is drawn afterwards. On them, with the exact
+full-vocabulary per-token KLs of Lemma 3.1 (``llm.drift.dialogue_kls``):
+
+- ``D_stale``  = sum_i KL(P_{pi_hat^{i-1}} || P_{pi_cur}): how far the team an update is applied
+  to has moved from the one whose rollouts stale trains it on;
+- ``D_teamtr`` = sum_i KL(P_{pi_hat^i} || P_{pi_hat^{i-1}}): the shift each update causes, which
+  TeamTR's resampling re-measures before the next update;
+- the train-vs-true mismatch sum_i KL(P_{pi_hat^{i-1}} || P_{behaviour of update i's rollouts}):
+  D_stale's terms for stale, exactly 0 for teamtr (its rollouts are samples of pi_hat^{i-1});
+- the stale gap of update i: its surrogate L_i on the rollouts it was trained on minus the same
+  surrogate on the fresh measurement batch of pi_hat^{i-1}, the team it is applied to. For
+  teamtr both are batches of pi_hat^{i-1}, so its gap is the sampling floor (how much an update
+  overfits its own batch); stale's adds the occupancy shift.
+
+KL between dialogue distributions is additive over the agents that differ, so with per-update
+shifts kappa the KL drifts count terms: ~ kappa n(n-1)/2 for stale, kappa n for teamtr. Each
+term's Pinsker bound sqrt(2 KL) bounds the occupancy's L1 distance (``llm.drift.l1_bound``),
+the unit of the tabular study: ``drift_l1`` sums those, ~ sqrt(kappa) n^{3/2} for stale
+against sqrt(kappa) n for teamtr. The exponent alpha of every metric against n is fitted on
+log-log axes with a bootstrap over seeds (``teamtr.fitting``).
+
+Every finished (n, seed) unit is written at once to its own file under ``--runs``, and a
+rerun skips the units already there: a killed study loses at most the unit in progress, and
+several processes can share the work (``--agents``, ``--seeds``, ``--first-seed``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from teamtr.config import SchemeName
+from teamtr.fitting import finite_or_none, fit_exponent
+
+SCHEMES: tuple[SchemeName, ...] = ("stale", "teamtr")
+PAPERS_ALPHA = {"stale": 1.94, "teamtr": 1.07}
+FORMAT = "teamtr.llm_scaling/1"
+
+DEFINITIONS: dict[str, str] = {
+    "drift_kl": (
+        "The headline metric in KL. stale: D_stale = sum_i KL(P_{pi_hat^{i-1}} || P_{pi_cur}); "
+        "teamtr: D_teamtr = sum_i KL(P_{pi_hat^i} || P_{pi_hat^{i-1}}); P_team is the "
+        "distribution of whole dialogues, each KL the mean over a measurement batch of the exact "
+        "per-token full-vocabulary KLs summed over the dialogue (Lemma 3.1), in nats."
+    ),
+    "drift_l1": (
+        "The same sums of sqrt(2 KL) per term: Pinsker's bound on each term's occupancy L1 "
+        "distance ||d - d'||_1, the unit of the tabular study's drift."
+    ),
+    "train_true_mismatch_kl": (
+        "sum_i KL(P_{pi_hat^{i-1}} || P_{behaviour of update i's rollouts}): D_stale's terms "
+        "for stale, exactly 0 for teamtr (no agent differs, nothing is scored)."
+    ),
+    "stale_drift_kl": "sum_i KL(P_{pi_hat^{i-1}} || P_{pi_cur}) of this scheme's own teams.",
+    "step_kl": "sum_i KL(P_{pi_hat^i} || P_{pi_hat^{i-1}}) of this scheme's own teams.",
+    "mean_update_kl": "step_kl / kept updates: the dialogue KL one update causes.",
+    "stale_gap": (
+        "sum_i (L_i on the rollouts update i trained on - L_i on a fresh batch of pi_hat^{i-1}), "
+        "over kept updates; for teamtr the sampling floor (both are batches of pi_hat^{i-1})."
+    ),
+    "stale_gap_abs": "The same sum of |gap_i|.",
+    "stage_cpu_seconds": "CPU seconds of the stage itself (sampling and updates, no measurement).",
+    "stage_generated_tokens": "Tokens the stage generated (prefix reuse: reused turns cost 0).",
+    "kept_updates": "Updates inside the trust region that entered the team.",
+    "signal_updates": "Updates whose rollouts held differing rewards in some group.",
+}
+METRICS = (
+    "drift_kl",
+    "drift_l1",
+    "train_true_mismatch_kl",
+    "stale_drift_kl",
+    "step_kl",
+    "mean_update_kl",
+    "stale_gap",
+    "stale_gap_abs",
+    "stage_cpu_seconds",
+    "stage_generated_tokens",
+    "kept_updates",
+    "signal_updates",
+)
+FITTED = ("drift_kl", "drift_l1", "stale_drift_kl", "step_kl", "mean_update_kl")
+
+
+@dataclasses.dataclass(frozen=True)
+class StudySettings:
+    """Everything a unit's numbers depend on (a unit file written under other settings is
+    refused, not mixed in)."""
+
+    source: str = "smollm2"
+    radius: float = 0.02
+    learning_rate: float = 2e-4
+    steps: int = 2
+    prompts: int = 4
+    group: int = 4
+    message_tokens: int = 8
+    note_max: int = 5
+    temperature: float = 0.7
+    lora_rank: int = 16
+
+    def as_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def chain_system_prompt(n_agents: int) -> str:
+    return (
+        f"{n_agents} teammates keep a running total together. Each holds a private number "
+        "that only they can see."
+    )
+
+
+def unit_config(settings: StudySettings, n_agents: int, seed: int):
+    """The run config of one unit: the chain task for ``n_agents`` speakers, in order."""
+    from llm.config import RunConfig
+    from llm.private_notes import chain_role_prompts
+    from llm.team_builder import configured
+
+    config = configured(
+        RunConfig(),
+        {
+            "source": settings.source,
+            "rank": settings.lora_rank,
+            "alpha": 2.0 * settings.lora_rank,
+            "n_agents": n_agents,
+            "router": "fixed",
+            "speaking_order": (),
+            "role_prompts": chain_role_prompts(n_agents),
+            "system_prompt": chain_system_prompt(n_agents),
+            "kind": "private_notes",
+            "note_answer": "chain",
+            "note_max": settings.note_max,
+            "phrasing": "plain",
+            "eval_size": 1,  # the study evaluates no held-out accuracy
+            "prompts_per_batch": settings.prompts,
+            "group_size": settings.group,
+            "turns": n_agents,
+            "max_new_tokens": settings.message_tokens,
+            "temperature": settings.temperature,
+            "learning_rate": settings.learning_rate,
+            "steps": settings.steps,
+        },
+    )
+    # "seed" names two sections: the sampler's draws and the run's global generators.
+    return dataclasses.replace(
+        config,
+        sampler=dataclasses.replace(config.sampler, seed=seed),
+        run=dataclasses.replace(config.run, seed=seed),
+    )
+
+
+def measure_unit(settings: StudySettings, n_agents: int, seed: int) -> dict[str, Any]:
+    """One stage of each scheme from the same starting team; every metric of both."""
+    from llm.drift import dialogue_kls, surrogate_on
+    from llm.router import make_router
+    from llm.sampler import DialogueSampler
+    from llm.train import build, problem_sources
+    from llm.updater import TrustRegionUpdater
+    from teamtr import StageConfig
+    from teamtr.penalty import EpisodicPenalty
+    from teamtr.stage import run_stage
+
+    config = unit_config(settings, n_agents, seed)
+    parts = build(config, progress=False)
+    chat, start = parts.chat, parts.team
+    draw = problem_sources(config)[0]
+    chunk = config.sampler.score_chunk
+    router = make_router("fixed", n_agents)
+    temperature = config.sampler.temperature
+    schemes: dict[str, Any] = {}
+    for scheme in SCHEMES:
+        # The same seeds for both schemes: the same first batch from the same team.
+        sampler = DialogueSampler(chat, router, draw, config.sampler)
+        updater = TrustRegionUpdater(chat, config.updater, score_chunk=chunk)
+        stage_config = StageConfig(scheme=scheme, radius=settings.radius, order="fixed")
+        cpu = time.process_time()
+        report, _ = run_stage(
+            start, sampler, updater, stage_config, EpisodicPenalty(n_agents), keep_teams=True
+        )
+        stage_cpu = time.process_time() - cpu
+        generated = sum(r.generated_tokens for r in report.sampled_rollouts)
+        teams = report.teams
+        probe = DialogueSampler(
+            chat, router, draw, dataclasses.replace(config.sampler, seed=seed + 1_000_003)
+        )
+        batches = [probe.sample(team) for team in teams]
+
+        def kl(a: int, b_team: Any, batch: int, teams=teams, batches=batches) -> float:
+            """Mean over the measurement batch of pi_hat^batch of the dialogue KL."""
+            values = dialogue_kls(
+                chat,
+                teams[a],
+                b_team,
+                batches[batch].episodes,
+                temperature=temperature,
+                chunk_size=chunk,
+            )
+            return float(values.mean())
+
+        updates = []
+        for i, record in enumerate(report.records, start=1):
+            from_start = kl(i - 1, teams[0], i - 1)
+            step = kl(i, teams[i - 1], i)
+            behaviour = record.rollouts.behaviour
+            if not teams[i - 1].differing_agents(behaviour):
+                mismatch = 0.0
+            elif not behaviour.differing_agents(teams[0]):
+                mismatch = from_start
+            else:
+                mismatch = kl(i - 1, behaviour, i - 1)
+            gap = None
+            if record.kept:
+                fresh = surrogate_on(chat, batches[i - 1], record.agent, teams[i], chunk_size=chunk)
+                gap = record.update.surrogate - fresh
+            updates.append(
+                {
+                    "agent": record.agent,
+                    "kept": record.kept,
+                    "signal": "no_signal" not in record.update.extras,
+                    "update_kl": finite_or_none(record.update.kl),
+                    "surrogate": finite_or_none(record.update.surrogate),
+                    "from_start_kl": from_start,
+                    "step_kl": step,
+                    "mismatch_kl": mismatch,
+                    "stale_gap": gap,
+                    "train_reward": float(record.rollouts.mean_reward),
+                }
+            )
+        schemes[scheme] = {
+            "updates": updates,
+            "metrics": unit_metrics(scheme, updates, stage_cpu, generated),
+            "measurement_rewards": [float(b.mean_reward) for b in batches],
+        }
+    return {
+        "format": FORMAT,
+        "n": n_agents,
+        "seed": seed,
+        "settings": settings.as_json(),
+        "schemes": schemes,
+    }
+
+
+def unit_metrics(
+    scheme: str, updates: Sequence[dict[str, Any]], cpu: float, tokens: int
+) -> dict[str, float]:
+    """The stage's metrics from its per-update measurements (see ``DEFINITIONS``)."""
+    from_start = [u["from_start_kl"] for u in updates]
+    step = [u["step_kl"] for u in updates]
+    terms = from_start if scheme == "stale" else step
+    kept = sum(u["kept"] for u in updates)
+    gaps = [u["stale_gap"] for u in updates if u["stale_gap"] is not None]
+    return {
+        "drift_kl": float(sum(terms)),
+        "drift_l1": float(sum(math.sqrt(2.0 * max(t, 0.0)) for t in terms)),
+        "train_true_mismatch_kl": float(sum(u["mismatch_kl"] for u in updates)),
+        "stale_drift_kl": float(sum(from_start)),
+        "step_kl": float(sum(step)),
+        "mean_update_kl": float(sum(step) / kept) if kept else math.nan,
+        "stale_gap": float(sum(gaps)),
+        "stale_gap_abs": float(sum(abs(g) for g in gaps)),
+        "stage_cpu_seconds": float(cpu),
+        "stage_generated_tokens": float(tokens),
+        "kept_updates": float(kept),
+        "signal_updates": float(sum(u["signal"] for u in updates)),
+    }
+
+
+# -- results --------------------------------------------------------------------------------------
+def unit_path(runs: Path, n_agents: int, seed: int) -> Path:
+    return runs / f"n{n_agents}_seed{seed}.json"
+
+
+def write_atomically(path: Path, payload: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(payload, indent=1) + "\n")
+    os.replace(partial, path)
+
+
+def read_units(runs: Path, settings: StudySettings) -> list[dict[str, Any]]:
+    """Every finished unit under ``runs``; a unit of other settings is an error."""
+    units = []
+    for path in sorted(runs.glob("n*_seed*.json")):
+        unit = json.loads(path.read_text())
+        if unit.get("format") != FORMAT:
+            raise ValueError(f"{path}: not a {FORMAT} unit")
+        if unit["settings"] != settings.as_json():
+            raise ValueError(
+                f"{path}: measured with other settings ({unit['settings']}); use another "
+                "--runs directory or the same options"
+            )
+        units.append(unit)
+    return units
+
+
+def summarise(
+    units: Sequence[dict[str, Any]], settings: StudySettings, n_bootstrap: int = 1000
+) -> dict[str, Any]:
+    """Per scheme and n: every metric's per-seed values, mean and standard error; the fitted
+    exponents of ``FITTED`` against n, with bootstrap intervals."""
+    sizes = sorted({u["n"] for u in units})
+    summary: dict[str, Any] = {
+        "format": FORMAT,
+        "settings": settings.as_json(),
+        "definitions": DEFINITIONS,
+        "papers_alpha": PAPERS_ALPHA,
+        "agents": sizes,
+        "seeds": sorted({u["seed"] for u in units}),
+        "schemes": {},
+    }
+    for scheme in SCHEMES:
+        per_n: dict[str, Any] = {}
+        for n in sizes:
+            rows = [u["schemes"][scheme]["metrics"] for u in units if u["n"] == n]
+            per_n[str(n)] = {
+                metric: _mean_and_error([row[metric] for row in rows]) for metric in METRICS
+            }
+        alphas = {}
+        if len(sizes) >= 2:
+            for metric in FITTED:
+                samples = [
+                    [u["schemes"][scheme]["metrics"][metric] for u in units if u["n"] == n]
+                    for n in sizes
+                ]
+                alphas[metric] = fit_exponent(sizes, samples, n_bootstrap).as_json()
+        summary["schemes"][scheme] = {"per_n": per_n, "alpha": alphas}
+    summary["cost_ratio"] = {str(n): _cost_ratio([u for u in units if u["n"] == n]) for n in sizes}
+    return summary
+
+
+def _mean_and_error(values: Sequence[float]) -> dict[str, Any]:
+    finite = np.array([v for v in values if v is not None and math.isfinite(v)], dtype=float)
+    mean = float(finite.mean()) if finite.size else math.nan
+    error = float(finite.std(ddof=1) / math.sqrt(finite.size)) if finite.size > 1 else math.nan
+    return {
+        "values": [finite_or_none(v) if v is not None else None for v in values],
+        "mean": finite_or_none(mean),
+        "stderr": finite_or_none(error),
+    }
+
+
+def _cost_ratio(units: Sequence[dict[str, Any]]) -> dict[str, float | None]:
+    """TeamTR's stage over stale's, summed over the seeds of one n (side by side: each unit ran
+    both stages in one process, one after the other)."""
+
+    def total(scheme: str, metric: str) -> float:
+        return sum(u["schemes"][scheme]["metrics"][metric] for u in units)
+
+    return {
+        "tokens": finite_or_none(
+            total("teamtr", "stage_generated_tokens") / total("stale", "stage_generated_tokens")
+        ),
+        "cpu": finite_or_none(
+            total("teamtr", "stage_cpu_seconds") / total("stale", "stage_cpu_seconds")
+        ),
+    }
+
+
+# -- the command ----------------------------------------------------------------------------------
+def _sizes(text: str) -> list[int]:
+    try:
+        values = sorted({int(part) for part in text.split(",") if part.strip()})
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--agents takes 'A,B,C', got {text!r}") from None
+    if not values or min(values) < 2 or max(values) > 16:
+        raise argparse.ArgumentTypeError(f"--agents: team sizes must lie in 2..16, got {text!r}")
+    return values
+
+
+def build_parser(prog: str) -> argparse.ArgumentParser:
+    defaults = StudySettings()
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description=(
+            "One stage of stale and one of teamtr on language-model teams of n = 2..8 agents "
+            "(the running-sum chain): dialogue-distribution drift from exact per-token KLs "
+            "(Lemma 3.1), train-vs-true mismatch, stale gap and stage cost against n, with "
+            "fitted log-log exponents (Thm 3.7)."
+        ),
+    )
+    parser.add_argument("--json", type=Path, default=None, help="write the summary here")
+    parser.add_argument("--plot", type=Path, default=None, help="draw the figure here (PNG)")
+    parser.add_argument(
+        "--runs",
+        type=Path,
+        default=None,
+        help="one file per finished (n, seed) unit; reruns skip them (default: beside --json)",
+    )
+    parser.add_argument("--agents", type=_sizes, default=[2, 3, 4, 6, 8], help="e.g. 2,3,4,6,8")
+    parser.add_argument("--seeds", type=int, default=3, help="seeds per team size")
+    parser.add_argument("--first-seed", type=int, default=0, help="seeds first..first+seeds-1")
+    parser.add_argument(
+        "--summarise-only",
+        action="store_true",
+        help="measure nothing: summarise and plot the units already under --runs",
+    )
+    parser.add_argument("--source", default=defaults.source, help='"smollm2", "tiny", a dir')
+    parser.add_argument("--radius", type=float, default=defaults.radius, help="delta_i")
+    parser.add_argument("--learning-rate", type=float, default=defaults.learning_rate)
+    parser.add_argument("--steps", type=int, default=defaults.steps, help="Adam steps an update")
+    parser.add_argument("--prompts", type=int, default=defaults.prompts, help="problems a batch")
+    parser.add_argument("--group", type=int, default=defaults.group, help="dialogues a problem")
+    parser.add_argument("--message-tokens", type=int, default=defaults.message_tokens)
+    parser.add_argument("--note-max", type=int, default=defaults.note_max)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (0: default)")
+    parser.add_argument("--bootstrap", type=int, default=1000, help="resamples for alpha's CI")
+    parser.add_argument(
+        "--tabular",
+        type=Path,
+        action="append",
+        default=[],
+        help="a `teamtr scaling --json` result whose exponents the figure draws beside these",
+    )
+    return parser
+
+
+def _validate(args: argparse.Namespace) -> str | None:
+    checks = [
+        (args.seeds >= 1, f"--seeds must be >= 1, got {args.seeds}"),
+        (
+            0 <= args.first_seed < 2**31,
+            f"--first-seed must lie in 0..2^31-1, got {args.first_seed}",
+        ),
+        (
+            math.isfinite(args.radius) and args.radius > 0,
+            f"--radius must be > 0, got {args.radius}",
+        ),
+        (
+            math.isfinite(args.learning_rate) and args.learning_rate > 0,
+            f"--learning-rate must be > 0, got {args.learning_rate}",
+        ),
+        (1 <= args.steps <= 100, f"--steps must lie in 1..100, got {args.steps}"),
+        (1 <= args.prompts <= 256, f"--prompts must lie in 1..256, got {args.prompts}"),
+        (2 <= args.group <= 256, f"--group must lie in 2..256, got {args.group}"),
+        (1 <= args.message_tokens <= 256, "--message-tokens must lie in 1..256"),
+        (1 <= args.note_max <= 1000, f"--note-max must lie in 1..1000, got {args.note_max}"),
+        (0 <= args.threads <= 256, f"--threads must lie in 0..256, got {args.threads}"),
+        (1 <= args.bootstrap <= 100_000, "--bootstrap must lie in 1..100000"),
+        (
+            args.json is not None or args.runs is not None,
+            "give --json or --runs: a study this long must write what it measures",
+        ),
+    ]
+    return next((message for ok, message in checks if not ok), None)
+
+
+PROG = "teamtr llm-scaling"
+
+
+def run(args: argparse.Namespace) -> int:
+    """Measure the units not yet under ``--runs``, then summarise, print and plot them all."""
+    prog = PROG
+    problem = _validate(args)
+    if problem is not None:
+        print(f"error: {prog}: {problem}", file=sys.stderr)
+        return 2
+    settings = StudySettings(
+        source=args.source,
+        radius=args.radius,
+        learning_rate=args.learning_rate,
+        steps=args.steps,
+        prompts=args.prompts,
+        group=args.group,
+        message_tokens=args.message_tokens,
+        note_max=args.note_max,
+    )
+    runs = args.runs or args.json.with_name(args.json.stem + "_runs")
+    try:
+        read_units(runs, settings)  # refuse a directory of other settings before any work
+    except (ValueError, json.JSONDecodeError) as error:
+        print(f"error: {prog}: {error}", file=sys.stderr)
+        return 2
+    if not args.summarise_only:
+        import torch
+        from tqdm import tqdm
+
+        if args.threads:
+            torch.set_num_threads(args.threads)
+        todo = [
+            (n, seed)
+            for seed in range(args.first_seed, args.first_seed + args.seeds)
+            for n in args.agents
+            if not unit_path(runs, n, seed).exists()
+        ]
+        bar = tqdm(todo, desc="llm-scaling", unit="unit", file=sys.stderr)
+        for n, seed in bar:
+            bar.set_postfix_str(f"n={n} seed={seed}")
+            write_atomically(unit_path(runs, n, seed), measure_unit(settings, n, seed))
+    units = read_units(runs, settings)
+    if not units:
+        print(f"error: {prog}: no finished unit under {runs}", file=sys.stderr)
+        return 2
+    summary = summarise(units, settings, args.bootstrap)
+    print(format_table(summary))
+    if args.json is not None:
+        write_atomically(args.json, summary)
+    if args.plot is not None:
+        from llm.drift_plot import plot_llm_scaling
+
+        tabular = [json.loads(path.read_text()) for path in args.tabular]
+        plot_llm_scaling(summary, args.plot, tabular)
+        print(f"figure: {args.plot}")
+    return 0
+
+
+def format_table(summary: dict[str, Any]) -> str:
+    lines = [
+        "scheme  metric                  alpha [95% CI]          "
+        + "  ".join(f"n={n:<8}" for n in summary["agents"])
+    ]
+    for scheme in SCHEMES:
+        block = summary["schemes"][scheme]
+        for metric in ("drift_kl", "drift_l1", "stale_gap"):
+            fit = block["alpha"].get(metric)
+            alpha = (
+                ""
+                if fit is None or fit["alpha"] is None
+                else (f"{fit['alpha']:.2f} [{_num(fit['ci95'][0])}, {_num(fit['ci95'][1])}]")
+            )
+            cells = "  ".join(
+                f"{_num(block['per_n'][str(n)][metric]['mean']):<10}" for n in summary["agents"]
+            )
+            lines.append(f"{scheme:<7} {metric:<23} {alpha:<23} {cells}")
+    ratios = "  ".join(
+        f"n={n}: {_num(r['tokens'])}x tokens, {_num(r['cpu'])}x CPU"
+        for n, r in summary["cost_ratio"].items()
+    )
+    lines.append(f"teamtr stage / stale stage: {ratios}")
+    return "\n".join(lines)
+
+
+def _num(x: float | None) -> str:
+    return "nan" if x is None else f"{x:.3g}"
+
+
+if __name__ == "__main__":
+    raise SystemExit(run(build_parser(PROG).parse_args()))

@@ -1,0 +1,164 @@
+"""``teamtr llm-scaling`` on the tiny model: units written one by one and skipped on a rerun,
+what each scheme's metrics must be by construction, the exponent fit, bad input."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from llm import drift_study
+from llm.drift_study import (
+    SCHEMES,
+    StudySettings,
+    build_parser,
+    read_units,
+    run,
+    summarise,
+    unit_metrics,
+)
+
+TINY = ["--source", "tiny", "--message-tokens", "3"]
+"""Batches of 4 problems x 4 dialogues: the random tiny model then states some running totals
+(a digit among its characters), so updates carry a signal and teams move."""
+
+
+def study(tmp_path, *extra: str) -> int:
+    args = build_parser("teamtr llm-scaling").parse_args(
+        [*TINY, "--runs", str(tmp_path / "runs"), "--json", str(tmp_path / "s.json"), *extra]
+    )
+    return run(args)
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    where = tmp_path_factory.mktemp("llm_scaling")
+    assert study(where, "--agents", "2,3", "--seeds", "1", "--plot", str(where / "s.png")) == 0
+    return where
+
+
+def test_every_unit_is_a_file_and_a_rerun_measures_nothing(finished, capsys):
+    runs = finished / "runs"
+    assert sorted(p.name for p in runs.iterdir()) == ["n2_seed0.json", "n3_seed0.json"]
+    stamps = {p: p.stat().st_mtime_ns for p in runs.iterdir()}
+    assert study(finished, "--agents", "2,3", "--seeds", "1") == 0
+    assert {p: p.stat().st_mtime_ns for p in runs.iterdir()} == stamps
+    assert (finished / "s.png").stat().st_size > 10_000
+
+
+def test_each_scheme_measures_what_its_definition_says(finished):
+    units = read_units(finished / "runs", StudySettings(**_tiny_settings()))
+    # Some update moved its team, so the identities below are not all 0 == 0.
+    assert any(u["schemes"]["stale"]["metrics"]["drift_kl"] > 0 for u in units)
+    assert any(u["schemes"]["teamtr"]["metrics"]["drift_kl"] > 0 for u in units)
+    for unit in units:
+        n = unit["n"]
+        stale, teamtr = (unit["schemes"][s] for s in SCHEMES)
+        assert [u["agent"] for u in stale["updates"]] == list(range(n))
+        for scheme in (stale, teamtr):
+            first = scheme["updates"][0]
+            assert first["from_start_kl"] == 0.0  # pi_hat^0 is pi_cur: nothing differs
+            assert all(u["step_kl"] == 0.0 for u in scheme["updates"] if not u["kept"])
+        # TeamTR trains every update on samples of pi_hat^{i-1}: no mismatch, by identity.
+        assert all(u["mismatch_kl"] == 0.0 for u in teamtr["updates"])
+        # Stale trains every update on pi_cur's batch: its mismatch is the drift from the start.
+        assert all(u["mismatch_kl"] == u["from_start_kl"] for u in stale["updates"])
+        # Same team, same seeds: the two schemes' first updates are the same update.
+        assert stale["updates"][0]["update_kl"] == teamtr["updates"][0]["update_kl"]
+        assert stale["metrics"]["drift_kl"] == pytest.approx(
+            sum(u["from_start_kl"] for u in stale["updates"]), abs=1e-15
+        )
+        assert teamtr["metrics"]["drift_kl"] == pytest.approx(
+            sum(u["step_kl"] for u in teamtr["updates"]), abs=1e-15
+        )
+
+
+def _tiny_settings() -> dict:
+    return {"source": "tiny", "message_tokens": 3}
+
+
+def test_summary_json_holds_every_n_and_scheme(finished):
+    summary = json.loads((finished / "s.json").read_text())
+    assert summary["agents"] == [2, 3] and summary["seeds"] == [0]
+    for scheme in SCHEMES:
+        assert set(summary["schemes"][scheme]["per_n"]) == {"2", "3"}
+        assert set(summary["schemes"][scheme]["alpha"]) == set(drift_study.FITTED)
+    assert set(summary["cost_ratio"]) == {"2", "3"}
+
+
+def _unit(n: int, seed: int, stale_drift: float, teamtr_drift: float) -> dict:
+    def metrics(drift: float) -> dict:
+        row = {metric: 1.0 for metric in drift_study.METRICS}
+        row.update(drift_kl=drift, drift_l1=math.sqrt(drift), step_kl=drift, stale_drift_kl=drift)
+        row.update(mean_update_kl=drift / n)
+        return row
+
+    return {
+        "n": n,
+        "seed": seed,
+        "schemes": {
+            "stale": {"metrics": metrics(stale_drift)},
+            "teamtr": {"metrics": metrics(teamtr_drift)},
+        },
+    }
+
+
+def test_exponents_of_exact_power_laws_are_recovered():
+    units = [
+        _unit(n, seed, 0.01 * n**2 * (1 + 0.1 * seed), 0.01 * n * (1 + 0.1 * seed))
+        for n in (2, 3, 4, 6, 8)
+        for seed in range(3)
+    ]
+    summary = summarise(units, StudySettings(), n_bootstrap=50)
+    stale = summary["schemes"]["stale"]["alpha"]
+    teamtr = summary["schemes"]["teamtr"]["alpha"]
+    # Every seed scales the same power law by its own constant: the slope is exact.
+    assert stale["drift_kl"]["alpha"] == pytest.approx(2.0, abs=1e-9)
+    assert teamtr["drift_kl"]["alpha"] == pytest.approx(1.0, abs=1e-9)
+    assert stale["drift_l1"]["alpha"] == pytest.approx(1.0, abs=1e-9)
+    assert stale["mean_update_kl"]["alpha"] == pytest.approx(1.0, abs=1e-9)
+    assert summary["schemes"]["stale"]["per_n"]["4"]["drift_kl"]["mean"] == pytest.approx(
+        0.16 * 1.1, abs=1e-12
+    )
+
+
+def test_unit_metrics_of_a_stage_without_kept_updates():
+    updates = [
+        {
+            "kept": False,
+            "signal": False,
+            "from_start_kl": 0.0,
+            "step_kl": 0.0,
+            "mismatch_kl": 0.0,
+            "stale_gap": None,
+        }
+    ] * 3
+    metrics = unit_metrics("stale", updates, 1.0, 10)
+    assert metrics["drift_kl"] == 0.0 and metrics["kept_updates"] == 0.0
+    assert math.isnan(metrics["mean_update_kl"])
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--seeds", "0"], "--seeds"),
+        (["--radius", "-1"], "--radius"),
+        (["--radius", "nan"], "--radius"),
+        (["--group", "1"], "--group"),
+    ],
+)
+def test_bad_options_exit_2_with_one_line(tmp_path, capsys, extra, message):
+    assert study(tmp_path, *extra) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:") and message in err[0]
+
+
+def test_units_of_other_settings_are_refused(finished, capsys, tmp_path):
+    runs = finished / "runs"
+    args = build_parser("teamtr llm-scaling").parse_args(
+        [*TINY, "--radius", "0.5", "--runs", str(runs), "--json", str(tmp_path / "x.json")]
+    )
+    assert run(args) == 2
+    assert "other settings" in capsys.readouterr().err
+    assert not (tmp_path / "x.json").exists()
