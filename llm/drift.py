@@ -48,7 +48,30 @@ def dialogue_kls(
 ) -> np.ndarray:
     """Per dialogue (sampled from ``team_a``): the sum over its turns and tokens of the exact
     per-token KL(A || B). Its mean over dialogues estimates KL(P_A || P_B) without bias."""
-    totals = np.zeros(len(episodes))
+    return agent_message_kls(
+        chat,
+        team_a,
+        team_b,
+        episodes,
+        temperature=temperature,
+        chunk_size=chunk_size,
+        share_prompt=share_prompt,
+    ).sum(axis=1)
+
+
+def agent_message_kls(
+    chat: ChatFormat,
+    team_a: LoraTeam,
+    team_b: LoraTeam,
+    episodes: Sequence[Episode],
+    *,
+    temperature: float,
+    chunk_size: int = 8,
+    share_prompt: bool = True,
+) -> np.ndarray:
+    """``(dialogues, agents)``: each agent's share of ``dialogue_kls``, the exact per-token
+    KL(A_k || B_k) summed over agent k's messages (0 for agents that are the same in both)."""
+    totals = np.zeros((len(episodes), team_a.n_agents))
     for agent in team_a.differing_agents(team_b):
         with torch.no_grad():
             scored_a = [
@@ -66,7 +89,7 @@ def dialogue_kls(
                 per_token = token_kl_from_log_probs(log_p, batch_b.log_probs().double())
                 per_message = torch.where(mask, per_token, torch.zeros_like(per_token)).sum(-1)
                 for row, (e, _) in enumerate(refs):
-                    totals[e] += float(per_message[row])
+                    totals[e, agent] += float(per_message[row])
     return totals
 
 

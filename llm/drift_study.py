@@ -43,7 +43,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -52,7 +52,10 @@ from teamtr.fitting import finite_or_none, fit_exponent
 
 SCHEMES: tuple[SchemeName, ...] = ("stale", "teamtr")
 PAPERS_ALPHA = {"stale": 1.94, "teamtr": 1.07}
-FORMAT = "teamtr.llm_scaling/1"
+FORMAT = "teamtr.llm_scaling/2"
+DIRECT_MAX = 4
+"""Team sizes up to which each D_stale term is also measured on a batch of its own team (the
+check of the chain identity the study uses for every n)."""
 
 DEFINITIONS: dict[str, str] = {
     "drift_kl": (
@@ -69,14 +72,29 @@ DEFINITIONS: dict[str, str] = {
         "sum_i KL(P_{pi_hat^{i-1}} || P_{behaviour of update i's rollouts}): D_stale's terms "
         "for stale, exactly 0 for teamtr (no agent differs, nothing is scored)."
     ),
-    "stale_drift_kl": "sum_i KL(P_{pi_hat^{i-1}} || P_{pi_cur}) of this scheme's own teams.",
-    "step_kl": "sum_i KL(P_{pi_hat^i} || P_{pi_hat^{i-1}}) of this scheme's own teams.",
+    "stale_drift_kl": (
+        "sum_i KL(P_{pi_hat^{i-1}} || P_{pi_cur}) of this scheme's own teams, = sum_i sum_{k<i-1} "
+        "kappa_k (the chain identity, see measure_unit)."
+    ),
+    "step_kl": (
+        "sum_i kappa_{i-1}, kappa_k = KL(P_{pi_hat^{k+1}} || P_{pi_hat^k}) = E_{pi_hat^n}[agent "
+        "k's message KL(new || old)], measured on one fresh batch of pi_hat^n."
+    ),
     "mean_update_kl": "step_kl / kept updates: the dialogue KL one update causes.",
     "stale_gap": (
         "sum_i (L_i on the rollouts update i trained on - L_i on a fresh batch of pi_hat^{i-1}), "
         "over kept updates; for teamtr the sampling floor (both are batches of pi_hat^{i-1})."
     ),
     "stale_gap_abs": "The same sum of |gap_i|.",
+    "shift_gap": (
+        "sum_i (L_i on a fresh batch of the team whose rollouts update i trained on - L_i on a "
+        "fresh batch of pi_hat^{i-1}): the stale gap without the overfitting to one batch, the "
+        "surrogate error the occupancy shift alone causes; 0 for teamtr by construction."
+    ),
+    "stale_drift_kl_direct": (
+        "stale_drift_kl with every term measured on a batch of pi_hat^{i-1} itself (team sizes "
+        "up to DIRECT_MAX), the check of the chain identity; nan where not measured."
+    ),
     "stage_cpu_seconds": "CPU seconds of the stage itself (sampling and updates, no measurement).",
     "stage_generated_tokens": "Tokens the stage generated (prefix reuse: reused turns cost 0).",
     "kept_updates": "Updates inside the trust region that entered the team.",
@@ -87,10 +105,12 @@ METRICS = (
     "drift_l1",
     "train_true_mismatch_kl",
     "stale_drift_kl",
+    "stale_drift_kl_direct",
     "step_kl",
     "mean_update_kl",
     "stale_gap",
     "stale_gap_abs",
+    "shift_gap",
     "stage_cpu_seconds",
     "stage_generated_tokens",
     "kept_updates",
@@ -105,7 +125,13 @@ class StudySettings:
     refused, not mixed in)."""
 
     source: str = "smollm2"
-    radius: float = 0.02
+    radius: float = 0.04
+    """delta_i, per agent; in ``radius_unit``."""
+    radius_unit: Literal["message", "turn"] = "message"
+    """"message": delta_i bounds the KL of agent i's own message (its share of the dialogue
+    KL), the same budget for every n: the stage radius is delta_i / n on the turn-level scale
+    of ``[stage] radius`` (mean over the H = n turns). "turn": delta_i is ``[stage] radius``
+    itself, so an agent's message may move n delta_i."""
     learning_rate: float = 2e-4
     steps: int = 2
     prompts: int = 4
@@ -117,6 +143,10 @@ class StudySettings:
 
     def as_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    def stage_radius(self, n_agents: int) -> float:
+        """The ``StageConfig`` radius (turn-level: mean KL over the dialogue's n turns)."""
+        return self.radius / n_agents if self.radius_unit == "message" else self.radius
 
 
 def chain_system_prompt(n_agents: int) -> str:
@@ -165,9 +195,11 @@ def unit_config(settings: StudySettings, n_agents: int, seed: int):
     )
 
 
-def measure_unit(settings: StudySettings, n_agents: int, seed: int) -> dict[str, Any]:
+def measure_unit(
+    settings: StudySettings, n_agents: int, seed: int, direct_max: int = DIRECT_MAX
+) -> dict[str, Any]:
     """One stage of each scheme from the same starting team; every metric of both."""
-    from llm.drift import dialogue_kls, surrogate_on
+    from llm.drift import agent_message_kls, surrogate_on
     from llm.router import make_router
     from llm.sampler import DialogueSampler
     from llm.train import build, problem_sources
@@ -183,12 +215,13 @@ def measure_unit(settings: StudySettings, n_agents: int, seed: int) -> dict[str,
     chunk = config.sampler.score_chunk
     router = make_router("fixed", n_agents)
     temperature = config.sampler.temperature
+    radius = settings.stage_radius(n_agents)
     schemes: dict[str, Any] = {}
     for scheme in SCHEMES:
         # The same seeds for both schemes: the same first batch from the same team.
         sampler = DialogueSampler(chat, router, draw, config.sampler)
         updater = TrustRegionUpdater(chat, config.updater, score_chunk=chunk)
-        stage_config = StageConfig(scheme=scheme, radius=settings.radius, order="fixed")
+        stage_config = StageConfig(scheme=scheme, radius=radius, order="fixed")
         cpu = time.process_time()
         report, _ = run_stage(
             start, sampler, updater, stage_config, EpisodicPenalty(n_agents), keep_teams=True
@@ -196,49 +229,83 @@ def measure_unit(settings: StudySettings, n_agents: int, seed: int) -> dict[str,
         stage_cpu = time.process_time() - cpu
         generated = sum(r.generated_tokens for r in report.sampled_rollouts)
         teams = report.teams
+        cpu = time.process_time()
+        # Measurement batches, independent of the stage's: pi_hat^0, then each next team from
+        # the previous batch with prefix reuse (exact samples, llm.sampler), up to pi_hat^n.
         probe = DialogueSampler(
             chat, router, draw, dataclasses.replace(config.sampler, seed=seed + 1_000_003)
         )
-        batches = [probe.sample(team) for team in teams]
-
-        def kl(a: int, b_team: Any, batch: int, teams=teams, batches=batches) -> float:
-            """Mean over the measurement batch of pi_hat^batch of the dialogue KL."""
-            values = dialogue_kls(
-                chat,
-                teams[a],
-                b_team,
-                batches[batch].episodes,
-                temperature=temperature,
-                chunk_size=chunk,
+        batches = [probe.sample(teams[0])]
+        for i, record in enumerate(report.records, start=1):
+            batches.append(
+                probe.sample(teams[i], previous=batches[-1], updated_agent=record.agent)
+                if record.kept
+                else batches[-1]
             )
-            return float(values.mean())
-
+        # kappa_k = E_{pi_hat^n}[agent k's message KL(new_k || old_k)]. In a chain where agent k
+        # speaks once, at turn k, its context follows agents 0..k-1 alone, the same under every
+        # pi_hat^j with j > k: so kappa_k is the dialogue KL of update k+1, KL(P_{pi_hat^{k+1}}
+        # || P_{pi_hat^k}), and KL(P_{pi_hat^{i-1}} || P_{pi_cur}) = sum_{k < i-1} kappa_k
+        # (chain rule, Lemma 3.1). One batch of pi_hat^n measures every term.
+        kappa = agent_message_kls(
+            chat,
+            teams[-1],
+            teams[0],
+            batches[-1].episodes,
+            temperature=temperature,
+            chunk_size=chunk,
+        ).mean(axis=0)
         updates = []
         for i, record in enumerate(report.records, start=1):
-            from_start = kl(i - 1, teams[0], i - 1)
-            step = kl(i, teams[i - 1], i)
-            behaviour = record.rollouts.behaviour
-            if not teams[i - 1].differing_agents(behaviour):
-                mismatch = 0.0
-            elif not behaviour.differing_agents(teams[0]):
-                mismatch = from_start
-            else:
-                mismatch = kl(i - 1, behaviour, i - 1)
-            gap = None
+            agent = record.agent
+            from_start = float(kappa[:agent].sum())
+            direct = None
+            if n_agents <= direct_max and i > 1:
+                # The same KL measured the long way, on a batch of pi_hat^{i-1} itself.
+                direct = float(
+                    agent_message_kls(
+                        chat,
+                        teams[i - 1],
+                        teams[0],
+                        batches[i - 1].episodes,
+                        temperature=temperature,
+                        chunk_size=chunk,
+                    )
+                    .sum(axis=1)
+                    .mean()
+                )
+            gap = shift_gap = None
             if record.kept:
-                fresh = surrogate_on(chat, batches[i - 1], record.agent, teams[i], chunk_size=chunk)
-                gap = record.update.surrogate - fresh
+                # L_i where the update is applied (a fresh batch of pi_hat^{i-1}), against L_i
+                # on the batch it trained on (the stale gap: overfitting plus occupancy shift)
+                # and on a fresh batch of the team that batch came from (the shift alone).
+                applied = surrogate_on(chat, batches[i - 1], agent, teams[i], chunk_size=chunk)
+                gap = record.update.surrogate - applied
+                source = record.rollouts.behaviour
+                trained_on = next(
+                    j for j, team in enumerate(teams) if not team.differing_agents(source)
+                )
+                if trained_on == i - 1:  # teamtr: the same team, the same batch
+                    shift_gap = 0.0
+                else:
+                    moved = teams[trained_on].with_agent(agent, record.update.policy)
+                    elsewhere = surrogate_on(
+                        chat, batches[trained_on], agent, moved, chunk_size=chunk
+                    )
+                    shift_gap = elsewhere - applied
             updates.append(
                 {
-                    "agent": record.agent,
+                    "agent": agent,
                     "kept": record.kept,
                     "signal": "no_signal" not in record.update.extras,
                     "update_kl": finite_or_none(record.update.kl),
                     "surrogate": finite_or_none(record.update.surrogate),
                     "from_start_kl": from_start,
-                    "step_kl": step,
-                    "mismatch_kl": mismatch,
+                    "from_start_kl_direct": direct,
+                    "step_kl": float(kappa[agent]),
+                    "mismatch_kl": _mismatch(teams, i, record.rollouts.behaviour, kappa),
                     "stale_gap": gap,
+                    "shift_gap": shift_gap,
                     "train_reward": float(record.rollouts.mean_reward),
                 }
             )
@@ -246,6 +313,7 @@ def measure_unit(settings: StudySettings, n_agents: int, seed: int) -> dict[str,
             "updates": updates,
             "metrics": unit_metrics(scheme, updates, stage_cpu, generated),
             "measurement_rewards": [float(b.mean_reward) for b in batches],
+            "measurement_cpu_seconds": time.process_time() - cpu,
         }
     return {
         "format": FORMAT,
@@ -254,6 +322,15 @@ def measure_unit(settings: StudySettings, n_agents: int, seed: int) -> dict[str,
         "settings": settings.as_json(),
         "schemes": schemes,
     }
+
+
+def _mismatch(teams: Sequence[Any], i: int, behaviour: Any, kappa: np.ndarray) -> float:
+    """KL(P_{pi_hat^{i-1}} || P_behaviour) for a behaviour team among ``teams`` (the chain
+    identity again): the kappa_k of the agents updated between the two."""
+    trained_on = next(j for j, team in enumerate(teams) if not team.differing_agents(behaviour))
+    if trained_on > i - 1:
+        raise ValueError(f"update {i} trained on rollouts of a later team pi_hat^{trained_on}")
+    return float(kappa[trained_on : i - 1].sum())
 
 
 def unit_metrics(
@@ -265,15 +342,21 @@ def unit_metrics(
     terms = from_start if scheme == "stale" else step
     kept = sum(u["kept"] for u in updates)
     gaps = [u["stale_gap"] for u in updates if u["stale_gap"] is not None]
+    shifts = [u["shift_gap"] for u in updates if u.get("shift_gap") is not None]
+    direct = [u.get("from_start_kl_direct") for u in updates[1:]]
     return {
         "drift_kl": float(sum(terms)),
         "drift_l1": float(sum(math.sqrt(2.0 * max(t, 0.0)) for t in terms)),
         "train_true_mismatch_kl": float(sum(u["mismatch_kl"] for u in updates)),
         "stale_drift_kl": float(sum(from_start)),
+        "stale_drift_kl_direct": float(sum(d for d in direct if d is not None))
+        if direct and all(d is not None for d in direct)
+        else math.nan,
         "step_kl": float(sum(step)),
         "mean_update_kl": float(sum(step) / kept) if kept else math.nan,
         "stale_gap": float(sum(gaps)),
         "stale_gap_abs": float(sum(abs(g) for g in gaps)),
+        "shift_gap": float(sum(shifts)),
         "stage_cpu_seconds": float(cpu),
         "stage_generated_tokens": float(tokens),
         "kept_updates": float(kept),
@@ -411,7 +494,17 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         help="measure nothing: summarise and plot the units already under --runs",
     )
     parser.add_argument("--source", default=defaults.source, help='"smollm2", "tiny", a dir')
-    parser.add_argument("--radius", type=float, default=defaults.radius, help="delta_i")
+    parser.add_argument(
+        "--radius", type=float, default=defaults.radius, help="delta_i, per agent (nats)"
+    )
+    parser.add_argument(
+        "--radius-unit",
+        choices=("message", "turn"),
+        default=defaults.radius_unit,
+        help="message: delta_i bounds the KL of the agent's own message (the same budget for "
+        "every n; stage radius delta_i / n); turn: delta_i is the [stage] radius (mean over "
+        "the n turns), so a message may move n delta_i",
+    )
     parser.add_argument("--learning-rate", type=float, default=defaults.learning_rate)
     parser.add_argument("--steps", type=int, default=defaults.steps, help="Adam steps an update")
     parser.add_argument("--prompts", type=int, default=defaults.prompts, help="problems a batch")
@@ -473,6 +566,7 @@ def run(args: argparse.Namespace) -> int:
     settings = StudySettings(
         source=args.source,
         radius=args.radius,
+        radius_unit=args.radius_unit,
         learning_rate=args.learning_rate,
         steps=args.steps,
         prompts=args.prompts,

@@ -20,7 +20,7 @@ import torch
 from llm_test_support import make_team, perturb_agent, with_rewards
 from test_llm_prefix_reuse import token_chat
 
-from llm.dialogue import Episode, Turn
+from llm.dialogue import ChatFormat, Episode, Turn
 from llm.drift import dialogue_kls, l1_bound, surrogate_on
 from llm.router import FixedOrder
 from llm.sampler import DialogueSampler, SamplerSettings
@@ -99,14 +99,16 @@ def world():
     return sampler, team_a, team_b, episodes, p_a, exact_kl
 
 
-def largest_logit(team, episodes) -> float:
+def largest_logit(team, episodes, chat: ChatFormat | None = None) -> float:
     """max |logit| any agent of ``team`` produces on ``episodes`` (for the float32 bound)."""
     from llm.scoring import message_logits
 
     largest = 0.0
     with torch.no_grad():
         for agent in range(team.n_agents):
-            batch = message_logits(team.use(agent), token_chat(), episodes, agent, range(64))
+            batch = message_logits(
+                team.use(agent), chat or token_chat(), episodes, agent, range(64)
+            )
             largest = max(largest, float(batch.logits.abs().max()))
     return largest
 
@@ -186,3 +188,45 @@ def test_surrogate_on_the_training_batch_is_the_updaters():
     assert surrogate_on(token_chat(), rollouts, 1, team, chunk_size=8) == pytest.approx(
         0.0, abs=1e-6
     )
+
+
+def test_chain_identity_of_the_drift_study():
+    """Three agents speak once each, in order, one token over 4: 64 dialogues, enumerated.
+
+    With pi_hat^j the team whose agents 0..j-1 are updated, every D_stale term is a sum of
+    per-agent message KLs measured under the last team alone (``llm.drift_study``):
+    KL(P_{pi_hat^j} || P_{pi_hat^0}) = sum_{k<j} E_{pi_hat^3}[agent k's message KL]."""
+    from llm.drift import agent_message_kls
+
+    base = make_team(VOCAB, 3, seed=21)
+    with torch.no_grad():
+        base.backbone.model.get_base_model().lm_head.weight.mul_(20.0)
+    teams = [base]
+    for k in range(3):
+        teams.append(perturb_agent(teams[-1], k, 1.0, seed=30 + k))
+    chat = ChatFormat(
+        headers=((2,), (3,), (0,)),
+        stop_id=STOP,
+        closing=(),
+        encode_prompt=lambda question: [0, 2],
+        decode=lambda ids: " ".join(map(str, ids)),
+        pad_id=0,
+    )
+    settings = SamplerSettings(turns=3, max_new_tokens=1, temperature=TEMPERATURE)
+    sampler = DialogueSampler(chat, FixedOrder(3), lambda rng, n: [Problem("q", "1")] * n, settings)
+    episodes = [
+        Episode(Problem("q", "1"), (0, 2), 0, tuple(Turn(k, (y,)) for k, y in enumerate(ys)))
+        for ys in itertools.product(range(VOCAB), repeat=3)
+    ]
+    log_p = [log_probabilities(sampler, team, episodes) for team in teams]
+    per_agent = agent_message_kls(
+        chat, teams[3], teams[0], episodes, temperature=TEMPERATURE, chunk_size=64
+    )
+    kappa = np.exp(log_p[3]) @ per_agent  # E_{pi_hat^3}[agent k's message KL], exactly
+    for j in (1, 2, 3):
+        exact = float(np.sum(np.exp(log_p[j]) * (log_p[j] - log_p[0])))
+        assert exact > 0.01
+        # float32 log-softmax over 4 entries (see the first test): 3 positions of two teams on
+        # each side, and up to 3 kappas summed.
+        tolerance = 6 * VOCAB * FLOAT32_EPS * max(largest_logit(teams[3], episodes, chat), 1.0) * 3
+        assert float(kappa[:j].sum()) == pytest.approx(exact, abs=tolerance)

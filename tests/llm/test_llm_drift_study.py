@@ -64,6 +64,10 @@ def test_each_scheme_measures_what_its_definition_says(finished):
         assert all(u["mismatch_kl"] == 0.0 for u in teamtr["updates"])
         # Stale trains every update on pi_cur's batch: its mismatch is the drift from the start.
         assert all(u["mismatch_kl"] == u["from_start_kl"] for u in stale["updates"])
+        # TeamTR's updates are applied where they were trained: no shift gap, by construction.
+        assert all(u["shift_gap"] in (None, 0.0) for u in teamtr["updates"])
+        # Up to DIRECT_MAX agents every D_stale term is also measured on its own team's batch.
+        assert all(u["from_start_kl_direct"] is not None for u in stale["updates"][1:])
         # Same team, same seeds: the two schemes' first updates are the same update.
         assert stale["updates"][0]["update_kl"] == teamtr["updates"][0]["update_kl"]
         assert stale["metrics"]["drift_kl"] == pytest.approx(
