@@ -162,6 +162,14 @@ def profile_stage(
     result["certificate"] = record["certificate"]
     result["generated_tokens"] = record["generated_tokens"]
     result["episodes"] = config.sampler.prompts_per_batch * config.sampler.group_size
+    # What the float32 resolution of the recorded KL and surrogate depends on (the tests
+    # derive their tolerances from it): vocabulary, tokens per message, turns, A_max.
+    result["numerics"] = {
+        "vocabulary": parts.team.backbone.training_model(0).get_output_embeddings().out_features,
+        "longest_message": config.sampler.longest_message,
+        "turns": config.sampler.turns,
+        "a_max": config.sampler.a_max,
+    }
     return result
 
 

@@ -1,7 +1,8 @@
 """The key-value cache's name in Hugging Face model calls, across transformers versions.
 
-transformers 5.2x calls it ``cache`` (argument and output field); earlier releases, which
-``pyproject.toml`` still admits (a GPU image may ship one), call it ``past_key_values``.
+transformers 5.2x calls it ``cache`` (argument and output field); earlier releases call it
+``past_key_values``. ``pyproject.toml`` requires the release the suite is tested on (5.24); the
+fallback for an older one (a GPU image may ship one) is kept, but no test runs it.
 """
 
 from __future__ import annotations

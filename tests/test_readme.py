@@ -4,6 +4,7 @@ under it, and the language-model stage (tiny model) runs through the same ``run_
 from __future__ import annotations
 
 import ast
+import math
 import os
 import re
 import subprocess
@@ -55,7 +56,10 @@ def test_the_language_model_snippet_trains_a_tiny_team():
     assert match is not None, printed
     updates, kept = int(match[1]), int(match[2])
     assert updates == 2 and 0 <= kept <= updates  # configs/smoke.toml: a team of two agents
-    float(match[3])
+    certificate = float(match[3])
+    assert math.isfinite(certificate), printed  # float() accepts "nan" and "inf"
+    if kept == 0:
+        assert certificate == 0.0, printed  # a stage that keeps nothing certifies nothing
 
 
 def test_the_smollm2_line_of_the_snippet_names_valid_settings():

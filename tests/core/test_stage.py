@@ -133,7 +133,19 @@ def test_an_update_outside_its_radius_is_never_kept():
     np.testing.assert_array_equal(final.table, team.table)
 
 
-def test_rejected_updates_leave_the_team_unchanged_and_charge_nothing():
+class _RejectingUpdater:
+    """A real exact updater (inside its radius, a positive surrogate) whose every update says
+    it was rejected (a backtracking search that gave up)."""
+
+    def __init__(self, mdp):
+        self.inner = sim.ExactUpdater(mdp)
+
+    def update(self, team, agent, rollouts, radius):
+        return replace(self.inner.update(team, agent, rollouts, radius), accepted=False)
+
+
+@pytest.mark.parametrize("scheme", ["teamtr", "joint"])
+def test_rejected_updates_leave_the_team_unchanged_and_charge_nothing(scheme):
     mdp, team = _instance(4)
     report, _ = _stage(mdp, team, scheme="teamtr", radius=0.03)
     record = report.records[0]
@@ -142,6 +154,20 @@ def test_rejected_updates_leave_the_team_unchanged_and_charge_nothing():
 
     assert not inside_radius(rejected, 0.03, 1e-6)
     assert not inside_radius(replace(record.update, kl=float("nan")), 0.03, 1e-6)
+
+    report, final = run_stage(
+        team,
+        sim.ExactSampler(mdp),
+        _RejectingUpdater(mdp),
+        StageConfig(scheme=scheme, radius=0.03),
+        mdp.penalty_model(),
+    )
+    # The updates themselves would have been kept and charged: only the rejection stops them.
+    assert all(r.update.kl <= 0.03 * (1 + 1e-9) and r.update.surrogate > 0 for r in report.records)
+    assert report.records and not any(r.kept for r in report.records)
+    assert all(r.penalty == 0.0 and r.certificate == 0.0 for r in report.records)
+    assert report.certificate == 0.0
+    np.testing.assert_array_equal(final.table, team.table)
 
 
 def test_joint_tv_form_sums_the_agents_tv_and_still_bounds_the_gain():

@@ -118,16 +118,31 @@ def test_every_estimator_keeps_the_update_inside_the_radius(
         learning_rate=5e-2, steps=2, estimator=estimator, direction=direction
     )
     update = TrustRegionUpdater(char_chat, settings).update(char_team, 2, rollouts, radius=0.02)
-    assert update.kl <= 0.02 or not update.accepted
+    # lr 0.05 starts far outside the region; four halvings bring every estimator inside it.
+    assert update.accepted and update.backtracks >= 1
+    assert update.kl <= 0.02
     assert update.advantage_bound == rollouts.a_max
+
+
+# k1 (the mean sampled log-ratio) is not left out by oversight: it can be near 0 or negative
+# for a step whose exact KL is large, and admits this step; exact and k3 are non-negative.
+@pytest.mark.parametrize("estimator", ["exact", "k3"])
+def test_a_step_that_cannot_get_inside_the_radius_is_rejected(
+    char_team, char_chat, rollouts, estimator
+):
+    """The same step without backtracking: outside the region, so rejected and undone."""
+    settings = UpdaterSettings(learning_rate=5e-2, steps=2, estimator=estimator, max_backtracks=0)
+    update = TrustRegionUpdater(char_chat, settings).update(char_team, 2, rollouts, radius=0.02)
+    assert not update.accepted and update.backtracks == 0
+    assert update.policy.equal(char_team.agent(2))
 
 
 def test_quantile_statistic_bounds_the_quantile(char_team, char_chat, rollouts):
     settings = UpdaterSettings(learning_rate=5e-2, steps=2, statistic="quantile", quantile=0.75)
     update = TrustRegionUpdater(char_chat, settings).update(char_team, 0, rollouts, radius=0.02)
     assert update.kl_quantile is not None
-    if update.accepted:
-        assert update.kl_quantile <= 0.02 and update.kl <= 0.02
+    assert update.accepted  # four halvings of lr 0.05 reach the region (as for the mean)
+    assert update.kl_quantile <= 0.02 and update.kl <= 0.02
 
 
 def test_batches_without_reward_signal_leave_the_agent_and_adam_untouched(
