@@ -15,10 +15,12 @@ full-vocabulary per-token KLs of Lemma 3.1 (``llm.drift.dialogue_kls``):
   TeamTR's resampling re-measures before the next update;
 - the train-vs-true mismatch sum_i KL(P_{pi_hat^{i-1}} || P_{behaviour of update i's rollouts}):
   D_stale's terms for stale, exactly 0 for teamtr (its rollouts are samples of pi_hat^{i-1});
-- the stale gap of update i: its surrogate L_i on the rollouts it was trained on minus the same
-  surrogate on the fresh measurement batch of pi_hat^{i-1}, the team it is applied to. For
-  teamtr both are batches of pi_hat^{i-1}, so its gap is the sampling floor (how much an update
-  overfits its own batch); stale's adds the occupancy shift.
+- the stale gap of stale's update i: its surrogate L_i on the rollouts it was trained on minus
+  the same surrogate on a fresh batch of pi_hat^{i-1}, the team it is applied to. It holds the
+  update's overfitting to its own batch (the whole gap of the first update, whose team has not
+  moved) plus the occupancy shift; the shift gap keeps the shift alone: L_i on a fresh batch of
+  pi_cur minus L_i on the fresh batch of pi_hat^{i-1}. TeamTR trains every update on samples of
+  the team it is applied to, so its shift gap is 0 by construction and is not sampled.
 
 KL between dialogue distributions is additive over the agents that differ, so with per-update
 shifts kappa the KL drifts count terms: ~ kappa n(n-1)/2 for stale, kappa n for teamtr. Each
@@ -82,8 +84,8 @@ DEFINITIONS: dict[str, str] = {
     ),
     "mean_update_kl": "step_kl / kept updates: the dialogue KL one update causes.",
     "stale_gap": (
-        "sum_i (L_i on the rollouts update i trained on - L_i on a fresh batch of pi_hat^{i-1}), "
-        "over kept updates; for teamtr the sampling floor (both are batches of pi_hat^{i-1})."
+        "stale: sum_i (L_i on the rollouts update i trained on - L_i on a fresh batch of "
+        "pi_hat^{i-1}) over kept updates (overfitting plus shift); teamtr: not measured (0)."
     ),
     "stale_gap_abs": "The same sum of |gap_i|.",
     "shift_gap": (
@@ -133,10 +135,10 @@ class StudySettings:
     of ``[stage] radius`` (mean over the H = n turns). "turn": delta_i is ``[stage] radius``
     itself, so an agent's message may move n delta_i."""
     learning_rate: float = 2e-4
-    steps: int = 2
-    prompts: int = 4
+    steps: int = 1
+    prompts: int = 2
     group: int = 4
-    message_tokens: int = 8
+    message_tokens: int = 6
     note_max: int = 5
     temperature: float = 0.7
     lora_rank: int = 16
@@ -230,13 +232,19 @@ def measure_unit(
         generated = sum(r.generated_tokens for r in report.sampled_rollouts)
         teams = report.teams
         cpu = time.process_time()
-        # Measurement batches, independent of the stage's: pi_hat^0, then each next team from
-        # the previous batch with prefix reuse (exact samples, llm.sampler), up to pi_hat^n.
+        # Measurement batches, independent of the stage's. Stale: pi_hat^0, then each next team
+        # from the previous batch with prefix reuse (exact samples, llm.sampler), up to
+        # pi_hat^n, for the surrogate of every update where it is applied. TeamTR trains each
+        # update where it is applied (its gaps are 0 by construction): one batch of pi_hat^n.
         probe = DialogueSampler(
             chat, router, draw, dataclasses.replace(config.sampler, seed=seed + 1_000_003)
         )
-        batches = [probe.sample(teams[0])]
-        for i, record in enumerate(report.records, start=1):
+        checker = DialogueSampler(
+            chat, router, draw, dataclasses.replace(config.sampler, seed=seed + 2_000_003)
+        )
+        chained = scheme == "stale"
+        batches = [probe.sample(teams[0] if chained else teams[-1])]
+        for i, record in enumerate(report.records if chained else (), start=1):
             batches.append(
                 probe.sample(teams[i], previous=batches[-1], updated_agent=record.agent)
                 if record.kept
@@ -260,14 +268,15 @@ def measure_unit(
             agent = record.agent
             from_start = float(kappa[:agent].sum())
             direct = None
-            if n_agents <= direct_max and i > 1:
-                # The same KL measured the long way, on a batch of pi_hat^{i-1} itself.
+            if chained and n_agents <= direct_max and i > 1:
+                # The same KL measured the long way, on a batch of pi_hat^{i-1} itself, drawn
+                # afresh (the chained measurement batches share the earlier agents' turns).
                 direct = float(
                     agent_message_kls(
                         chat,
                         teams[i - 1],
                         teams[0],
-                        batches[i - 1].episodes,
+                        checker.sample(teams[i - 1]).episodes,
                         temperature=temperature,
                         chunk_size=chunk,
                     )
@@ -275,7 +284,9 @@ def measure_unit(
                     .mean()
                 )
             gap = shift_gap = None
-            if record.kept:
+            if not chained:
+                shift_gap = 0.0  # trained on samples of pi_hat^{i-1}, the team it is applied to
+            elif record.kept:
                 # L_i where the update is applied (a fresh batch of pi_hat^{i-1}), against L_i
                 # on the batch it trained on (the stale gap: overfitting plus occupancy shift)
                 # and on a fresh batch of the team that batch came from (the shift alone).
@@ -285,7 +296,7 @@ def measure_unit(
                 trained_on = next(
                     j for j, team in enumerate(teams) if not team.differing_agents(source)
                 )
-                if trained_on == i - 1:  # teamtr: the same team, the same batch
+                if trained_on == i - 1:  # the first update: pi_hat^0 is the team it trained on
                     shift_gap = 0.0
                 else:
                     moved = teams[trained_on].with_agent(agent, record.update.policy)

@@ -19,7 +19,7 @@ from llm.drift_study import (
     unit_metrics,
 )
 
-TINY = ["--source", "tiny", "--message-tokens", "3"]
+TINY = ["--source", "tiny", "--message-tokens", "3", "--prompts", "4", "--steps", "2"]
 """Batches of 4 problems x 4 dialogues: the random tiny model then states some running totals
 (a digit among its characters), so updates carry a signal and teams move."""
 
@@ -79,7 +79,7 @@ def test_each_scheme_measures_what_its_definition_says(finished):
 
 
 def _tiny_settings() -> dict:
-    return {"source": "tiny", "message_tokens": 3}
+    return {"source": "tiny", "message_tokens": 3, "prompts": 4, "steps": 2}
 
 
 def test_summary_json_holds_every_n_and_scheme(finished):
