@@ -215,12 +215,14 @@ def aggregate(methods: list[str], results: Path) -> dict[str, Any]:
             entry["agent_updates"] = mean_and_error(
                 [float(sum(len(s["updates"]) for s in r["stages"])) for r in records]
             )
+            entry["regressions"] = mean_and_error([float(regressions(r)) for r in records])
             entry["per_seed"] = [
                 {
                     "seed": r["seed"],
                     "trained": r["trained"]["accuracy"],
                     "stages": r["stages_trained"],
                     "budget_clock_minutes_used": r["budget_clock_minutes_used"],
+                    "regressions": regressions(r),
                 }
                 for r in records
             ]
@@ -307,6 +309,25 @@ def plot(summary: dict[str, Any], results: Path, out: Path) -> Path:
 def held_out_curve(run: dict[str, Any]) -> list[tuple[int, float]]:
     """(stages trained, greedy held-out accuracy) after every stage that evaluated."""
     return [(s["stage"] + 1, s["eval"]["accuracy"]) for s in run["stages"] if "eval" in s]
+
+
+def regressions(run: dict[str, Any]) -> int:
+    """Held-out evaluations that fell by more than two standard errors below the one before
+    (the untrained evaluation first). Each accuracy p on N questions has the binomial standard
+    error sqrt(p (1 - p) / N); a drop counts when it exceeds twice the error of the difference
+    of two such estimates, sqrt(se_1^2 + se_2^2) (independent draws: conservative on a fixed
+    question set, whose errors are positively correlated)."""
+    evaluations = [run["untrained"]] + [s["eval"] for s in run["stages"] if "eval" in s]
+    count = 0
+    for before, after in zip(evaluations, evaluations[1:], strict=False):
+        error = math.hypot(_binomial_error(before), _binomial_error(after))
+        count += before["accuracy"] - after["accuracy"] > 2.0 * error
+    return count
+
+
+def _binomial_error(evaluation: dict[str, Any]) -> float:
+    p, n = evaluation["accuracy"], evaluation["n"]
+    return math.sqrt(p * (1.0 - p) / n)
 
 
 def rerecord(methods: list[str], results: Path, runs: Path) -> None:

@@ -111,3 +111,32 @@ def test_eval_only_accuracy_weighs_held_out_templates_by_their_questions():
         eval_only_accuracy({"template/d1.what_is/accuracy": 1.0, "template/d1.what_is/n": 3})
         is None
     )
+
+
+def test_a_regression_is_a_drop_of_more_than_two_standard_errors():
+    from llm.seed_study import regressions
+
+    def evaluation(accuracy: float, n: int = 100) -> dict:
+        return {"accuracy": accuracy, "n": n}
+
+    run = {
+        "untrained": evaluation(0.10),
+        "stages": [
+            {"stage": 0, "eval": evaluation(0.50)},
+            {"stage": 1},  # a stage without an evaluation is skipped
+            {"stage": 2, "eval": evaluation(0.30)},  # -20 points, 2 s.e. = 13.6: a regression
+            {"stage": 3, "eval": evaluation(0.25)},  # -5 points, 2 s.e. = 12.6: noise
+            {"stage": 4, "eval": evaluation(0.90)},
+        ],
+    }
+    assert regressions(run) == 1
+    # The same drops on 10 questions are within the noise of so few.
+    small = {
+        "untrained": evaluation(0.10, 10),
+        "stages": [
+            {"stage": s["stage"], "eval": {**s["eval"], "n": 10}}
+            for s in run["stages"]
+            if "eval" in s
+        ],
+    }
+    assert regressions(small) == 0
