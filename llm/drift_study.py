@@ -499,6 +499,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     parser.add_argument("--agents", type=_sizes, default=[2, 3, 4, 6, 8], help="e.g. 2,3,4,6,8")
     parser.add_argument("--seeds", type=int, default=3, help="seeds per team size")
     parser.add_argument("--first-seed", type=int, default=0, help="seeds first..first+seeds-1")
+    parser.add_argument("--markdown", action="store_true", help="print the tables as markdown")
     parser.add_argument(
         "--summarise-only",
         action="store_true",
@@ -612,7 +613,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {prog}: no finished unit under {runs}", file=sys.stderr)
         return 2
     summary = summarise(units, settings, args.bootstrap)
-    print(format_table(summary))
+    print(markdown(summary) if args.markdown else format_table(summary))
     if args.json is not None:
         write_atomically(args.json, summary)
     if args.plot is not None:
@@ -647,6 +648,45 @@ def format_table(summary: dict[str, Any]) -> str:
         for n, r in summary["cost_ratio"].items()
     )
     lines.append(f"teamtr stage / stale stage: {ratios}")
+    return "\n".join(lines)
+
+
+def markdown(summary: dict[str, Any]) -> str:
+    """The summary as markdown: per n, mean ± standard error over seeds; then the exponents."""
+
+    def cell(scheme: str, n: int, metric: str) -> str:
+        stats = summary["schemes"][scheme]["per_n"][str(n)][metric]
+        if stats["mean"] is None:
+            return "–"
+        error = "" if stats["stderr"] is None else f" ± {stats['stderr']:.2g}"
+        return f"{stats['mean']:.3g}{error}"
+
+    lines = [
+        "| n | D_stale (KL) | D_teamtr (KL) | D_stale (Σ√2KL) | D_teamtr (Σ√2KL) "
+        "| one update's KL, stale / teamtr | stale gap | shift gap | tokens teamtr/stale "
+        "| CPU teamtr/stale |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for n in summary["agents"]:
+        ratio = summary["cost_ratio"][str(n)]
+        lines.append(
+            f"| {n} | {cell('stale', n, 'drift_kl')} | {cell('teamtr', n, 'drift_kl')} | "
+            f"{cell('stale', n, 'drift_l1')} | {cell('teamtr', n, 'drift_l1')} | "
+            f"{cell('stale', n, 'mean_update_kl')} / {cell('teamtr', n, 'mean_update_kl')} | "
+            f"{cell('stale', n, 'stale_gap')} | {cell('stale', n, 'shift_gap')} | "
+            f"{_num(ratio['tokens'])} | {_num(ratio['cpu'])} |"
+        )
+    lines += ["", "| metric | α stale [95% CI] | α TeamTR [95% CI] |", "|---|---|---|"]
+    for metric in FITTED:
+        cells = []
+        for scheme in SCHEMES:
+            fit = summary["schemes"][scheme]["alpha"].get(metric)
+            cells.append(
+                "–"
+                if not fit or fit["alpha"] is None
+                else f"{fit['alpha']:.2f} [{_num(fit['ci95'][0])}, {_num(fit['ci95'][1])}]"
+            )
+        lines.append(f"| {metric} | {cells[0]} | {cells[1]} |")
     return "\n".join(lines)
 
 

@@ -166,3 +166,15 @@ def test_units_of_other_settings_are_refused(finished, capsys, tmp_path):
     assert run(args) == 2
     assert "other settings" in capsys.readouterr().err
     assert not (tmp_path / "x.json").exists()
+
+
+def test_markdown_tables_list_every_n_and_exponent(finished):
+    from llm.drift_study import markdown
+
+    summary = json.loads((finished / "s.json").read_text())
+    table = markdown(summary)
+    rows = [
+        line for line in table.splitlines() if line.startswith("| 2 ") or line.startswith("| 3 ")
+    ]
+    assert len(rows) == 2 and all(row.count("|") == 11 for row in rows)
+    assert all(f"| {metric} |" in table for metric in drift_study.FITTED)
