@@ -46,7 +46,7 @@ from llm.checkpoint import (
     write_checkpoint,
 )
 from llm.collective import Collective
-from llm.config import ConfigError, RunConfig, load_config
+from llm.config import MAX_BUILTIN_TEST_SET, ConfigError, RunConfig, load_config
 from llm.devices import DeviceNotAvailableError, Placement, agent_devices, resolve_placement
 from llm.dialogue import ChatFormat
 from llm.distributed import (
@@ -116,12 +116,6 @@ class Components:
         return self.collective is None or self.collective.is_main
 
 
-MAX_ARITHMETIC_TEST_SET = 1000
-"""Most distinct held-out questions drawn from the arithmetic suite: difficulty 1 has 2 x 100
-x 100 questions, a fifth of them held out, and a request near that count draws for minutes
-before it fails."""
-
-
 def problem_sources(config: RunConfig):
     """How training problems are drawn, the held-out problems, and the training problems
     known in advance (a JSONL file's; none for the procedural suites, whose questions are
@@ -146,9 +140,9 @@ def problem_sources(config: RunConfig):
         )
     else:
         suite = ArithmeticSuite(task.difficulty, task.phrasing)
-    if task.eval_size > MAX_ARITHMETIC_TEST_SET:
+    if task.eval_size > MAX_BUILTIN_TEST_SET:
         raise ConfigError(
-            f"[task] eval_size: must be <= {MAX_ARITHMETIC_TEST_SET} for the built-in tasks, "
+            f"[task] eval_size: must be <= {MAX_BUILTIN_TEST_SET} for the built-in tasks, "
             f"got {task.eval_size}"
         )
     try:
