@@ -124,10 +124,13 @@ def require_new_run_directory(run_dir: Path) -> None:
         )
 
 
-def create_run_directory(run_dir: Path, config: RunConfig) -> RunLock:
+def create_run_directory(
+    run_dir: Path, config: RunConfig, fill: Callable[[Path], None] | None = None
+) -> RunLock:
     """Write config and format marker into a temporary directory and rename it into place, so
     that a run directory either exists complete or not at all; it is locked for this process
-    before it appears (the lock moves with the directory)."""
+    before it appears (the lock moves with the directory). ``fill`` writes what else the
+    directory must hold when it appears (``teamtr swap``: a checkpoint to continue from)."""
     require_new_run_directory(run_dir)
     run_dir.parent.mkdir(parents=True, exist_ok=True)
     temporary = run_dir.with_name(f".{run_dir.name}.tmp-{os.getpid()}")
@@ -139,6 +142,8 @@ def create_run_directory(run_dir: Path, config: RunConfig) -> RunLock:
         config_json = json.dumps(config.to_dict(), indent=2).encode()
         write_atomically(temporary / "config.json", config_json)
         write_run_marker(temporary)
+        if fill is not None:
+            fill(temporary)
         try:
             os.replace(temporary, run_dir)
         except OSError as error:
