@@ -196,9 +196,15 @@ def _train_config(args: argparse.Namespace, world_size: int):
             config, run=dataclasses.replace(config.run, device=args.device)
         )
         source = "--device"
-    placement_of(config, source)  # an absent device fails before anything loads
+    placement = placement_of(config, source)  # an absent device fails before anything loads
     if world_size > 1 or launched_by_torchrun():
         check_world(config, world_size, source)
+    if config.run.placement != "spread" or placement.device.type == "cpu":
+        from llm.memory import require_memory
+
+        # Ranks on the CPU share one memory; on CUDA each has a device of its own.
+        ranks = world_size if placement.device.type == "cpu" else 1
+        require_memory(config, str(placement.device), placement.dtype.itemsize, source, ranks)
     return config
 
 

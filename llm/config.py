@@ -47,6 +47,10 @@ class ModelSettings:
         return self.sources[agent] if self.sources else self.source
 
 
+MAX_AGENTS = 64
+"""Most agents (and private-notes holders) a team may have: each agent is an adapter (or a
+model) in memory and a turn in every dialogue; far more only exhausts the memory."""
+
 DEFAULT_ROLES_HINT = (
     " (the default roles are the solver and the answerer of a two-agent team: write one role "
     "prompt per agent, or role_prompts = [] for none)"
@@ -81,8 +85,8 @@ class TeamSettings:
         return (0,) * self.n_agents if self.shared_adapter else tuple(range(self.n_agents))
 
     def __post_init__(self) -> None:
-        if self.n_agents < 1:
-            raise ValueError(f"n_agents must be >= 1, got {self.n_agents}")
+        if not 1 <= self.n_agents <= MAX_AGENTS:
+            raise ValueError(f"n_agents must be >= 1 and <= {MAX_AGENTS}, got {self.n_agents}")
         if self.role_prompts and len(self.role_prompts) != self.n_agents:
             raise ValueError(
                 f"role_prompts needs {self.n_agents} entries, got {len(self.role_prompts)}"
@@ -231,14 +235,42 @@ def positive(why: str = "") -> Bound:
     return Bound(lambda v: v > 0, "must be > 0" + (f" ({why})" if why else ""))
 
 
+def between(lowest: int, highest: int, why: str = "") -> Bound:
+    return Bound(
+        lambda v: lowest <= v <= highest,
+        f"must be >= {lowest} and <= {highest}" + (f" ({why})" if why else ""),
+    )
+
+
+MAX_SEED = 2**31 - 1
+"""Seeds lie in [0, 2**31): numpy's global seed takes [0, 2**32), and agent k's model of a
+heterogeneous team is seeded with seed + k (the same range as ``--seed``)."""
+MAX_POSITIONS = 2**20
+"""No supported model has more positions: a dialogue of ``turns`` messages of at most
+``max_new_tokens`` each must fit below this before any model is loaded (the model's own
+context window is checked once it is)."""
+MAX_INTEGER = 2**31 - 1
+"""The ceiling of every integer key without a tighter one of its own."""
+MAX_THREADS = 1024
+MAX_LORA_RANK = 4096
+MAX_BUILTIN_TEST_SET = 1000
+"""Most distinct held-out questions drawn from the built-in tasks: difficulty 1 has 2 x 100
+x 100 questions, a fifth of them held out, and a request near that count draws for minutes
+before it fails."""
+
+
+def seed_bound() -> Bound:
+    return between(0, MAX_SEED, "a seed")
+
+
 def open_unit_interval(why: str = "") -> Bound:
     return Bound(lambda v: 0 < v < 1, "must lie in (0, 1)" + (f" ({why})" if why else ""))
 
 
 BOUNDS: dict[tuple[str, str], Bound] = {
-    ("lora", "rank"): at_least(1, "r, the LoRA rank"),
+    ("lora", "rank"): between(1, MAX_LORA_RANK, "r, the LoRA rank"),
     ("lora", "alpha"): positive("the LoRA scale alpha / r"),
-    ("team", "n_agents"): at_least(1, "n, the number of agents"),
+    ("team", "n_agents"): between(1, MAX_AGENTS, "n, the number of agents"),
     ("task", "difficulty"): Bound(
         lambda v: (
             v in (1, 2, 3)
@@ -249,17 +281,20 @@ BOUNDS: dict[tuple[str, str], Bound] = {
     ),
     ("task", "eval_size"): at_least(1),
     ("task", "note_max"): at_least(1, "the private numbers are 1..note_max"),
-    ("task", "note_holders"): at_least(0, "0 = one per agent"),
+    ("task", "note_holders"): between(0, MAX_AGENTS, "0 = one per agent"),
+    ("task", "eval_seed"): seed_bound(),
     ("sampler", "prompts_per_batch"): at_least(1),
     ("sampler", "group_size"): at_least(2, "G: GRPO needs a baseline within each group"),
     ("sampler", "turns"): at_least(1, "H, turns per dialogue"),
     ("sampler", "max_new_tokens"): Bound(
-        lambda v: min(v) >= 1 if isinstance(v, tuple) else v >= 1,
-        "must be >= 1 (one value, or a list of one per agent)",
+        lambda v: all(1 <= x <= MAX_POSITIONS for x in (v if isinstance(v, tuple) else (v,))),
+        f"must be >= 1 and <= {MAX_POSITIONS} (one value, or a list of one per agent; no "
+        "supported model has more positions)",
     ),
     ("sampler", "temperature"): positive("the policy is softmax(logits / T)"),
     ("sampler", "a_max"): positive("A_max, the advantage clip"),
     ("sampler", "score_chunk"): at_least(1),
+    ("sampler", "seed"): seed_bound(),
     ("updater", "learning_rate"): positive(),
     ("updater", "steps"): at_least(1),
     ("updater", "clip_eps"): positive(),
@@ -269,14 +304,25 @@ BOUNDS: dict[tuple[str, str], Bound] = {
     ("updater", "ratio_tolerance"): positive(),
     ("run", "eval_every"): at_least(0, "0 = never"),
     ("run", "checkpoint_every"): at_least(0, "0 = only the last stage and on interrupt"),
-    ("run", "threads"): at_least(0, "0 = torch's default"),
+    ("run", "threads"): between(0, MAX_THREADS, "0 = torch's default"),
+    ("run", "seed"): seed_bound(),
     ("run", "time_budget_minutes"): at_least(0, "0 = no budget"),
     ("run", "rollout_shards"): at_least(0, "0 = one per process"),
     ("run", "device"): Bound(
         lambda v: DEVICE_PATTERN.fullmatch(v) is not None, f"must be {DEVICE_CHOICES}"
     ),
 }
-"""Ranges checked before a section is built, so that each message names its key and line."""
+"""Ranges checked before a section is built, so that each message names its key and line.
+An integer key not listed here (or listed with a lower bound only) must also be at most
+``MAX_INTEGER`` (``integer_ceiling``)."""
+
+
+def integer_ceiling(value: Any) -> int | None:
+    """The largest integer in ``value`` (an integer or a list of them), if it holds any."""
+    items = value if isinstance(value, tuple) else (value,)
+    numbers = [v for v in items if isinstance(v, int) and not isinstance(v, bool)]
+    return max(numbers) if numbers else None
+
 
 RUN_NAME = re.compile(r"[A-Za-z0-9._+-]+")
 
@@ -389,6 +435,9 @@ def _section(cls: type, data: Any, name: str, locate: Locator) -> Any:
         bound = BOUNDS.get((name, key))
         if bound is not None and not bound.admits(values[key]):
             raise ConfigError(f"{where}: {bound.expected}, got {value!r}")
+        largest = integer_ceiling(values[key])
+        if largest is not None and largest > MAX_INTEGER:
+            raise ConfigError(f"{where}: must be <= {MAX_INTEGER}, got {value!r}")
     try:
         return cls(**values)
     except (ValueError, TypeError) as error:  # the settings classes' own checks
@@ -457,6 +506,56 @@ def _check_team(config: RunConfig, locate: Locator) -> None:
         )
     if config.run.name:
         check_run_name(config.run.name, locate("run", "name"))
+    _check_turns(config, locate)
+    _check_lengths(config, locate)
+
+
+def _check_turns(config: RunConfig, locate: Locator) -> None:
+    """Every agent speaks at least once in a dialogue: an agent that never does is never
+    trained (its updates see no tokens of its own) and only costs memory."""
+    team, turns = config.team, config.sampler.turns
+    n = team.n_agents
+    where = locate("sampler", "turns")
+    if team.router != "fixed":
+        if turns < n:
+            raise ConfigError(
+                f"{where}: must be >= [team] n_agents ({n}) with router {team.router!r}, so "
+                f"that every agent can speak, got {turns}"
+            )
+        return
+    order = team.speaking_order or tuple(range(n))
+    absent = sorted(set(range(n)) - set(order))
+    if absent:
+        raise ConfigError(
+            f"{locate('team', 'speaking_order')}: agent(s) {absent} never speak; the order must "
+            f"name every agent 0..{n - 1}, got {list(order)}"
+        )
+    spoken = {order[t % len(order)] for t in range(turns)}
+    if len(spoken) < n:
+        needed = max(order.index(k) for k in range(n)) + 1
+        raise ConfigError(
+            f"{where}: agent(s) {sorted(set(range(n)) - spoken)} never speak in {turns} turns "
+            f"of the fixed order {list(order)}; must be >= {needed} (or change [team] n_agents "
+            f"or speaking_order), got {turns}"
+        )
+
+
+def _check_lengths(config: RunConfig, locate: Locator) -> None:
+    """Sizes that are absurd before any model or data is seen."""
+    sampler = config.sampler
+    longest = sampler.turns * sampler.longest_message
+    if longest > MAX_POSITIONS:
+        raise ConfigError(
+            f"{locate('sampler', 'max_new_tokens')}: {sampler.turns} turns x "
+            f"{sampler.longest_message} new tokens = {longest} positions, more than any "
+            f"supported model has ({MAX_POSITIONS}); lower max_new_tokens or [sampler] turns"
+        )
+    task = config.task
+    if task.kind != "jsonl" and task.eval_size > MAX_BUILTIN_TEST_SET:
+        raise ConfigError(
+            f"{locate('task', 'eval_size')}: must be <= {MAX_BUILTIN_TEST_SET} for the "
+            f"built-in tasks ({task.kind}), got {task.eval_size}"
+        )
 
 
 def _check_stage(config: RunConfig, locate: Locator) -> None:

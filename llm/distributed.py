@@ -27,9 +27,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import sys
+import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -322,6 +325,26 @@ class ShardedSampler(DialogueSampler):
 
 
 # -- the launcher ------------------------------------------------------------------------------
+@contextmanager
+def launch_temporary_directory() -> Iterator[Path]:
+    """A temporary directory of the launch's own, the launcher's and the ranks' ``TMPDIR``
+    (torchrun makes a ``torchelastic_*`` directory there for each launch and leaves it behind),
+    removed when the launch ends however it ends."""
+    directory = Path(tempfile.mkdtemp(prefix="teamtr-launch-"))
+    saved = os.environ.get("TMPDIR"), tempfile.tempdir
+    os.environ["TMPDIR"] = str(directory)
+    tempfile.tempdir = str(directory)
+    try:
+        yield directory
+    finally:
+        if saved[0] is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = saved[0]
+        tempfile.tempdir = saved[1]
+        shutil.rmtree(directory, ignore_errors=True)
+
+
 def launch(nproc: int, argv: list[str]) -> int:
     """``teamtr train ... --nproc N``: start N local ranks with torchrun (standalone rendezvous)
     and return 2 if any rank exited with 2 (bad input), 130 if interrupted, else torchrun's."""
@@ -331,7 +354,8 @@ def launch(nproc: int, argv: list[str]) -> int:
 
     arguments = ["--standalone", f"--nproc-per-node={nproc}", "-m", "teamtr", "train", *argv]
     try:
-        run(get_args_parser().parse_args(arguments))
+        with launch_temporary_directory():
+            run(get_args_parser().parse_args(arguments))
     except ChildFailedError as failure:
         codes = {f.exitcode for f in failure.failures.values()}
         if 2 in codes:

@@ -8,6 +8,7 @@ same rule (``library_bars``); ``--no-progress`` silences everything.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,7 +18,15 @@ from tqdm import tqdm
 
 
 def on_terminal() -> bool:
-    return sys.stderr.isatty()
+    """Whether stderr is a terminal a bar can be drawn on: one that reports no width (a
+    pseudo-terminal of size 0x0, as ``script`` or some CI runners make) gets lines instead,
+    since a bar of width 0 shows nothing at all."""
+    if not sys.stderr.isatty():
+        return False
+    try:
+        return os.get_terminal_size(sys.stderr.fileno()).columns > 0
+    except (OSError, ValueError):  # no size to ask for (a closed or replaced stream)
+        return False
 
 
 @contextmanager

@@ -2,8 +2,9 @@
 
 ``create_run_directory`` writes the config and format marker into a temporary sibling, locks
 it (``llm.runlock``) and renames it into place. ``events.jsonl`` records what happened to the
-run (start, resume, recovery, interrupt, failure). Checkpoint writes hold SIGINT/SIGTERM back
-(``signals_deferred``) so they are never cut short. A fault of the surroundings in the middle
+run (start, resume, recovery, interrupt, failure, finish): every run that started ends with a
+"finished", "failed" or "interrupted" event where the disk allows. Checkpoint writes hold
+SIGINT/SIGTERM back (``signals_deferred``) so they are never cut short. A fault of the surroundings in the middle
 of a run (an ``OSError``: a full disk, a read-only path, the directory deleted) ends it through
 ``record_failure``: a checkpoint and a "failed" event where the disk still allows, then one
 ``RunFailed`` message (exit code 1); a deleted run directory is never recreated.
@@ -74,6 +75,47 @@ def log_event(run_dir: Path, event: str, **fields: Any) -> None:
         handle.write("\n")
 
 
+def error_line(error: BaseException) -> str:
+    """One line for an error: the OS's words and the file for an ``OSError``, else its text."""
+    if isinstance(error, OSError):
+        where = f" ({error.filename})" if error.filename else ""
+        return f"{error.strerror or type(error).__name__}{where}"
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
+
+
+def log_failure(run_dir: Path, error: str, **fields: Any) -> None:
+    """A "failed" event with the run's error line, where the disk still allows one."""
+    try:
+        log_event(run_dir, "failed", **fields, error=error)
+    except OSError:
+        pass  # the event log cannot be written either: the error message still says it
+
+
+@contextmanager
+def writer_thread_errors_folded() -> Iterator[None]:
+    """TensorBoard writes events in a thread of its own; when a write fails there (a full
+    disk), the thread would print its traceback and the error then resurfaces in the run's
+    next TensorBoard call (or its close), where it ends the run with one message. The thread's
+    traceback is left out: the run's one ``error:`` line says it."""
+    previous = threading.excepthook
+
+    def hook(args: Any) -> None:
+        if isinstance(args.exc_value, OSError) and type(args.thread).__name__ in WRITER_THREADS:
+            return
+        previous(args)
+
+    threading.excepthook = hook
+    try:
+        yield
+    finally:
+        threading.excepthook = previous
+
+
+WRITER_THREADS = {"_AsyncWriterThread"}
+"""Class names of TensorBoard's event-writer threads (``tensorboard.summary.writer``)."""
+
+
 def require_new_run_directory(run_dir: Path) -> None:
     if run_dir.exists():
         raise RunDirectoryError(
@@ -82,10 +124,13 @@ def require_new_run_directory(run_dir: Path) -> None:
         )
 
 
-def create_run_directory(run_dir: Path, config: RunConfig) -> RunLock:
+def create_run_directory(
+    run_dir: Path, config: RunConfig, fill: Callable[[Path], None] | None = None
+) -> RunLock:
     """Write config and format marker into a temporary directory and rename it into place, so
     that a run directory either exists complete or not at all; it is locked for this process
-    before it appears (the lock moves with the directory)."""
+    before it appears (the lock moves with the directory). ``fill`` writes what else the
+    directory must hold when it appears (``teamtr swap``: a checkpoint to continue from)."""
     require_new_run_directory(run_dir)
     run_dir.parent.mkdir(parents=True, exist_ok=True)
     temporary = run_dir.with_name(f".{run_dir.name}.tmp-{os.getpid()}")
@@ -97,6 +142,8 @@ def create_run_directory(run_dir: Path, config: RunConfig) -> RunLock:
         config_json = json.dumps(config.to_dict(), indent=2).encode()
         write_atomically(temporary / "config.json", config_json)
         write_run_marker(temporary)
+        if fill is not None:
+            fill(temporary)
         try:
             os.replace(temporary, run_dir)
         except OSError as error:
@@ -181,12 +228,12 @@ def record_failure(
             newest = latest_checkpoint(run_dir).directory
             if newest is not None:
                 saved = f"no new checkpoint could be written; the newest is {newest}"
-        try:
-            log_event(run_dir, "failed", **position, error=repr(error), checkpoint=checkpoint)
-        except OSError:
-            pass  # the event log cannot be written either: the message below still says it
+    message = error_line(error)
     if isinstance(error, OSError):
         message = fault_message(error, run_dir, position["stage"], saved, gone)
         if not gone:
             message += f"; after fixing it, continue with `teamtr train --resume {run_dir}`"
+    if writes and not gone:
+        log_failure(run_dir, message, **position, checkpoint=checkpoint)
+    if isinstance(error, OSError):
         raise RunFailed(message) from None

@@ -24,8 +24,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
-import shutil
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -44,8 +42,8 @@ from llm.checkpoint import (
     read_checkpoint,
     run_format,
     stage_directories,
+    write_atomically,
     write_checkpoint,
-    write_run_marker,
 )
 from llm.config import ConfigError, RunConfig, load_config
 from llm.dialogue import Episode
@@ -291,22 +289,18 @@ def _output_directory(run_dir: Path, agent: int, aligned: bool, out: str | None)
 def write_swapped_run(
     target: Path, config: RunConfig, point: ResumePoint, record: dict[str, Any]
 ) -> None:
-    """Write the new run directory in a temporary sibling and rename it into place."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    temporary = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-    shutil.rmtree(temporary, ignore_errors=True)
-    temporary.mkdir()
-    try:
-        (temporary / "config.json").write_text(json.dumps(config.to_dict(), indent=2))
-        write_run_marker(temporary)
-        write_checkpoint(temporary, point)
-        (temporary / "metrics.jsonl").write_text(
-            "".join(line + "\n" for line in point.metrics_lines)
-        )
-        (temporary / SWAP_RECORD).write_text(json.dumps(record, indent=2) + "\n")
-        os.replace(temporary, target)
-    finally:
-        shutil.rmtree(temporary, ignore_errors=True)
+    """Create the new run directory as a training run does (``llm.rundir``): written whole in a
+    locked temporary sibling (config, format marker, checkpoint, metrics, swap record, each
+    written atomically) and renamed into place."""
+    from llm.rundir import create_run_directory
+
+    def fill(directory: Path) -> None:
+        write_checkpoint(directory, point)
+        metrics = "".join(line + "\n" for line in point.metrics_lines)
+        write_atomically(directory / "metrics.jsonl", metrics.encode())
+        write_atomically(directory / SWAP_RECORD, json.dumps(record, indent=2).encode() + b"\n")
+
+    create_run_directory(target, config, fill).release()
 
 
 def run_swap(args: argparse.Namespace) -> int:

@@ -46,7 +46,7 @@ from llm.checkpoint import (
     write_checkpoint,
 )
 from llm.collective import Collective
-from llm.config import ConfigError, RunConfig, load_config
+from llm.config import MAX_BUILTIN_TEST_SET, ConfigError, RunConfig, load_config
 from llm.devices import DeviceNotAvailableError, Placement, agent_devices, resolve_placement
 from llm.dialogue import ChatFormat
 from llm.distributed import (
@@ -75,14 +75,18 @@ from llm.private_notes import PrivateNotesSuite
 from llm.progress import StageProgress, library_bars, on_terminal
 from llm.router import make_router
 from llm.rundir import (
+    RunFailed,
     TrainingInterrupted,
     create_run_directory,
     directory_identity,
+    error_line,
     log_event,
+    log_failure,
     record_failure,
     require_new_run_directory,
     signals_deferred,
     sigterm_interrupts,
+    writer_thread_errors_folded,
 )
 from llm.runlock import RunLock
 from llm.runlock import acquire as acquire_run_lock
@@ -116,12 +120,6 @@ class Components:
         return self.collective is None or self.collective.is_main
 
 
-MAX_ARITHMETIC_TEST_SET = 1000
-"""Most distinct held-out questions drawn from the arithmetic suite: difficulty 1 has 2 x 100
-x 100 questions, a fifth of them held out, and a request near that count draws for minutes
-before it fails."""
-
-
 def problem_sources(config: RunConfig):
     """How training problems are drawn, the held-out problems, and the training problems
     known in advance (a JSONL file's; none for the procedural suites, whose questions are
@@ -146,9 +144,9 @@ def problem_sources(config: RunConfig):
         )
     else:
         suite = ArithmeticSuite(task.difficulty, task.phrasing)
-    if task.eval_size > MAX_ARITHMETIC_TEST_SET:
+    if task.eval_size > MAX_BUILTIN_TEST_SET:
         raise ConfigError(
-            f"[task] eval_size: must be <= {MAX_ARITHMETIC_TEST_SET} for the built-in tasks, "
+            f"[task] eval_size: must be <= {MAX_BUILTIN_TEST_SET} for the built-in tasks, "
             f"got {task.eval_size}"
         )
     try:
@@ -356,12 +354,22 @@ def train(
     try:
         if parts.writes_files:
             lock = create_run_directory(run_dir, config)
+        try:
+            if parts.writes_files:
+                if collective is not None:
+                    record_world(run_dir, collective.world_size, config.run.rollout_shards)
+                log_event(run_dir, "started")
             if collective is not None:
-                record_world(run_dir, collective.world_size, config.run.rollout_shards)
-            log_event(run_dir, "started")
-        if collective is not None:
-            collective.gather(None)  # every rank waits until the run directory exists
-        start = ResumePoint.capture(0, parts.team, parts.updater, parts.sampler.rng, (), 0.0)
+                collective.gather(None)  # every rank waits until the run directory exists
+            start = ResumePoint.capture(0, parts.team, parts.updater, parts.sampler.rng, (), 0.0)
+        except Exception as error:  # the run directory exists: say why it has no stages
+            if parts.writes_files:
+                log_failure(run_dir, error_line(error), stage=0, updates_done=0, checkpoint=None)
+            if isinstance(error, OSError):
+                raise RunFailed(
+                    f"{run_dir}: the run could not start: {error_line(error)}"
+                ) from None
+            raise
         return _run(parts, run_dir, start, progress)
     finally:
         if lock is not None:
@@ -528,7 +536,13 @@ def _run(parts: Components, run_dir: Path, start: ResumePoint, progress: bool) -
             enabled=progress and writes,
         )
         metrics_path = run_dir / "metrics.jsonl" if writes else Path(os.devnull)
-        with sigterm_interrupts(), metrics_path.open("a") as metrics:
+        record: dict[str, Any] | None = None
+        checkpoint: Path | None = None
+        with (
+            sigterm_interrupts(),
+            writer_thread_errors_folded(),
+            metrics_path.open("a") as metrics,
+        ):
             for stage in range(start.stage, stages):
                 with profiling.section("checkpoint"):  # the run directory is still there
                     require_run_directory()
@@ -589,7 +603,7 @@ def _run(parts: Components, run_dir: Path, start: ResumePoint, progress: bool) -
                 ):
                     require_run_directory()
                     with profiling.section("checkpoint"), signals_deferred():
-                        write_checkpoint(run_dir, resume_point)
+                        checkpoint = write_checkpoint(run_dir, resume_point)
                 with profiling.section("logging"):
                     bar.stage_done(
                         stage,
@@ -600,6 +614,12 @@ def _run(parts: Components, run_dir: Path, start: ResumePoint, progress: bool) -
                     )
                 if last:
                     break
+            # Closed here, not only below: a TensorBoard write that failed in its thread (a
+            # full disk) surfaces now, as the run's one error, not after "finished".
+            closing, writer = writer, None
+            closing.close()
+        if writes:
+            log_event(run_dir, "finished", **final_summary(resume_point.stage, record, checkpoint))
     except KeyboardInterrupt:
         checkpoint = save(resume_point)
         if writes:
@@ -611,7 +631,9 @@ def _run(parts: Components, run_dir: Path, start: ResumePoint, progress: bool) -
                 resumes_at={"stage": resume_point.stage, "update": 0},
             )
         raise TrainingInterrupted(run_dir, checkpoint) from None
-    except RunDirectoryError:  # the checkpoint does not fit the run: nothing new to save
+    except RunDirectoryError as error:  # the checkpoint does not fit the run: nothing to save
+        if writes:
+            log_failure(run_dir, error_line(error), **position, checkpoint=None)
         raise
     except Exception as error:
         record_failure(run_dir, error, position, resume_point, save, writes=writes)
@@ -625,6 +647,22 @@ def _run(parts: Components, run_dir: Path, start: ResumePoint, progress: bool) -
             except OSError:  # its directory is gone or full: the failure is already reported
                 pass
     return run_dir
+
+
+def final_summary(
+    stages: int, record: dict[str, Any] | None, checkpoint: Path | None
+) -> dict[str, Any]:
+    """The fields of a "finished" event: stages done, the last stage's metrics (and its
+    evaluation), the checkpoint to evaluate or resume from."""
+    metrics = {}
+    if record is not None:
+        keys = ("certificate", "train_reward", "train_parse_failure_rate", "eval")
+        metrics = {key: record[key] for key in keys if key in record}
+    return {
+        "stages": stages,
+        "metrics": metrics,
+        "checkpoint": str(checkpoint) if checkpoint is not None else None,
+    }
 
 
 def log_scalars(writer: Any, stage: int, record: dict[str, Any]) -> None:

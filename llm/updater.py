@@ -21,6 +21,7 @@ What is reported (``teamtr.reports.AgentUpdate``), on the turn-level episodic MD
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -259,6 +260,8 @@ class TrustRegionUpdater:
                 for row, (e, t) in enumerate(batch.refs):
                     recorded = rollouts.old_logps[e][t]
                     gap = float((logps[row][batch.mask[row]].detach() - recorded).abs().max())
+                    if math.isnan(gap):  # NaN > tolerance is False: count it as infinitely far
+                        gap = math.inf
                     if gap > worst[0]:
                         worst = (gap, f"agent {agent}, episode {e}, turn {t}")
                 advantages = torch.tensor(
@@ -283,7 +286,7 @@ class TrustRegionUpdater:
                         loss.backward()
         # Checked once all ranks have scored their shard, so that all of them raise together.
         largest = self.collective.max(worst[0])
-        if largest > self.settings.ratio_tolerance:
+        if not largest <= self.settings.ratio_tolerance:  # NaN included
             where = worst[1] if worst[0] == largest else f"agent {agent}, on another rank"
             raise RatioCheckError(
                 f"{where}: |log new - log old| = {largest:.3g} before the update (ratio must be 1)"

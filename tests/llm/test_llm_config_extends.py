@@ -21,7 +21,7 @@ def write(path: Path, text: str) -> Path:
 def test_values_override_section_by_section_and_key_by_key(tmp_path):
     write(
         tmp_path / "base.toml",
-        "[stage]\nradius = 0.3\nstages = 7\n[team]\nn_agents = 4\nrole_prompts = []\n[sampler]\nmax_new_tokens = 24\n",
+        "[stage]\nradius = 0.3\nstages = 7\n[team]\nn_agents = 4\nrole_prompts = []\n[sampler]\nmax_new_tokens = 24\nturns = 4\n",
     )
     child = write(
         tmp_path / "sub" / "child.toml", 'extends = "../base.toml"\n[stage]\nstages = 2\n'

@@ -56,7 +56,7 @@ def test_build_team_parts_run_a_stage_that_records_what_each_update_used():
 def test_build_team_keywords_name_config_keys():
     with pytest.raises(ConfigError, match="role_prompts"):  # the default roles are for 2 agents
         configured(RunConfig(), {"source": "tiny", "n_agents": 4})
-    keys = {"role_prompts": (), "max_new_tokens": 24, "group_size": 8}
+    keys = {"role_prompts": (), "max_new_tokens": 24, "group_size": 8, "turns": 4}
     config = configured(RunConfig(), {"source": "tiny", "n_agents": 4, **keys})
     assert (config.model.source, config.team.n_agents, config.sampler.group_size) == (
         "tiny",

@@ -123,7 +123,7 @@ def test_rank_0_alone_writes_metrics_events_and_checkpoints(runs):
     lines = (two / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["stage"] for line in lines] == list(range(STAGES))
     events = [json.loads(x)["event"] for x in (two / "events.jsonl").read_text().splitlines()]
-    assert events == ["started"]
+    assert events == ["started", "finished"]
     assert json.loads((two / "distributed.json").read_text()) == {
         "world_size": 2,
         "rollout_shards": 2,
@@ -174,7 +174,8 @@ def test_sigkill_of_one_rank_then_resume_reproduces_the_straight_run(runs):
     lines = (run_dir / "metrics.jsonl").read_text().splitlines()
     assert len(lines) == STAGES
     events = [json.loads(x) for x in (run_dir / "events.jsonl").read_text().splitlines()]
-    assert events[-1]["event"] == "resumed" and events[-1]["checkpoint"] == "stage_1"
+    assert events[-2]["event"] == "resumed" and events[-2]["checkpoint"] == "stage_1"
+    assert events[-1]["event"] == "finished"
 
 
 def test_resuming_with_another_world_size_exits_2(runs, capsys):

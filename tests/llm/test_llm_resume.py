@@ -165,7 +165,8 @@ def test_sigkill_in_second_stage_then_resume_is_bit_identical(straight_run, tmp_
     assert code == 0, err
     assert_identical_runs(straight, run_dir)
     events = [json.loads(x) for x in (run_dir / "events.jsonl").read_text().splitlines()]
-    assert events[-1]["event"] == "resumed" and events[-1]["checkpoint"] == "stage_1"
+    assert events[-2]["event"] == "resumed" and events[-2]["checkpoint"] == "stage_1"
+    assert events[-1]["event"] == "finished"
 
 
 def test_sigint_writes_a_checkpoint_exits_cleanly_and_resumes_exactly(straight_run):

@@ -47,7 +47,7 @@ def test_an_empty_config_file_means_the_default(tmp_path):
 def test_the_stage_section_is_a_teamtr_stage_config_seeded_by_the_run(tmp_path):
     path = tmp_path / "c.toml"
     path.write_text(
-        "[team]\nn_agents = 3\nrole_prompts = []\n[sampler]\nmax_new_tokens = 24\n[stage]\nradius = [0.1, 0.2, 0.3]\norder = [2, 0, 1]\n"
+        "[team]\nn_agents = 3\nrole_prompts = []\n[sampler]\nmax_new_tokens = 24\nturns = 3\n[stage]\nradius = [0.1, 0.2, 0.3]\norder = [2, 0, 1]\n"
         'penalty_form = "kl"\n[run]\nseed = 7\n'
     )
     stage = load_config(path).stage
@@ -61,7 +61,7 @@ def test_the_stage_section_is_a_teamtr_stage_config_seeded_by_the_run(tmp_path):
 def test_an_order_may_update_some_agents_only(tmp_path):
     path = tmp_path / "c.toml"
     path.write_text(
-        "[team]\nn_agents = 3\nrole_prompts = []\n[sampler]\nmax_new_tokens = 24\n[stage]\norder = [2]\n"
+        "[team]\nn_agents = 3\nrole_prompts = []\n[sampler]\nmax_new_tokens = 24\nturns = 3\n[stage]\norder = [2]\n"
     )
     assert load_config(path).stage.order == (2,)  # agent 2 alone, as teamtr.StageConfig allows
 
@@ -103,7 +103,7 @@ def test_a_run_directory_config_round_trips(tmp_path):
 def test_stage_errors_name_file_line_and_key(tmp_path, line, message):
     path = tmp_path / "bad.toml"
     path.write_text(
-        f"[team]\nn_agents = 3\nrole_prompts = []\n[sampler]\nmax_new_tokens = 24\n\n[stage]\n{line}\n"
+        f"[team]\nn_agents = 3\nrole_prompts = []\n[sampler]\nmax_new_tokens = 24\nturns = 3\n[stage]\n{line}\n"
     )
     with pytest.raises(ConfigError) as caught:
         load_config(path)
