@@ -45,6 +45,30 @@ class Command:
         return int(module.run(args))
 
 
+@dataclass(frozen=True)
+class Unavailable(Command):
+    """An installed entry point that cannot be loaded; running it explains why."""
+
+    value: str = ""
+    reason: str = ""
+
+    def __init__(self, name: str, value: str, reason: str) -> None:
+        object.__setattr__(self, "help", f"(unavailable: {reason})")
+        object.__setattr__(self, "module", value.partition(":")[0])
+        object.__setattr__(self, "forward_argv", False)
+        object.__setattr__(self, "value", value)
+        object.__setattr__(self, "reason", reason)
+
+    def __call__(self, name: str, argv: Sequence[str]) -> int:
+        print(
+            f"teamtr: command {name!r} cannot be loaded from its entry point {self.value!r} "
+            f"({self.reason}); the installation is stale: reinstall the package "
+            "(pip install -e .)",
+            file=sys.stderr,
+        )
+        return 2
+
+
 def registered_commands() -> dict[str, Command]:
     """Every subcommand installed packages register, by name, in registration order.
 
@@ -54,7 +78,14 @@ def registered_commands() -> dict[str, Command]:
     """
     commands: dict[str, Command] = {}
     for entry in entry_points(group=ENTRY_POINT_GROUP):
-        commands.setdefault(entry.name, _checked(entry.name, entry.value, entry.load()))
+        try:
+            loaded = entry.load()
+        except (ImportError, AttributeError) as error:
+            # A stale installation (an entry point whose module or name is gone) must not take
+            # every other command down with it: this one says what is wrong when it is run.
+            commands.setdefault(entry.name, Unavailable(entry.name, entry.value, str(error)))
+            continue
+        commands.setdefault(entry.name, _checked(entry.name, entry.value, loaded))
     if not commands:
         for name, value in source_checkout_entry_points().items():
             module, _, attribute = value.partition(":")

@@ -62,3 +62,22 @@ def test_usage_and_unknown_commands(argv, code, capsys):
 def test_a_bad_evaluate_argument_exits_2_with_a_message(capsys):
     assert main(["evaluate", "--agents", "0"]) == 2
     assert "--agents must be >= 1" in capsys.readouterr().err
+
+
+def test_a_stale_entry_point_breaks_only_its_own_command(monkeypatch, capsys):
+    """An installed entry point whose target is gone (an older install of the package) leaves
+    every other command working; running it says what is wrong in one line."""
+    from importlib.metadata import EntryPoint
+
+    import teamtr.cli as cli
+
+    real = cli.entry_points(group=ENTRY_POINT_GROUP)
+    stale = EntryPoint("gone", "llm.commands:NO_SUCH_COMMAND", ENTRY_POINT_GROUP)
+    monkeypatch.setattr(cli, "entry_points", lambda group: [*real, stale])
+    commands = registered_commands()
+    assert set(OWNERS) <= set(commands) and "unavailable" in commands["gone"].help
+    assert main(["gone"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "NO_SUCH_COMMAND" in err[0] and "reinstall" in err[0]
+    # The others still run.
+    assert main(["evaluate", "--agents", "2"]) == 0
