@@ -259,6 +259,18 @@ def _train(args: argparse.Namespace, argv: list[str]) -> int:
         else:
             stem = Path(args.config).stem
             run_dir = train(config, stem, progress=progress, collective=collective)
+    except RuntimeError as error:
+        if collective is None or not _lost_a_peer(error):
+            raise
+        # A peer rank died (killed, out of memory): the collectives of this one fail with a
+        # backend traceback several dozen lines long. One line each says what happened.
+        print(
+            f"error: rank {collective.rank}: a peer process of the run stopped "
+            f"({_first_line(error)}); resume from the last checkpoint with "
+            f"`teamtr train --resume RUN_DIR --nproc {collective.world_size}`",
+            file=sys.stderr,
+        )
+        return RUN_FAILED
     except TrainingInterrupted as stop:
         if rank_from_environment() == 0:
             world = "" if collective is None else f" --nproc {collective.world_size}"
@@ -274,6 +286,22 @@ def _train(args: argparse.Namespace, argv: list[str]) -> int:
     if rank_from_environment() == 0:
         print(f"run directory: {run_dir}")
     return 0
+
+
+def _lost_a_peer(error: RuntimeError) -> bool:
+    """Whether a collective failed because another rank went away (torch's distributed
+    errors, or the gloo backend's own)."""
+    import torch.distributed as dist
+
+    text = str(error).lower()
+    return isinstance(error, dist.DistError) or any(
+        marker in text for marker in ("gloo", "connection closed", "connection reset")
+    )
+
+
+def _first_line(error: BaseException) -> str:
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return (lines[0] if lines else type(error).__name__)[:200]
 
 
 def _without_nproc(argv: list[str]) -> list[str]:
