@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 import torch
@@ -70,3 +71,94 @@ class AlternatingRewards:
 
     def importance_weighted(self, rollouts, team):
         return self.inner.importance_weighted(rollouts, team)
+
+
+# -- float32 resolution ------------------------------------------------------------------------
+# Two float32 computations of one quantity that sum in another order (another batch shape, the
+# prompt shared or not, gradients all-reduced, another kernel: ATEN_CPU_CAPABILITY=default, avx2,
+# AVX-512) differ by rounding only. The tolerances below are that rounding, derived from float32's
+# spacing; they are first-order estimates (worst-case sums of roundings), not measured fits.
+
+FLOAT32_EPSILON = 2.0**-23
+"""The spacing of float32 numbers at 1 (``torch.finfo(torch.float32).eps``)."""
+
+
+def forward_sum_terms(config, positions: int, adapter_rank: int = 0) -> int:
+    """How many float32 terms a Llama logit sums along its longest chain of sums.
+
+    Per layer: the RMS norm (``hidden`` squares), the q/k/v projection (``hidden``), the attention
+    score (``head_dim``) and the weighted sum over at most ``positions`` keys, the output
+    projection (``hidden``), the second RMS norm (``hidden``), gate/up (``hidden``) and down
+    (``intermediate``); then the final norm and the head (``hidden`` each). A LoRA adapter merged
+    into a weight adds ``adapter_rank`` terms (B A) and one rounding (W + B A) to each of the
+    seven adapted projections of a layer.
+    """
+    hidden, layers = config.hidden_size, config.num_hidden_layers
+    head_dim = hidden // config.num_attention_heads
+    per_layer = 6 * hidden + head_dim + positions + config.intermediate_size
+    per_layer += 7 * (adapter_rank + 1) if adapter_rank else 0
+    return layers * per_layer + 2 * hidden
+
+
+def logit_resolution(config, positions: int, adapter_rank: int = 0) -> float:
+    """How far two float32 forward passes may put one logit apart: ``eps`` per term summed.
+
+    A sum of ``n`` float32 terms is off by at most ``n eps sum|terms|`` whatever the order. Every
+    sum in the tiny Llama adds terms whose magnitudes add to at most about 1 (activations RMS-
+    normalised to 1 times weights of std 0.02: ``sum|x_k w_k|`` is about ``0.016 n``, under 1 for
+    the ``n <= 64`` terms of these models), and relative errors pass an RMS norm unchanged, so the
+    errors along the chain add up to ``eps`` times its terms. Callers assert that the logits
+    themselves stay below 1 (the premise).
+    """
+    return FLOAT32_EPSILON * forward_sum_terms(config, positions, adapter_rank)
+
+
+def log_prob_resolution(config, positions: int, max_logit: float, temperature: float) -> float:
+    """How far two float32 computations of one token log-probability may differ.
+
+    ``log_softmax(z / T)`` over ``V`` entries is accurate to about ``V eps max|z| / T`` (its
+    log-sum-exp sums ``V`` terms), and an error ``d`` in every logit moves a log-probability by at
+    most ``2 d / T`` (the logit itself and the log-sum-exp).
+    """
+    vocabulary = config.vocab_size
+    carried = 2 * logit_resolution(config, positions) / temperature
+    return carried + vocabulary * FLOAT32_EPSILON * max_logit / temperature
+
+
+def token_kl_resolution(vocabulary: int) -> float:
+    """How far two float32 computations of one per-token KL may differ, whatever the KL.
+
+    ``sum_v p_v (log p_v - log q_v)`` is a cross-entropy minus an entropy, each at most ``ln V``
+    nats (the cross-entropy exceeds it only by the KL); resolved to ``eps`` of those magnitudes,
+    the difference keeps an absolute error of ``eps * 2 ln V`` however small the KL is (as in
+    ``tests/llm/test_llm_stage_profile.py``).
+    """
+    return FLOAT32_EPSILON * 2 * math.log(vocabulary)
+
+
+def turn_kl_resolution(vocabulary: int, longest_message: int) -> float:
+    """The same for a recorded (turn-level) KL: the agent's per-token KLs summed over its
+    messages (at most ``longest_message`` tokens each, at most H of them) and divided by the H
+    turns, i.e. at most ``longest_message`` per-token resolutions."""
+    return token_kl_resolution(vocabulary) * longest_message
+
+
+def surrogate_resolution(vocabulary: int, longest_message: int, a_max: float, turns: int) -> float:
+    """How far two float32 computations of one recorded surrogate may differ.
+
+    Each message contributes ``exp(sum_t (l_new - l_old)) * A``: a sum over at most
+    ``longest_message`` tokens of two log-probabilities of the sampled token (``ln V`` on average:
+    a sampled token's expected ``-log p`` is the entropy), each resolved to ``eps`` of itself,
+    times ``|A| <= a_max`` (exp of a log-ratio near 0 is near 1), for each of the agent's at most
+    H messages of an episode; the surrogate is a weighted mean over episodes.
+    """
+    return turn_kl_resolution(vocabulary, longest_message) * a_max * turns
+
+
+def penalty_resolution(penalty: float, kl: float, kl_tolerance: float) -> float:
+    """The tolerance of a penalty ``c sqrt(KL / 2)`` carried from its KL's: the square root
+    taken at the lower end, where it is steepest."""
+    if kl <= 0.0:
+        return 0.0
+    c = penalty / math.sqrt(kl / 2)
+    return c * (math.sqrt(kl / 2) - math.sqrt(max(kl - kl_tolerance, 0.0) / 2))

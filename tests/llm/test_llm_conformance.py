@@ -14,6 +14,7 @@ from llm.config import ConfigError, RunConfig
 from llm.team_builder import configured
 from teamtr import StageConfig, check_backend, run_stage
 from teamtr.conformance import CHECKS
+from teamtr.stage import inside_radius
 
 TINY = {
     "source": "tiny",
@@ -48,7 +49,17 @@ def test_build_team_parts_run_a_stage_that_records_what_each_update_used():
     for record in report.records:
         # teamtr: every update is trained on rollouts of the team it starts from (Thm 3.4).
         assert record.rollouts.behaviour is record.base
-        assert record.update.kl <= 0.05 * (1 + 1e-6) or not record.kept
+    # Agent 0's first update is the one the conformance test above sees accepted inside the
+    # radius: it is kept, charged its penalty and moves the team the next agent starts from.
+    first, second = report.records
+    assert first.kept and first.update.accepted
+    assert 0.0 < first.update.kl <= 0.05 * (1 + StageConfig().kl_tolerance)
+    assert first.penalty > 0.0 and first.certificate == first.update.surrogate - first.penalty
+    assert second.base is not team and second.base.agent(0) is first.update.policy
+    for record in report.records:  # kept exactly when inside the radius; else charged nothing
+        assert record.kept == inside_radius(record.update, 0.05, StageConfig().kl_tolerance)
+        if not record.kept:
+            assert record.penalty == 0.0 and record.certificate == 0.0
     assert report.sampled_rollouts[0] is report.records[0].rollouts
     assert penalty.horizon == 2 and final.n_agents == 2
 

@@ -101,18 +101,34 @@ def test_device_and_dtype_resolve_as_documented():
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason='"auto" means CUDA on this machine')
 def test_explicit_cpu_float32_is_bit_identical_to_the_default(tmp_path):
+    """Without a GPU, "auto" must train exactly what explicit CPU float32 trains. The same stage
+    in CPU bfloat16 trains something else: the comparison would catch "auto" resolving to
+    another precision (or device) rather than comparing a configuration with itself."""
     default = load_config(write_config(tmp_path))
     assert (default.run.device, default.run.dtype) == ("auto", "auto")
-    reports = []
-    for config in (default, with_placement(default, "cpu", "float32")):
-        report, team = one_stage(build(config))
-        reports.append((report, team))
-    (first, team_a), (second, team_b) = reports
+    runs = []
+    for config in (
+        default,
+        with_placement(default, "cpu", "float32"),
+        with_placement(default, "cpu", "bfloat16"),
+    ):
+        parts = build(config)
+        model = parts.team.backbone.model
+        base = {p.dtype for n, p in model.named_parameters() if "lora_" not in n}
+        report, team = one_stage(parts)
+        runs.append((base, report, team))
+
+    def outcome(report):
+        return [(r.kept, r.update.kl, r.update.surrogate) for r in report.records]
+
+    (base_a, first, team_a), (base_b, second, team_b), (base_c, third, team_c) = runs
+    assert base_a == base_b == {torch.float32} and base_c == {torch.bfloat16}
     assert any(r.kept and r.update.kl > 0 for r in first.records), "nothing was trained"
-    assert [(r.kept, r.update.kl, r.update.surrogate) for r in first.records] == [
-        (r.kept, r.update.kl, r.update.surrogate) for r in second.records
-    ]
+    assert outcome(first) == outcome(second)
     assert all(a.equal(b) for a, b in zip(team_a.policies, team_b.policies, strict=True))
+    # the other placement is seen by the same comparisons
+    assert outcome(third) != outcome(first)
+    assert not all(a.equal(c) for a, c in zip(team_a.policies, team_c.policies, strict=True))
 
 
 def test_a_half_precision_stage_keeps_adapters_log_softmax_and_kl_in_float32(tmp_path):

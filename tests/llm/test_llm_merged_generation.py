@@ -10,14 +10,23 @@ from __future__ import annotations
 import dataclasses
 
 import torch
-from llm_test_support import arithmetic_sampler, perturb_agent, with_rewards
+from llm_test_support import arithmetic_sampler, logit_resolution, perturb_agent, with_rewards
 
 from llm.agents import LoraTeam
 from llm.config import config_from_dict
 from llm.sampler import SamplerSettings
 from llm.updater import TrustRegionUpdater, UpdaterSettings
 
-LOGIT_TOLERANCE = 1e-5
+
+def logit_tolerance(team: LoraTeam, input_ids: torch.Tensor) -> float:
+    """The merged copy computes ``(W + s B A) x`` where the PEFT model computes
+    ``W x + s B (A x)``: the same logits up to float32 rounding, ``logit_resolution`` with the
+    merge's terms (B A, rank r, and W + B A) added to every adapted projection. About 8e-5 here,
+    looser than the former 1e-5, which ATEN_CPU_CAPABILITY=default exceeded (1.8e-5 measured
+    there; 5e-6 with avx2 and natively on AVX-512). The premise, logits below 1, is checked."""
+    rank = team.agent(0).tensors[next(k for k in team.agent(0).tensors if "lora_A" in k)].shape[0]
+    config = team.backbone.model.config
+    return logit_resolution(config, input_ids.shape[1], adapter_rank=rank)
 
 
 def token_batch(vocab_size: int) -> torch.Tensor:
@@ -53,7 +62,8 @@ def test_merged_logits_match_the_peft_model_for_every_agent(char_team, char_toke
     for agent in range(team.n_agents):
         expected = peft_logits(team, agent, input_ids)
         merged = merged_logits(team, agent, input_ids)
-        torch.testing.assert_close(merged, expected, atol=LOGIT_TOLERANCE, rtol=0)
+        assert expected.abs().max() < 1
+        torch.testing.assert_close(merged, expected, atol=logit_tolerance(team, input_ids), rtol=0)
     # The agents really differ, so matching each one is not matching the base.
     assert (peft_logits(team, 0, input_ids) - peft_logits(team, 1, input_ids)).abs().max() > 1e-2
 
@@ -78,10 +88,9 @@ def test_the_copy_follows_updates_and_merges_only_new_snapshots(char_team, char_
     updated = perturb_agent(char_team, 0, scale=0.3, seed=3)
     after = merged_logits(updated, 0, input_ids)
     assert backbone.generation_merges == merges + 1
-    torch.testing.assert_close(
-        after, peft_logits(updated, 0, input_ids), atol=LOGIT_TOLERANCE, rtol=0
-    )
-    assert (after - before).abs().max() > 1e-2
+    tolerance = logit_tolerance(updated, input_ids)
+    torch.testing.assert_close(after, peft_logits(updated, 0, input_ids), atol=tolerance, rtol=0)
+    assert (after - before).abs().max() > 1e-2  # far beyond the tolerance: a stale copy fails
 
     # Back to the old team: its snapshot is merged again, not served from the updated one.
     torch.testing.assert_close(merged_logits(char_team, 0, input_ids), before, atol=0, rtol=0)
@@ -100,10 +109,10 @@ def test_the_copy_follows_a_trust_region_update(char_chat, char_team):
     assert not updated.agent(0).equal(char_team.agent(0))
 
     after = merged_logits(updated, 0, input_ids)
-    torch.testing.assert_close(
-        after, peft_logits(updated, 0, input_ids), atol=LOGIT_TOLERANCE, rtol=0
-    )
-    assert (after - before).abs().max() > 1e-4
+    tolerance = logit_tolerance(updated, input_ids)
+    torch.testing.assert_close(after, peft_logits(updated, 0, input_ids), atol=tolerance, rtol=0)
+    # The update moves the logits by more than twice the tolerance: a stale copy fails.
+    assert (after - before).abs().max() > 2 * tolerance
     torch.testing.assert_close(merged_logits(char_team, 0, input_ids), before, atol=0, rtol=0)
 
 

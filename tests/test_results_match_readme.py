@@ -1,0 +1,150 @@
+"""The README's language-model numbers are those of the committed results files.
+
+Each number is recomputed from the per-run files under ``results/`` by the code that wrote the
+README's tables (``llm.seed_study.aggregate`` and ``markdown``, ``held_out_curve``,
+``eval_only_accuracy``), rounded as the README rounds it, and looked up in README.md: a rerun
+whose results are committed without its table (or a table edited by hand) fails here.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from llm.seed_study import aggregate, eval_only_accuracy, held_out_curve, markdown
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "results"
+README = (ROOT / "README.md").read_text()
+
+STUDIES = ("default", "study_notes", "study_notes_g4", "study_arith")
+"""Seed studies whose summary (``results/<name>.json``) and per-run files the README cites."""
+
+
+def methods_of(study: str) -> list[str]:
+    """The methods in the committed summary, in its order (the order of the README's rows)."""
+    return list(json.loads((RESULTS / f"{study}.json").read_text())["methods"])
+
+
+def recomputed(study: str) -> dict:
+    return aggregate(methods_of(study), RESULTS / study)
+
+
+def table_rows(text: str) -> list[str]:
+    """The README's markdown table rows, whitespace-normalised."""
+    return [" ".join(line.split()) for line in text.splitlines() if line.startswith("|")]
+
+
+def runs_of(study: str, method: str) -> list[dict]:
+    paths = sorted((RESULTS / study).glob(f"{method}-s*.json"), key=lambda p: p.name)
+    return [json.loads(p.read_text()) for p in paths]
+
+
+def percent(value: float, digits: int = 0) -> str:
+    return f"{100 * value:.{digits}f}"
+
+
+@pytest.mark.parametrize("study", STUDIES)
+def test_the_committed_summary_is_the_aggregate_of_the_per_run_files(study):
+    """``results/<study>.json`` is what ``aggregate`` makes of ``results/<study>/`` now."""
+    committed = json.loads((RESULTS / f"{study}.json").read_text())
+    summary = recomputed(study)
+    assert summary["methods"].keys() == committed["methods"].keys()
+    for method, entry in summary["methods"].items():
+        assert entry["seeds"], (study, method)  # every method has runs to recompute from
+        # Same files, same float64 arithmetic in the same order: equal up to the last bit,
+        # written by json (repr round-trips) and read back.
+        assert entry == committed["methods"][method], (study, method)
+
+
+@pytest.mark.parametrize("study", ["study_notes", "study_notes_g4", "study_arith"])
+def test_the_readme_prints_each_studys_table_rows(study):
+    """Every row of ``seed_study --markdown`` on the committed files is a row of the README."""
+    rows = table_rows(markdown(recomputed(study)))
+    assert len(rows) == 2 + len(methods_of(study)) and len(methods_of(study)) >= 3
+    readme_rows = table_rows(README)
+    for row in rows:
+        assert row in readme_rows, (study, row)
+    # ...as one table: header, rule and the methods' rows in order, nothing between them
+    start = readme_rows.index(rows[2])
+    assert readme_rows[start - 2 : start + len(rows) - 2] == rows, study
+
+
+def test_the_readme_headline_is_the_default_runs_accuracy():
+    """ "**0% → 99.7% ± 0.3** (mean ± s.e. over 3 seeds ...)": untrained greedy accuracy, then
+    the trained mean and its standard error over the seeds, in percent."""
+    entry = recomputed("default")["methods"]["teamtr"]
+    trained = entry["trained_accuracy"]
+    headline = (
+        f"**{percent(entry['untrained_accuracy'])}% → {percent(trained['mean'], 1)}% ± "
+        f"{percent(trained['standard_error'], 1)}** (mean ± s.e. over {len(entry['seeds'])} seeds"
+    )
+    assert headline in " ".join(README.split()), headline
+
+
+def test_the_readme_per_seed_table_is_each_default_runs_curve():
+    """The default run's table: per seed, untrained accuracy, greedy held-out accuracy after
+    every evaluated stage, and the trained team's accuracy on the eval-only template."""
+    runs = runs_of("default", "teamtr")
+    assert runs
+    header = next(row for row in table_rows(README) if row.startswith("| seed | untrained |"))
+    evaluated = [stage for stage, _ in held_out_curve(runs[0])]
+    # the header names the stages evaluated: "2 stages | 4 | 6 | 8 | 10 stages"
+    named = [int(n) for n in re.findall(r"\| (\d+)(?: stages)?(?= \|)", header)]
+    assert named == evaluated, header
+    readme_rows = table_rows(README)
+    for run in runs:
+        curve = held_out_curve(run)
+        assert [stage for stage, _ in curve] == evaluated
+        held_out = eval_only_accuracy(run["trained"])
+        assert held_out is not None
+        cells = [percent(run["untrained"]["accuracy"])]
+        cells += [percent(accuracy) for _, accuracy in curve]
+        cells.append(percent(held_out))
+        row = f"| {run['seed']} | " + " | ".join(f"{c}%" for c in cells) + " |"
+        assert row in readme_rows, row
+        # the last evaluated stage is the trained team the headline averages
+        assert curve[-1][1] == run["trained"]["accuracy"]
+
+
+def test_the_readme_arithmetic_paragraph_states_grpos_seeds_and_the_gap():
+    """ "one-turn GRPO gains 5.7 ± 4.1 points** (3, 17 and 9% on its three seeds)" and "missed
+    by 0.4 points (teamtr 4.3%, GRPO 9.7%; the gap is 1.3 combined standard errors)"."""
+    summary = recomputed("study_arith")["methods"]
+    text = " ".join(README.split())
+    gain = summary["grpo"]["gain"]
+    seeds = [percent(run["trained"]["accuracy"]) for run in runs_of("study_arith", "grpo")]
+    stated = f"gains {percent(gain['mean'], 1)} ± {percent(gain['standard_error'], 1)} points** ("
+    stated += ", ".join(seeds[:-1]) + f" and {seeds[-1]}% on its three seeds)"
+    assert stated in text, stated
+    teamtr, grpo = summary["teamtr"]["trained_accuracy"], summary["grpo"]["trained_accuracy"]
+    gap = grpo["mean"] - teamtr["mean"]
+    combined = (teamtr["standard_error"] ** 2 + grpo["standard_error"] ** 2) ** 0.5
+    goal = 0.05  # "teamtr within 5 points of GRPO"
+    stated = (
+        f"missed by {percent(gap - goal, 1)} points (teamtr {percent(teamtr['mean'], 1)}%, "
+        f"GRPO {percent(grpo['mean'], 1)}%; the gap is {gap / combined:.1f} combined standard errors)"
+    )
+    assert stated in text, stated
+
+
+def test_the_readme_private_notes_paragraph_states_the_g4_gap():
+    """ "At 22 agent updates stale still leads TeamTR, by 2.0 points (2.0 combined standard
+    errors)" and the shared adapter's "(92.0% ± 0.6)"."""
+    summary = recomputed("study_notes_g4")["methods"]
+    text = " ".join(README.split())
+    updates = summary["teamtr"]["agent_updates"]["mean"]
+    teamtr, stale = summary["teamtr"]["trained_accuracy"], summary["stale"]["trained_accuracy"]
+    gap = stale["mean"] - teamtr["mean"]
+    combined = (teamtr["standard_error"] ** 2 + stale["standard_error"] ** 2) ** 0.5
+    stated = (
+        f"At {updates:.0f} agent updates stale still leads TeamTR, by {percent(gap, 1)} points "
+        f"({gap / combined:.1f} combined standard errors)"
+    )
+    assert stated in text, stated
+    shared = summary["shared"]["trained_accuracy"]
+    stated = f"({percent(shared['mean'], 1)}% ± {percent(shared['standard_error'], 1)})"
+    assert stated in text, stated
