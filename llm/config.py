@@ -122,6 +122,12 @@ class TaskSettings:
     """For kind = "private_notes": how many numbers (one per speaker, in speaking order);
     0 = one per agent. More holders than agents leaves numbers no agent sees: with one agent
     and 2 holders, a single agent that knows one of two numbers (the floor a team must beat)."""
+    format_reward: float = 0.0
+    """Added to a training dialogue's reward when its final answer is well formed: math-verify
+    parses it, as a number wherever the reference is one (``llm.rewards.Grade.well_formed``;
+    an unevaluated expression such as "89 + 25" earns nothing). It changes the objective: a
+    well-formed wrong answer now scores above an unparsable one (a correct answer earns
+    1 + format_reward). Evaluation accuracy ignores it. 0: off."""
     eval_size: int = 200
     """Held-out questions in the periodic evaluation (first N of the test split)."""
     eval_seed: int = 1234
@@ -283,6 +289,9 @@ BOUNDS: dict[tuple[str, str], Bound] = {
     ("task", "note_max"): at_least(1, "the private numbers are 1..note_max"),
     ("task", "note_holders"): between(0, MAX_AGENTS, "0 = one per agent"),
     ("task", "eval_seed"): seed_bound(),
+    ("task", "format_reward"): Bound(
+        lambda v: 0 <= v <= 1, "must lie in [0, 1] (0 = off; a bonus below a correct answer's 1)"
+    ),
     ("sampler", "prompts_per_batch"): at_least(1),
     ("sampler", "group_size"): at_least(2, "G: GRPO needs a baseline within each group"),
     ("sampler", "turns"): at_least(1, "H, turns per dialogue"),
@@ -295,6 +304,8 @@ BOUNDS: dict[tuple[str, str], Bound] = {
     ("sampler", "a_max"): positive("A_max, the advantage clip"),
     ("sampler", "score_chunk"): at_least(1),
     ("sampler", "seed"): seed_bound(),
+    ("sampler", "signal_groups"): at_least(0, "0 = off"),
+    ("sampler", "max_draws"): at_least(0, "extra groups a batch may draw"),
     ("updater", "learning_rate"): positive(),
     ("updater", "steps"): at_least(1),
     ("updater", "clip_eps"): positive(),
@@ -498,6 +509,12 @@ def _check_team(config: RunConfig, locate: Locator) -> None:
             "[model] sources (LoRA slots on one base model live on one device)"
         )
     shards = config.run.rollout_shards
+    if config.sampler.signal_groups and shards > 1:
+        raise ConfigError(
+            f"{locate('sampler', 'signal_groups')}: dynamic sampling is not supported with "
+            f"sharded rollouts ([run] rollout_shards = {shards}): set signal_groups = 0 or "
+            "rollout_shards to 0 or 1"
+        )
     if shards and config.sampler.prompts_per_batch % shards:
         raise ConfigError(
             f"{locate('run', 'rollout_shards')}: must divide [sampler] prompts_per_batch "

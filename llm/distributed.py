@@ -45,7 +45,7 @@ import torch.distributed as dist
 from llm.agents import AdapterWeights
 from llm.collective import Collective
 from llm.config import ConfigError, RunConfig
-from llm.sampler import DialogueRollouts, DialogueSampler, prefixes_reusable
+from llm.sampler import DialogueRollouts, DialogueSampler, group_signal, prefixes_reusable
 
 RENDEZVOUS_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 """What torchrun sets for every worker; ``init_process_group("env://")`` needs all of them."""
@@ -106,6 +106,13 @@ class WorldSpec:
         return cls(rank, world, local)
 
 
+SHARDED_SIGNAL_MESSAGE = (
+    "[sampler] signal_groups (dynamic sampling) is not supported with sharded rollouts "
+    "(more than one process, or [run] rollout_shards > 1): set signal_groups = 0, or run "
+    "one process with rollout_shards = 0 or 1"
+)
+
+
 def effective_shards(config: RunConfig, world_size: int) -> int:
     """The number of rollout shards: ``[run] rollout_shards``, or one per process."""
     return config.run.rollout_shards or world_size
@@ -120,6 +127,8 @@ def check_world(config: RunConfig, world_size: int, source: str = "") -> int:
             f'with {world_size} processes each owns one GPU: use "together"'
         )
     shards = effective_shards(config, world_size)
+    if config.sampler.signal_groups and shards > 1:
+        raise ConfigError(f"{where}{SHARDED_SIGNAL_MESSAGE}")
     batch = config.sampler.prompts_per_batch
     if shards % world_size:
         raise ConfigError(
@@ -269,6 +278,10 @@ class ShardedRollouts(DialogueRollouts):
     def parse_failure_rate(self) -> float:
         return float(1.0 - self.all_parsed.mean())
 
+    @property
+    def held_signal_groups(self) -> int:
+        return int(group_signal(self.all_rewards, self.group_size).sum())
+
 
 class ShardedSampler(DialogueSampler):
     """A ``DialogueSampler`` that plays this rank's rollout shards of every batch.
@@ -276,10 +289,14 @@ class ShardedSampler(DialogueSampler):
     Every rank draws the whole batch (problems, routing seeds) and every shard's generation
     seed from the shared generator, so the generators stay equal on all ranks; a shard is whole
     GRPO groups, played with its own seed. Prefix reuse works per episode, as in one process.
+    Dynamic sampling (``[sampler] signal_groups``) is not sharded: its rounds would need every
+    rank's rewards before the next draw, and its kept groups moved between ranks.
     """
 
     def __init__(self, *args: Any, shards: int, collective: Collective, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        if self.settings.signal_groups:
+            raise ConfigError(SHARDED_SIGNAL_MESSAGE)
         self.shards = shards
         self.collective = collective
         per_rank = shards // collective.world_size
@@ -317,6 +334,8 @@ class ShardedSampler(DialogueSampler):
         # The metrics describe the global batch: every rank's tokens and rewards, in rank order.
         values["generated_tokens"] = int(together.sum(generated))
         values["reused_turns"] = int(together.sum(reused))
+        values["groups_drawn"] = int(together.sum(rollouts.groups_drawn))
+        values["groups_with_signal"] = int(together.sum(rollouts.groups_with_signal))
         return ShardedRollouts(
             **values,
             all_rewards=together.concatenate(rollouts.rewards),

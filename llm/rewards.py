@@ -28,10 +28,20 @@ class Grade:
     """False when no answer could be extracted (then ``correct`` is False)."""
     extracted: str | None
     """The extracted answer, for majority voting."""
+    restated: bool = False
+    """True when the reference is a number and the answer an unevaluated expression ("89 +
+    25"): parsed, but not worked out (then ``correct`` is False)."""
 
     @property
     def reward(self) -> float:
         return 1.0 if self.correct else 0.0
+
+    @property
+    def well_formed(self) -> bool:
+        """Whether the answer is one math-verify parses, and a number wherever the reference
+        is one: what ``[task] format_reward`` pays for (an answer that restates the question
+        as an expression is not well formed, as it is not correct)."""
+        return self.parsed and not self.restated
 
 
 def grade(prediction: str, gold: str) -> Grade:
@@ -49,7 +59,7 @@ def grade(prediction: str, gold: str) -> Grade:
         raise
     except Exception:  # math-verify raises assorted errors (timeouts, sympy); fail closed.
         return Grade(correct=False, parsed=False, extracted=None)
-    return Grade(correct=correct, parsed=True, extracted=str(extracted[-1]))
+    return Grade(correct=correct, parsed=True, extracted=str(extracted[-1]), restated=restated)
 
 
 def running_sum_reward(

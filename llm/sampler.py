@@ -12,6 +12,27 @@ turns were produced by agents other than k, routed by a rule that ignores parame
 distribution is the same under both teams; the regenerated suffix is drawn from the new team.
 Each episode is therefore an exact sample of the new team (checked in
 tests/llm/test_prefix_reuse.py against the exact distribution).
+
+Dynamic sampling (``signal_groups`` > 0, as in DAPO): a GRPO group whose dialogues all earn
+the same reward gives every one of them advantage 0, and a batch of such groups teaches
+nothing. The sampler then draws further groups (new problems, each a full group of G fresh
+dialogues of ``team``), a round of up to ``prompts_per_batch`` at a time, until
+``signal_groups`` of the groups drawn have differing rewards or ``max_draws`` extra groups
+have been drawn. The batch keeps ``prompts_per_batch`` groups, in the order drawn: those with
+differing rewards first in the choice (up to the batch's size), then, if too few were found,
+groups without (the first drawn) to fill it. Every group is an i.i.d. draw of ``team`` and the
+choice looks only at which groups have differing rewards, so each kept group is an exact
+sample of ``team`` conditional on its signal, by a rule that is the same for every team and
+scheme. The batch keeps its size so that the updater's KL statistic and token means rest on as
+many dialogues as without the filter (and every scheme updates on batches of one size); a
+filler group costs the gradient nothing (its advantages are 0).
+
+Prefix reuse and the filter do not combine exactly: the prefixes of a filtered batch are
+tilted towards those after which the previous team's dialogues had differing rewards, so
+continuing them would not sample the new team (nor the new team under the filter). With
+dynamic sampling on, a call with ``previous`` therefore draws fresh groups like any other
+(``reused_turns`` = 0): TeamTR's resamples of the intermediate teams pay for whole dialogues,
+and every batch of every scheme is a filtered fresh draw of its team.
 """
 
 from __future__ import annotations
@@ -60,6 +81,14 @@ class SamplerSettings:
     """A_max: advantages are clipped to [-A_max, A_max] (the certificate's declared bound)."""
     score_chunk: int = 8
     """Episodes per training forward pass (memory/speed trade-off; no effect on results)."""
+    signal_groups: int = 0
+    """Dynamic sampling: the number of groups with differing rewards a batch should hold
+    (at most ``prompts_per_batch``); the sampler draws further groups until it has found
+    that many or drawn ``max_draws`` extra ones (see the module's docstring). 0: off, every
+    batch is the ``prompts_per_batch`` groups drawn first, draw for draw."""
+    max_draws: int = 16
+    """With ``signal_groups`` > 0: the most groups a batch may draw beyond its
+    ``prompts_per_batch`` (each a new problem played G times); every generated token counts."""
     merged_generation: bool = True
     """Generate with the speaker's adapter merged into a plain copy of the base model
     (``llm.generation``): the same policy up to float rounding, at the bare model's speed, for
@@ -87,6 +116,13 @@ class SamplerSettings:
             raise ValueError(f"temperature must be > 0, got {self.temperature}")
         if self.a_max <= 0:
             raise ValueError(f"a_max must be > 0, got {self.a_max}")
+        if not 0 <= self.signal_groups <= self.prompts_per_batch:
+            raise ValueError(
+                "signal_groups must lie in 0..prompts_per_batch "
+                f"({self.prompts_per_batch}; 0 = off), got {self.signal_groups}"
+            )
+        if self.max_draws < 0:
+            raise ValueError(f"max_draws must be >= 0, got {self.max_draws}")
 
     def max_tokens_of(self, speaker: int) -> int:
         """The longest message ``speaker`` may write."""
@@ -194,10 +230,20 @@ class DialogueRollouts:
     """Tokens generated to produce these rollouts (reused turns cost nothing)."""
     reused_turns: int = 0
     wall_seconds: float = 0.0
+    groups_drawn: int = 0
+    """GRPO groups played for these rollouts, those dynamic sampling discarded included."""
+    groups_with_signal: int = 0
+    """Of ``groups_drawn``, those whose dialogues earned differing rewards."""
 
     @property
     def parse_failure_rate(self) -> float:
         return float(1.0 - self.parsed.mean())
+
+    @property
+    def held_signal_groups(self) -> int:
+        """Groups of this batch whose dialogues earned differing rewards (the others give the
+        updater advantages of 0)."""
+        return int(group_signal(self.rewards, self.group_size).sum())
 
     @property
     def mean_reward(self) -> float:
@@ -207,16 +253,26 @@ class DialogueRollouts:
         return self.weights if self.weights.size else np.ones(len(self.episodes))
 
 
-def episode_reward(chat: ChatFormat, episode: Episode, final: Grade) -> float:
+def episode_reward(
+    chat: ChatFormat, episode: Episode, final: Grade, format_reward: float = 0.0
+) -> float:
     """The reward of a finished dialogue: its final answer's (``final``), or, for a problem
-    with ``credit = "running_sum"``, the share of turns that kept the running sum."""
+    with ``credit = "running_sum"``, the share of turns that kept the running sum; plus
+    ``format_reward`` when the final answer is well formed (``Grade.well_formed``)."""
+    bonus = format_reward if final.well_formed else 0.0
     if episode.problem.credit == "running_sum":
-        return running_sum_reward(
+        return bonus + running_sum_reward(
             [chat.message_text(turn) for turn in episode.turns],
             [turn.agent for turn in episode.turns],
             episode.problem.values,
         )
-    return final.reward
+    return bonus + final.reward
+
+
+def group_signal(rewards: np.ndarray, group_size: int) -> np.ndarray:
+    """Per GRPO group (``group_size`` contiguous rewards): whether its rewards differ."""
+    groups = np.asarray(rewards, dtype=float).reshape(-1, group_size)
+    return groups.max(axis=1) > groups.min(axis=1)
 
 
 def prefixes_reusable(
@@ -350,11 +406,15 @@ class DialogueSampler:
         settings: SamplerSettings,
         *,
         reuse_work: bool = True,
+        format_reward: float = 0.0,
     ) -> None:
         self.chat = chat
         self.router = router
         self.problems = problems
         self.settings = settings
+        self.format_reward = format_reward
+        """Added to a dialogue's training reward when its final answer is well formed
+        (``[task] format_reward``); evaluation grades accuracy alone."""
         self.reuse_work = reuse_work
         """Score each group's prompt once (``llm.scoring.message_logits``; the updater must do
         the same, so that its ratio check compares identical computations) and each agent's
@@ -365,10 +425,11 @@ class DialogueSampler:
         restore its state, so a resumed run draws what a straight run would."""
 
     # -- generation ---------------------------------------------------------------------------
-    def new_episodes(self) -> list[Episode]:
-        """Fresh problems (each repeated G times, contiguously) and routing seeds."""
+    def new_episodes(self, count: int | None = None) -> list[Episode]:
+        """Fresh problems (``count``, by default ``prompts_per_batch``, each repeated G times,
+        contiguously) and routing seeds."""
         s = self.settings
-        problems = self.problems(self.rng, s.prompts_per_batch)
+        problems = self.problems(self.rng, s.prompts_per_batch if count is None else count)
         episodes = []
         for problem in problems:
             prompt = tuple(self.chat.encode_prompt(problem.question))
@@ -478,16 +539,38 @@ class DialogueSampler:
             share_prompt=self.reuse_work,
         )
 
-    def finish(
-        self, team: LoraTeam, episodes: list[Episode], generated: int, reused: int, started: float
-    ) -> DialogueRollouts:
+    def graded(self, episodes: Sequence[Episode]) -> tuple[list[Grade], np.ndarray]:
+        """Each finished episode's final-answer grade and training reward."""
         with profiling.section("grading"):
             grades = [
                 grade(self.chat.message_text(e.turns[-1]), e.problem.answer) for e in episodes
             ]
             rewards = np.array(
-                [episode_reward(self.chat, e, g) for e, g in zip(episodes, grades, strict=True)]
+                [
+                    episode_reward(self.chat, e, g, self.format_reward)
+                    for e, g in zip(episodes, grades, strict=True)
+                ],
+                dtype=float,
             )
+        return grades, rewards
+
+    def finish(
+        self,
+        team: LoraTeam,
+        episodes: list[Episode],
+        generated: int,
+        reused: int,
+        started: float,
+        graded: tuple[list[Grade], np.ndarray] | None = None,
+        draws: tuple[int, int] | None = None,
+    ) -> DialogueRollouts:
+        """The rollouts of finished ``episodes``; ``graded``: their grades and rewards when
+        known already; ``draws``: groups drawn and those with signal, when more groups were
+        played than the batch keeps (dynamic sampling)."""
+        grades, rewards = self.graded(episodes) if graded is None else graded
+        if draws is None:
+            signal = group_signal(rewards, self.settings.group_size)
+            draws = (len(signal), int(signal.sum()))
         advantages = group_normalised_advantages(
             torch.tensor(rewards), self.settings.group_size, self.settings.a_max
         ).numpy()
@@ -511,6 +594,8 @@ class DialogueSampler:
             generated_tokens=generated,
             reused_turns=reused,
             wall_seconds=time.perf_counter() - started,
+            groups_drawn=draws[0],
+            groups_with_signal=draws[1],
         )
 
     # -- the Sampler protocol -----------------------------------------------------------------
@@ -521,8 +606,11 @@ class DialogueSampler:
         previous: DialogueRollouts | None = None,
         updated_agent: int | None = None,
     ) -> DialogueRollouts:
-        """On-policy rollouts of ``team``, reusing prefixes of ``previous`` where exact."""
+        """On-policy rollouts of ``team``, reusing prefixes of ``previous`` where exact; with
+        ``signal_groups`` > 0, fresh groups filtered for differing rewards (and no reuse)."""
         started = time.perf_counter()
+        if self.settings.signal_groups:
+            return self.sample_with_signal(team, started)
         reusable = prefixes_reusable(team, previous, updated_agent)
         if not reusable:
             episodes, generated = self.play(team, self.new_episodes())
@@ -531,6 +619,44 @@ class DialogueSampler:
         truncated, reused = self.reusable_prefixes(previous, updated_agent)
         episodes, generated = self.play(team, truncated)
         return self.finish(team, episodes, generated, reused, started)
+
+    def sample_with_signal(self, team: LoraTeam, started: float) -> DialogueRollouts:
+        """Dynamic sampling (see the module's docstring): rounds of fresh groups until
+        ``signal_groups`` of them have differing rewards or ``max_draws`` extra groups were
+        drawn; the batch keeps ``prompts_per_batch`` of them, those with signal first."""
+        s = self.settings
+        size = s.group_size
+        episodes: list[Episode] = []
+        grades: list[Grade] = []
+        rewards: list[np.ndarray] = []
+        generated = 0
+        count = s.prompts_per_batch
+        while True:
+            played, tokens = self.play(team, self.new_episodes(count))
+            round_grades, round_rewards = self.graded(played)
+            episodes.extend(played)
+            grades.extend(round_grades)
+            rewards.append(round_rewards)
+            generated += tokens
+            signal = group_signal(np.concatenate(rewards), size)
+            extra_left = s.max_draws - (len(signal) - s.prompts_per_batch)
+            if signal.sum() >= s.signal_groups or extra_left <= 0:
+                break
+            count = min(s.prompts_per_batch, extra_left)
+        with_signal = np.flatnonzero(signal)
+        without = np.flatnonzero(~signal)
+        chosen = sorted([*with_signal[: s.prompts_per_batch], *without][: s.prompts_per_batch])
+        keep = [g * size + i for g in chosen for i in range(size)]
+        all_rewards = np.concatenate(rewards)
+        return self.finish(
+            team,
+            [episodes[k] for k in keep],
+            generated,
+            0,
+            started,
+            graded=([grades[k] for k in keep], all_rewards[keep]),
+            draws=(len(signal), int(signal.sum())),
+        )
 
     def reusable_prefixes(
         self, previous: DialogueRollouts, updated_agent: int

@@ -263,12 +263,22 @@ def build(
     chunk = config.sampler.score_chunk
     shards = effective_shards(config, collective.world_size if collective else 1)
     if collective is None and shards == 1:
-        sampler = DialogueSampler(chat, router, draw, config.sampler)
+        sampler = DialogueSampler(
+            chat, router, draw, config.sampler, format_reward=config.task.format_reward
+        )
         updater = TrustRegionUpdater(chat, config.updater, score_chunk=chunk)
         return Components(config, chat, team, sampler, updater, test, positions)
     together = collective or Collective()
     check_world(config, together.world_size)
-    sampler = ShardedSampler(chat, router, draw, config.sampler, shards=shards, collective=together)
+    sampler = ShardedSampler(
+        chat,
+        router,
+        draw,
+        config.sampler,
+        shards=shards,
+        collective=together,
+        format_reward=config.task.format_reward,
+    )
     updater = TrustRegionUpdater(chat, config.updater, score_chunk=chunk, collective=together)
     return Components(config, chat, team, sampler, updater, test, positions, together)
 
@@ -287,6 +297,11 @@ def stage_metrics(stage: int, report: StageReport, seconds: float) -> dict[str, 
         "rollout_rewards": [c.mean_reward for c in calls],
         "generated_tokens": sum(c.generated_tokens for c in calls),
         "reused_turns": sum(c.reused_turns for c in calls),
+        # Groups played (dynamic sampling's discarded ones included), those among them with
+        # differing rewards, and those each batch handed to the updater holds.
+        "groups_drawn": sum(c.groups_drawn for c in calls),
+        "groups_with_signal": sum(c.groups_with_signal for c in calls),
+        "batch_signal_groups": [c.held_signal_groups for c in calls],
         "sampling_seconds": sum(c.wall_seconds for c in calls),
         "wall_seconds": seconds,
         "updates": [
@@ -671,6 +686,8 @@ def log_scalars(writer: Any, stage: int, record: dict[str, Any]) -> None:
         "train_reward",
         "train_parse_failure_rate",
         "generated_tokens",
+        "groups_drawn",
+        "groups_with_signal",
         "wall_seconds",
     ):
         if record[key] is not None:
