@@ -413,6 +413,16 @@ def _eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _located(error: Exception, args: argparse.Namespace) -> str:
+    """The message, prefixed with the config file where it names a key but no file (a check
+    made on the resolved config, after the file's own checks, e.g. "[task] eval_size: ...")."""
+    message = str(error)
+    config = getattr(args, "config", None)
+    if isinstance(error, ConfigError) and config and message.startswith("["):
+        return f"{config}: {message}"
+    return message
+
+
 def main(argv: list[str]) -> int:
     try:
         args = _parser().parse_args(argv)
@@ -437,7 +447,7 @@ def main(argv: list[str]) -> int:
         DistributedSetupError,
     ) as error:
         if rank_from_environment() == 0:  # every rank stops; one says why
-            print(f"error: {error}", file=sys.stderr)
+            print(f"error: {_located(error, args)}", file=sys.stderr)
         return BAD_INPUT
     except RunFailed as error:
         print(f"error: {error}", file=sys.stderr)

@@ -210,3 +210,16 @@ def test_config_json_of_a_run_directory_is_checked_too(tmp_path):
     path.write_text(json.dumps({"stage": {"radius": -0.1}}))
     with pytest.raises(ConfigError, match=r"config.json: \[stage\] radius: must be > 0"):
         load_config(path)
+
+
+def test_a_check_on_the_resolved_config_names_the_file(tmp_path, capsys):
+    """eval_size is checked against the problems the task can draw only once the config is
+    resolved; the message still names the file (and the key)."""
+    from llm.cli import main
+
+    config = tmp_path / "few.toml"
+    chain = Path(__file__).resolve().parents[2] / "configs" / "chain" / "chain2_teamtr.toml"
+    config.write_text(f'extends = "{chain}"\n[task]\neval_size = 900\n')
+    assert main(["train", "--config", str(config), "--check"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {config}: [task] eval_size:")
