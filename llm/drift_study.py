@@ -54,7 +54,7 @@ from teamtr.fitting import finite_or_none, fit_exponent
 
 SCHEMES: tuple[SchemeName, ...] = ("stale", "teamtr")
 PAPERS_ALPHA = {"stale": 1.94, "teamtr": 1.07}
-FORMAT = "teamtr.llm_scaling/2"
+FORMAT = "teamtr.llm_scaling/3"
 DIRECT_MAX = 4
 """Team sizes up to which each D_stale term is also measured on a batch of its own team (the
 check of the chain identity the study uses for every n)."""
@@ -142,6 +142,12 @@ class StudySettings:
     note_max: int = 5
     temperature: float = 0.7
     lora_rank: int = 16
+    signal_groups: int = 1
+    """Dynamic sampling for both schemes' training batches (``[sampler] signal_groups``):
+    every batch an update trains on holds a group with differing rewards where one is found
+    within ``max_draws`` extra groups, so that neither scheme's drift depends on how often its
+    batches happen to hold a reward. The measurement batches are plain samples."""
+    max_draws: int = 6
 
     def as_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -185,6 +191,8 @@ def unit_config(settings: StudySettings, n_agents: int, seed: int):
             "turns": n_agents,
             "max_new_tokens": settings.message_tokens,
             "temperature": settings.temperature,
+            "signal_groups": settings.signal_groups,
+            "max_draws": settings.max_draws,
             "learning_rate": settings.learning_rate,
             "steps": settings.steps,
         },
@@ -236,11 +244,12 @@ def measure_unit(
         # from the previous batch with prefix reuse (exact samples, llm.sampler), up to
         # pi_hat^n, for the surrogate of every update where it is applied. TeamTR trains each
         # update where it is applied (its gaps are 0 by construction): one batch of pi_hat^n.
+        plain = dataclasses.replace(config.sampler, signal_groups=0)  # samples of P_team
         probe = DialogueSampler(
-            chat, router, draw, dataclasses.replace(config.sampler, seed=seed + 1_000_003)
+            chat, router, draw, dataclasses.replace(plain, seed=seed + 1_000_003)
         )
         checker = DialogueSampler(
-            chat, router, draw, dataclasses.replace(config.sampler, seed=seed + 2_000_003)
+            chat, router, draw, dataclasses.replace(plain, seed=seed + 2_000_003)
         )
         chained = scheme == "stale"
         batches = [probe.sample(teams[0] if chained else teams[-1])]
@@ -318,6 +327,8 @@ def measure_unit(
                     "stale_gap": gap,
                     "shift_gap": shift_gap,
                     "train_reward": float(record.rollouts.mean_reward),
+                    "groups_drawn": int(record.rollouts.groups_drawn),
+                    "groups_with_signal": int(record.rollouts.groups_with_signal),
                 }
             )
         schemes[scheme] = {
@@ -523,6 +534,16 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     parser.add_argument("--group", type=int, default=defaults.group, help="dialogues a problem")
     parser.add_argument("--message-tokens", type=int, default=defaults.message_tokens)
     parser.add_argument("--note-max", type=int, default=defaults.note_max)
+    parser.add_argument(
+        "--signal-groups",
+        type=int,
+        default=defaults.signal_groups,
+        help="dynamic sampling of the training batches: groups with differing rewards a batch "
+        "should hold (0: plain batches)",
+    )
+    parser.add_argument(
+        "--max-draws", type=int, default=defaults.max_draws, help="extra groups a batch may draw"
+    )
     parser.add_argument("--threads", type=int, default=1, help="torch threads (0: default)")
     parser.add_argument("--bootstrap", type=int, default=1000, help="resamples for alpha's CI")
     parser.add_argument(
@@ -555,6 +576,11 @@ def _validate(args: argparse.Namespace) -> str | None:
         (2 <= args.group <= 256, f"--group must lie in 2..256, got {args.group}"),
         (1 <= args.message_tokens <= 256, "--message-tokens must lie in 1..256"),
         (1 <= args.note_max <= 1000, f"--note-max must lie in 1..1000, got {args.note_max}"),
+        (
+            0 <= args.signal_groups <= args.prompts,
+            f"--signal-groups must lie in 0..--prompts ({args.prompts}), got {args.signal_groups}",
+        ),
+        (0 <= args.max_draws <= 1000, f"--max-draws must lie in 0..1000, got {args.max_draws}"),
         (0 <= args.threads <= 256, f"--threads must lie in 0..256, got {args.threads}"),
         (1 <= args.bootstrap <= 100_000, "--bootstrap must lie in 1..100000"),
         (
@@ -585,6 +611,8 @@ def run(args: argparse.Namespace) -> int:
         group=args.group,
         message_tokens=args.message_tokens,
         note_max=args.note_max,
+        signal_groups=args.signal_groups,
+        max_draws=args.max_draws,
     )
     runs = args.runs or args.json.with_name(args.json.stem + "_runs")
     try:

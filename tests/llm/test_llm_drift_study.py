@@ -64,6 +64,8 @@ def test_each_scheme_measures_what_its_definition_says(finished):
         assert all(u["mismatch_kl"] == 0.0 for u in teamtr["updates"])
         # Stale trains every update on pi_cur's batch: its mismatch is the drift from the start.
         assert all(u["mismatch_kl"] == u["from_start_kl"] for u in stale["updates"])
+        # Dynamic sampling: every training batch drew at least its 4 groups.
+        assert all(u["groups_drawn"] >= 4 for s in (stale, teamtr) for u in s["updates"])
         # TeamTR's updates are applied where they were trained: no shift gap, by construction.
         assert all(u["shift_gap"] in (None, 0.0) for u in teamtr["updates"])
         # Up to DIRECT_MAX agents every D_stale term is also measured on its own team's batch.
