@@ -178,3 +178,18 @@ def test_no_import_across_the_layers(package):
         if module.split(".")[0] == package
     }
     assert {module: targets for module, targets in offenders.items() if targets} == {}
+
+
+def test_no_module_loads_a_file_by_its_path():
+    """A package that loads a script (``figures/``) by path breaks in a non-editable install."""
+    offenders = sorted(
+        module
+        for module, path in MODULES.items()
+        if any(
+            isinstance(node, ast.Attribute | ast.Name)
+            and (node.attr if isinstance(node, ast.Attribute) else node.id)
+            == "spec_from_file_location"
+            for node in ast.walk(ast.parse(path.read_text(), str(path)))
+        )
+    )
+    assert offenders == []
