@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from pathlib import Path
 from typing import Any, NoReturn
 
 from llm.checkpoint import RunDirectoryError
+from llm.cli_args import integer_at_least
 from llm.config import ConfigError, check_run_name, load_config
 from llm.devices import DEVICE_CHOICES, DEVICE_PATTERN
 from llm.distributed import DistributedSetupError, launched_by_torchrun, rank_from_environment
@@ -48,35 +48,6 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(BAD_INPUT, f"error: {self.prog}: {message} (see {self.prog} --help)\n")
-
-
-def integer_at_least(lowest: int, highest: int | None = None):
-    """An argparse type: an integer >= ``lowest`` (and <= ``highest``, where a larger value
-    would only exhaust the memory or the patience)."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-        if value < lowest:
-            raise argparse.ArgumentTypeError(f"must be >= {lowest}, got {value}")
-        if highest is not None and value > highest:
-            raise argparse.ArgumentTypeError(f"must be <= {highest}, got {value}")
-        return value
-
-    return parse
-
-
-def positive_number(text: str) -> float:
-    """An argparse type: a finite number > 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
-    return value
 
 
 def _check_flag(parser: argparse.ArgumentParser) -> None:

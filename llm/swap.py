@@ -45,6 +45,7 @@ from llm.checkpoint import (
     write_atomically,
     write_checkpoint,
 )
+from llm.cli_args import integer_at_least, positive_number
 from llm.config import ConfigError, RunConfig, load_config
 from llm.dialogue import Episode
 from llm.tasks import Problem, load_jsonl
@@ -68,8 +69,6 @@ class NewAdapter:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``teamtr swap``; every number has its range."""
-    from llm.cli import integer_at_least, positive_number
-
     parser.add_argument("--run", required=True, help="run directory whose team gets the new agent")
     parser.add_argument("--agent", type=int, required=True, help="k: the agent to replace")
     parser.add_argument(

@@ -12,7 +12,6 @@ which reads a Gymnasium toy-text environment into a TurnTakingMDP.
 1.0
 """
 
-from sim.agent_map import TeamMismatchError
 from sim.dialogue import (
     TokenFactorisation,
     dialogue_mdp,
@@ -32,7 +31,13 @@ from sim.rollouts import (
     TabularRollouts,
     surrogate_scale,
 )
-from sim.team import PolicyValidationError, TabularTeam, random_team, uniform_team
+from sim.team import (
+    PolicyValidationError,
+    TabularTeam,
+    TeamMismatchError,
+    random_team,
+    uniform_team,
+)
 from sim.toy_text import GymnasiumConversionError, alternating_team, from_gymnasium
 from sim.updates import ExactUpdater
 

@@ -1,32 +1,20 @@
-"""The agent map agent(s) of THEORY.md §1: validated once, and checked wherever a team meets an MDP.
+"""The agent map agent(s) of THEORY.md §1, validated once.
 
 An MDP and a team each carry a map from states to the agent acting there. Both are read by
 ``agent_ids``: integers 0..n-1, every one of them acting somewhere, unless the number of agents
-n is given explicitly (then the ids only have to lie in [0, n)). ``check_team_fits`` is called
-by every function that receives a team together with an MDP (``sim.evaluate``, the samplers,
-``ExactUpdater``, ``sim.alignment``), so a team built for another MDP is refused before it
-updates the wrong states.
+n is given explicitly (then the ids only have to lie in [0, n)). Where a team meets an MDP the
+two maps are compared by ``sim.team.check_team_fits``.
 """
 
 from __future__ import annotations
 
 import numbers
-from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-if TYPE_CHECKING:
-    from sim.mdp import TurnTakingMDP
-    from sim.team import TabularTeam
-
-
 _LARGEST_ID = np.iinfo(np.int64).max // 2
 """Ids are clipped here before the cast to int64; any id this large is refused anyway."""
-
-
-class TeamMismatchError(ValueError):
-    """A team that does not fit the MDP it is used with (shape, agent map or number of agents)."""
 
 
 def _describe_ids(ids: NDArray[np.int64]) -> str:
@@ -108,41 +96,3 @@ def agent_ids(
     if not shared:
         ids.setflags(write=False)
     return ids, count
-
-
-def check_team_fits(mdp: TurnTakingMDP, team: TabularTeam, where: str) -> None:
-    """Raise ``TeamMismatchError`` unless ``team`` has the MDP's shape, agents and agent map.
-
-    ``where`` names the caller in the message (e.g. "sim.evaluate").
-    """
-    expected = (mdp.n_states, mdp.n_actions)
-    if team.table.shape != expected:
-        raise TeamMismatchError(
-            f"{where}: the team's table has shape {team.table.shape} but the MDP has "
-            f"(S, A) = {expected}"
-        )
-    if team.n_agents != mdp.n_agents:
-        raise TeamMismatchError(
-            f"{where}: the team has {team.n_agents} agents but the MDP has {mdp.n_agents}"
-        )
-    team_map, mdp_map = team.agent_of_state, mdp.agent_of_state
-    if team_map is mdp_map:
-        return
-    differs = team_map != mdp_map
-    if differs.any():
-        state = int(np.flatnonzero(differs)[0])
-        raise TeamMismatchError(
-            f"{where}: the team's agent map differs from the MDP's at {int(differs.sum())} "
-            f"state(s), first at state {state}: the team says agent {team_map[state]}, the MDP "
-            f"agent {mdp_map[state]} (build the team from mdp.agent_of_state)"
-        )
-
-
-def as_fitting_team(mdp: TurnTakingMDP, team: Any, where: str) -> TabularTeam:
-    """``team`` if it is a TabularTeam that fits ``mdp``; TypeError or TeamMismatchError if not."""
-    from sim.team import TabularTeam
-
-    if not isinstance(team, TabularTeam):
-        raise TypeError(f"{where} needs a TabularTeam, got {type(team).__name__}")
-    check_team_fits(mdp, team, where)
-    return team

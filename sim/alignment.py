@@ -29,10 +29,9 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from sim.agent_map import check_team_fits
 from sim.evaluate import Evaluation, evaluate
 from sim.mdp import TurnTakingMDP
-from sim.team import TabularTeam, validate_policy
+from sim.team import TabularTeam, check_team_fits, validate_policy
 from teamtr.alignment import stage0_projection
 from teamtr.bounds import theorem_3_4_lower_bound
 from teamtr.divergence import expected, kl, tv

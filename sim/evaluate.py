@@ -17,10 +17,9 @@ import numpy as np
 import scipy.sparse as sp
 from numpy.typing import NDArray
 
-from sim.agent_map import check_team_fits
 from sim.linear import solve_resolvent_pair, validate_solver_options
 from sim.mdp import TurnTakingMDP
-from sim.team import TabularTeam, validate_policy
+from sim.team import TabularTeam, check_team_fits, validate_policy
 
 Array = NDArray[np.float64]
 

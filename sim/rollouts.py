@@ -14,12 +14,11 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from sim.agent_map import as_fitting_team
 from sim.env import TurnTakingEnv
 from sim.evaluate import Evaluation, evaluate
 from sim.linear import validate_solver_options
 from sim.mdp import TurnTakingMDP
-from sim.team import TabularTeam
+from sim.team import TabularTeam, as_fitting_team
 
 Array = NDArray[np.float64]
 
@@ -85,7 +84,7 @@ class ExactSampler:
     """Exact "rollouts": the occupancy and advantages of a team by linear solves.
 
     Implements ``teamtr.protocols.Sampler``: the limit of infinitely many on-policy episodes.
-    Teams must fit ``mdp`` (``sim.agent_map.check_team_fits``); ``rtol`` is in (0, 1).
+    Teams must fit ``mdp`` (``sim.team.check_team_fits``); ``rtol`` is in (0, 1).
     """
 
     def __init__(self, mdp: TurnTakingMDP, *, rtol: float = 1e-11) -> None:

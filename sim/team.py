@@ -1,4 +1,9 @@
-"""Tabular teams: one S x A table whose rows of state s belong to agent(s) (THEORY.md §1)."""
+"""Tabular teams: one S x A table whose rows of state s belong to agent(s) (THEORY.md §1).
+
+``check_team_fits`` is called by every function that receives a team together with an MDP
+(``sim.evaluate``, the samplers, ``ExactUpdater``, ``sim.alignment``), so a team built for
+another MDP is refused before it updates the wrong states.
+"""
 
 from __future__ import annotations
 
@@ -18,6 +23,10 @@ POLICY_ATOL = 1e-9
 
 class PolicyValidationError(ValueError):
     """A policy table that is not S x A row-stochastic; the message names the state."""
+
+
+class TeamMismatchError(ValueError):
+    """A team that does not fit the MDP it is used with (shape, agent map or number of agents)."""
 
 
 def validate_policy(table: ArrayLike, n_states: int, n_actions: int) -> NDArray[np.float64]:
@@ -141,3 +150,39 @@ def random_team(
     draws = np.maximum(draws, np.finfo(np.float64).tiny)
     table = draws / draws.sum(axis=1, keepdims=True)
     return TabularTeam(table, mdp.agent_of_state, n_agents=mdp.n_agents)
+
+
+def check_team_fits(mdp: TurnTakingMDP, team: TabularTeam, where: str) -> None:
+    """Raise ``TeamMismatchError`` unless ``team`` has the MDP's shape, agents and agent map.
+
+    ``where`` names the caller in the message (e.g. "sim.evaluate").
+    """
+    expected = (mdp.n_states, mdp.n_actions)
+    if team.table.shape != expected:
+        raise TeamMismatchError(
+            f"{where}: the team's table has shape {team.table.shape} but the MDP has "
+            f"(S, A) = {expected}"
+        )
+    if team.n_agents != mdp.n_agents:
+        raise TeamMismatchError(
+            f"{where}: the team has {team.n_agents} agents but the MDP has {mdp.n_agents}"
+        )
+    team_map, mdp_map = team.agent_of_state, mdp.agent_of_state
+    if team_map is mdp_map:
+        return
+    differs = team_map != mdp_map
+    if differs.any():
+        state = int(np.flatnonzero(differs)[0])
+        raise TeamMismatchError(
+            f"{where}: the team's agent map differs from the MDP's at {int(differs.sum())} "
+            f"state(s), first at state {state}: the team says agent {team_map[state]}, the MDP "
+            f"agent {mdp_map[state]} (build the team from mdp.agent_of_state)"
+        )
+
+
+def as_fitting_team(mdp: TurnTakingMDP, team: Any, where: str) -> TabularTeam:
+    """``team`` if it is a TabularTeam that fits ``mdp``; TypeError or TeamMismatchError if not."""
+    if not isinstance(team, TabularTeam):
+        raise TypeError(f"{where} needs a TabularTeam, got {type(team).__name__}")
+    check_team_fits(mdp, team, where)
+    return team

@@ -45,9 +45,9 @@ from numpy.typing import NDArray
 from scipy.optimize import brentq
 from scipy.special import logsumexp
 
-from sim.agent_map import TeamMismatchError, as_fitting_team
 from sim.evaluate import NonFiniteResultError, advantage_bound
 from sim.mdp import TurnTakingMDP
+from sim.team import TeamMismatchError, as_fitting_team
 from teamtr.reports import AgentUpdate
 
 Array = NDArray[np.float64]

@@ -24,13 +24,11 @@ relative improvements read like the papers' accuracy ratios (TeamTR: aligned swa
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import math
 import sys
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,19 +39,10 @@ from tqdm import tqdm
 import sim
 from sim.alignment import SwapCertificate, align_agent, swap_certificate
 from sim.experiments.families import FAMILIES, build_family
+from sim.experiments.swap_settings import REPLACEMENTS, StudySettings
 from sim.experiments.swap_summary import PAPER_CLAIMS, print_summary, summarise
 from sim.experiments.training import Trainer
 
-REPLACEMENTS: dict[str, str] = {
-    "other-run": (
-        "agent k of a donor team trained with TeamTR from another random start for "
-        "--donor-stages stages (another run, trained longer)"
-    ),
-    "other-team": (
-        "agent k trained alone for --donor-stages trust-region updates as a best response to a "
-        "different, frozen team of peaked random policies (good for other teammates)"
-    ),
-}
 OTHER_TEAM_CONCENTRATION = 0.3
 """Dirichlet concentration of the frozen teammates an ``other-team`` replacement is trained with:
 small, so that those teammates have decided habits that differ from the trained team's."""
@@ -74,55 +63,6 @@ DEFINITIONS: dict[str, str] = {
         "L - penalty(eps, E_d[KL]); covers = realised change >= every form of the bound"
     ),
 }
-
-
-@dataclass(frozen=True)
-class StudySettings:
-    """The options of one study, validated once."""
-
-    family: str
-    seeds: int
-    train_stages: int
-    donor_stages: int
-    further_stages: int
-    radius: float
-    delta0: float
-    sweep: tuple[float, ...]
-    agent: int | None
-    concentration: float
-    replacement: str
-
-    @classmethod
-    def from_args(cls, args: argparse.Namespace) -> StudySettings:
-        if args.replacement not in REPLACEMENTS:
-            raise ValueError(
-                f"--replacement must be one of {sorted(REPLACEMENTS)}, got {args.replacement!r}"
-            )
-        if args.family not in FAMILIES:
-            raise ValueError(f"--family must be one of {sorted(FAMILIES)}, got {args.family!r}")
-        for flag in ("seeds", "train_stages", "donor_stages", "further_stages"):
-            if getattr(args, flag) < 1:
-                raise ValueError(f"--{flag.replace('_', '-')} must be >= 1")
-        sweep = tuple(float(x) for x in args.delta0_sweep.split(",") if x.strip())
-        for value in (args.radius, args.delta0, args.concentration, *sweep):
-            if not (math.isfinite(value) and value > 0):
-                raise ValueError(
-                    f"--radius, --delta0, --delta0-sweep and --concentration must be > 0, "
-                    f"got {value}"
-                )
-        return cls(
-            family=args.family,
-            seeds=args.seeds,
-            train_stages=args.train_stages,
-            donor_stages=args.donor_stages,
-            further_stages=args.further_stages,
-            radius=args.radius,
-            delta0=args.delta0,
-            sweep=tuple(sorted({*sweep, float(args.delta0)})),
-            agent=args.agent,
-            concentration=args.concentration,
-            replacement=args.replacement,
-        )
 
 
 REPLACEMENT_UNIFORM_MIX = 1e-3
@@ -323,18 +263,6 @@ def study_seed(settings: StudySettings, seed: int) -> dict[str, Any]:
     }
 
 
-def _plotter() -> Callable[[Any, Any], Path]:
-    """``plot_swap_sim`` from ``figures/plot_swap_sim.py`` (figures are scripts, not a package)."""
-    path = Path(__file__).resolve().parents[2] / "figures" / "plot_swap_sim.py"
-    spec = importlib.util.spec_from_file_location("plot_swap_sim", path)
-    if spec is None or spec.loader is None:
-        raise FileNotFoundError(f"cannot load the plotting script {path}")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    plot: Callable[[Any, Any], Path] = module.plot_swap_sim
-    return plot
-
-
 def build_parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog,
@@ -443,5 +371,7 @@ def run(args: argparse.Namespace) -> int:
         args.json.write_text(json.dumps(result, indent=2, allow_nan=False) + "\n")
         print(f"wrote {args.json}")
     if args.plot is not None:
-        print(f"wrote {_plotter()(result, args.plot)}")
+        from sim.experiments.plots import plot_swap_sim  # matplotlib only when drawing
+
+        print(f"wrote {plot_swap_sim(result, args.plot)}")
     return 0

@@ -14,7 +14,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 if TYPE_CHECKING:
-    from sim.experiments.swap import StudySettings
+    from sim.experiments.swap_settings import StudySettings
 
 PAPER_CLAIMS: dict[str, str] = {
     "teamtr": "aligned swap +27% over the direct swap (1.5B agent replaced by an 8B agent)",
