@@ -99,8 +99,10 @@ def _exponent_panel(axis: Any, summary: dict[str, Any], tabular: Sequence[dict[s
             color=COLOURS[r[1]],
             capsize=3,
         )
+    for scheme in ("stale", "teamtr"):  # legend entries for the points
+        axis.plot([], [], "o", color=COLOURS[scheme], label=LABELS[scheme])
     for scheme, alpha in summary["papers_alpha"].items():
-        axis.axvline(alpha, color=COLOURS[scheme], ls="--", lw=1, label=f"papers, {scheme}")
+        axis.axvline(alpha, color=COLOURS[scheme], ls="--", lw=1, label=f"papers, {LABELS[scheme]}")
     axis.set_yticks(range(len(labels)), labels, fontsize=8)
     axis.set_xlabel("alpha (drift ~ n^alpha), 95% bootstrap CI")
     axis.legend(fontsize=8, loc="lower right")
@@ -115,10 +117,11 @@ def plot_llm_scaling(
     _drift_panel(axes[0], summary, "drift_kl", "drift: sum of dialogue KLs (nats)")
     _drift_panel(axes[1], summary, "drift_l1", "drift: sum of sqrt(2 KL) (L1 bound)")
     _exponent_panel(axes[2], summary, tabular)
-    seeds = len(summary["seeds"])
+    settings = summary["settings"]
     figure.suptitle(
-        f"One stage of stale and TeamTR on language-model teams (running-sum chain, {seeds} "
-        f"seeds, radius {summary['settings']['radius']})"
+        f"One stage of stale and TeamTR on language-model teams (running-sum chain; seeds "
+        f"{len(summary['seeds'])}; per-agent radius {settings['radius']} nats per "
+        f"{settings['radius_unit']}; mean ± s.e. over seeds, dots: seeds)"
     )
     figure.tight_layout()
     Path(path).parent.mkdir(parents=True, exist_ok=True)
