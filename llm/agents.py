@@ -28,6 +28,7 @@ from peft import LoraConfig, PeftModel, get_peft_model
 from transformers import PreTrainedModel
 
 from llm.generation import MergedGenerationCopy
+from llm.settings import LoraSettings
 
 GRADIENT_CHECKPOINTING_NOTICE = r"`is_gradient_checkpointing` is deprecated"
 """transformers' FutureWarning when PEFT reads that property of every model it wraps; nothing
@@ -65,35 +66,6 @@ class AdapterWeights:
         """Bit-identical weights (not just close)."""
         return self.tensors.keys() == other.tensors.keys() and all(
             torch.equal(self.tensors[key], other.tensors[key]) for key in self.tensors
-        )
-
-
-@dataclass(frozen=True)
-class LoraSettings:
-    """LoRA hyper-parameters shared by every agent's adapter."""
-
-    rank: int = 16
-    """r, the rank of each low-rank update."""
-    alpha: float = 32.0
-    """lora_alpha; the update is scaled by alpha / r."""
-    target_modules: str | tuple[str, ...] = "all-linear"
-    """Which linear layers get an adapter ("all-linear": every one except the output head)."""
-
-    def peft_config(self) -> LoraConfig:
-        targets = (
-            self.target_modules
-            if isinstance(self.target_modules, str)
-            else list(self.target_modules)
-        )
-        # Dropout is 0 so that the training forward pass is the sampling policy exactly:
-        # ratios must be 1 before an update (the sampler's ratio check).
-        return LoraConfig(
-            r=self.rank,
-            lora_alpha=self.alpha,  # type: ignore[arg-type]  # PEFT annotates int, uses alpha / r as a float
-            lora_dropout=0.0,
-            target_modules=targets,
-            bias="none",
-            task_type="CAUSAL_LM",
         )
 
 

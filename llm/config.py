@@ -20,11 +20,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from llm.agents import LoraSettings
-from llm.devices import DEVICE_CHOICES, DEVICE_PATTERN
-from llm.dialogue import DEFAULT_MESSAGE_TOKENS, DEFAULT_ROLE_PROMPTS, DEFAULT_SYSTEM_PROMPT
-from llm.sampler import SamplerSettings
-from llm.updater import UpdaterSettings
+from llm.settings import (
+    DEFAULT_MESSAGE_TOKENS,
+    DEFAULT_ROLE_PROMPTS,
+    DEFAULT_SYSTEM_PROMPT,
+    DEVICE_CHOICES,
+    DEVICE_PATTERN,
+    LoraSettings,
+    SamplerSettings,
+    UpdaterSettings,
+)
 from teamtr.config import OrderSpec, StageConfig
 
 

@@ -12,13 +12,12 @@ A CPU run with the defaults is exactly today's float32 CPU run: nothing is moved
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import torch
 
-DEVICE_PATTERN = re.compile(r"auto|cpu|cuda|cuda:\d+|mps")
-DEVICE_CHOICES = '"auto", "cpu", "cuda", "cuda:N" or "mps"'
+from llm.settings import DEVICE_CHOICES, DEVICE_PATTERN
+
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
     "bfloat16": torch.bfloat16,

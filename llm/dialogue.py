@@ -24,21 +24,8 @@ from dataclasses import dataclass, field
 
 from transformers import PreTrainedTokenizerBase
 
+from llm.settings import DEFAULT_SYSTEM_PROMPT
 from llm.tasks import Problem
-
-DEFAULT_SYSTEM_PROMPT = (
-    "Two assistants solve a math problem together. The first works it out; the second states "
-    "the final answer as a number."
-)
-"""The default team's system prompt: the solver + answerer format, one of the two most accurate
-team formats measured untrained (within a standard error of each other) (docs/teams_that_learn.md, "Team formats"; still below the single
-agent at the same tokens)."""
-DEFAULT_ROLE_PROMPTS = (
-    "You are the solver. Work out the answer step by step.",
-    "You are the answerer. Reply with only the final answer from the solver's work, as a number.",
-)
-DEFAULT_MESSAGE_TOKENS = (40, 8)
-"""The default roles' longest messages: the solver's working, the answerer's number."""
 
 
 @dataclass(frozen=True)

@@ -15,14 +15,10 @@ ratio): unbiased for the message KL by the tower property.
 from __future__ import annotations
 
 import math
-from typing import Literal
 
 import torch
 
-Estimator = Literal["exact", "k1", "k3"]
-Direction = Literal["reverse", "forward"]
-ESTIMATORS: tuple[str, ...] = ("exact", "k1", "k3")
-DIRECTIONS: tuple[str, ...] = ("reverse", "forward")
+from llm.settings import DIRECTIONS, ESTIMATORS, Direction, Estimator
 
 _K3_SERIES_CUTOFF = 1e-2  # same cut-off as teamtr.divergence.k3_estimator
 

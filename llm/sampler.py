@@ -50,92 +50,16 @@ from transformers import GenerationConfig, PreTrainedModel
 from llm import profiling
 from llm.agents import LoraTeam
 from llm.devices import model_device
-from llm.dialogue import DEFAULT_MESSAGE_TOKENS, ChatFormat, Episode, Turn
+from llm.dialogue import ChatFormat, Episode, Turn
 from llm.hf_compat import cache_argument, cache_of
 from llm.losses import group_normalised_advantages
 from llm.rewards import Grade, grade, running_sum_reward
 from llm.router import Router
 from llm.scoring import score_chunks
+from llm.settings import SamplerSettings
 from llm.tasks import Problem
 
 ProblemSource = Callable[[np.random.Generator, int], list[Problem]]
-
-
-@dataclass(frozen=True)
-class SamplerSettings:
-    """How many dialogues, how long, how random."""
-
-    prompts_per_batch: int = 4
-    """Distinct problems per rollout batch."""
-    group_size: int = 8
-    """G: dialogues per problem; advantages are normalised within each group (GRPO)."""
-    turns: int = 2
-    """H: turns per dialogue (the horizon of the turn-level episodic MDP)."""
-    max_new_tokens: int | tuple[int, ...] = DEFAULT_MESSAGE_TOKENS
-    """Longest message a speaker may write (a message cut here gets a stop token appended):
-    one value for every speaker, or one per speaker (a solver that works it out, an answerer
-    that states only the number)."""
-    temperature: float = 0.7
-    """The policy is softmax(logits / temperature), in sampling and in training alike."""
-    a_max: float = 2.0
-    """A_max: advantages are clipped to [-A_max, A_max] (the certificate's declared bound)."""
-    score_chunk: int = 8
-    """Episodes per training forward pass (memory/speed trade-off; no effect on results)."""
-    signal_groups: int = 0
-    """Dynamic sampling: the number of groups with differing rewards a batch should hold
-    (at most ``prompts_per_batch``); the sampler draws further groups until it has found
-    that many or drawn ``max_draws`` extra ones (see the module's docstring). 0: off, every
-    batch is the ``prompts_per_batch`` groups drawn first, draw for draw."""
-    max_draws: int = 16
-    """With ``signal_groups`` > 0: the most groups a batch may draw beyond its
-    ``prompts_per_batch`` (each a new problem played G times); every generated token counts."""
-    merged_generation: bool = True
-    """Generate with the speaker's adapter merged into a plain copy of the base model
-    (``llm.generation``): the same policy up to float rounding, at the bare model's speed, for
-    one extra base model of memory. False generates through the PEFT model (LoRA applied as
-    an extra low-rank product in every adapted layer). Training log-probs are computed by the
-    PEFT model either way."""
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        for name in ("prompts_per_batch", "turns", "score_chunk"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        lengths = (
-            self.max_new_tokens
-            if isinstance(self.max_new_tokens, tuple)
-            else (self.max_new_tokens,)
-        )
-        if not lengths or min(lengths) < 1:
-            raise ValueError(f"max_new_tokens must be >= 1 (each), got {self.max_new_tokens}")
-        if self.group_size < 2:
-            raise ValueError(
-                f"group_size must be >= 2 (GRPO needs a baseline), got {self.group_size}"
-            )
-        if self.temperature <= 0:
-            raise ValueError(f"temperature must be > 0, got {self.temperature}")
-        if self.a_max <= 0:
-            raise ValueError(f"a_max must be > 0, got {self.a_max}")
-        if not 0 <= self.signal_groups <= self.prompts_per_batch:
-            raise ValueError(
-                "signal_groups must lie in 0..prompts_per_batch "
-                f"({self.prompts_per_batch}; 0 = off), got {self.signal_groups}"
-            )
-        if self.max_draws < 0:
-            raise ValueError(f"max_draws must be >= 0, got {self.max_draws}")
-
-    def max_tokens_of(self, speaker: int) -> int:
-        """The longest message ``speaker`` may write."""
-        if isinstance(self.max_new_tokens, tuple):
-            return self.max_new_tokens[speaker]
-        return self.max_new_tokens
-
-    @property
-    def longest_message(self) -> int:
-        """The longest message any speaker may write."""
-        if isinstance(self.max_new_tokens, tuple):
-            return max(self.max_new_tokens)
-        return self.max_new_tokens
 
 
 class BehaviourLogps(Sequence[Sequence[torch.Tensor]]):

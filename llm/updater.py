@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 import torch
@@ -35,14 +34,13 @@ from llm.backtracking import ParameterSnapshot, backtracked_step
 from llm.collective import Collective
 from llm.dialogue import ChatFormat
 from llm.losses import (
-    Direction,
-    Estimator,
     clipped_surrogate,
     per_token_kl,
     per_token_kl_from_log_probs,
 )
 from llm.sampler import DialogueRollouts, prepare_logps
 from llm.scoring import MessageBatch, message_logits, message_tokens, score_chunks
+from llm.settings import UpdaterSettings
 from teamtr.reports import AgentUpdate
 from teamtr.trust_region import TrustRegion
 
@@ -73,49 +71,6 @@ def non_finite_quantity(update: AgentUpdate) -> str | None:
 class RatioCheckError(AssertionError):
     """Before an update the new/old ratio must be 1: the rollouts' behaviour log-probs do not
     match the agent's policy (stale rollouts, a different temperature, or dropout)."""
-
-
-@dataclass(frozen=True)
-class UpdaterSettings:
-    """Hyper-parameters of one agent update."""
-
-    learning_rate: float = 2e-4
-    """Adam step size before any backtracking."""
-    steps: int = 2
-    """Optimiser steps per update (full-batch; each one is checked against delta_i)."""
-    clip_eps: float = 0.2
-    """PPO clip range of the surrogate's ratio."""
-    estimator: Estimator = "exact"
-    """Per-token KL: "exact" over the vocabulary, or the sampled "k1"/"k3" estimators."""
-    direction: Direction = "reverse"
-    """"reverse" = KL(new || old), "forward" = KL(old || new)."""
-    statistic: Literal["mean", "quantile"] = "mean"
-    """Trust-region statistic: the mean E_d̄[KL] or, additionally, a quantile over episodes."""
-    quantile: float = 0.9
-    shrink: float = 0.5
-    """Learning-rate factor per backtrack."""
-    max_backtracks: int = 4
-    """Backtracks per step before the step is abandoned."""
-    ratio_tolerance: float = 1e-4
-    """Largest |log new - log old| allowed before the first step (numerical noise only)."""
-    warm_start: bool = True
-    """Start each step at the agent's last admitted step size instead of ``learning_rate``
-    (after an update that needed no backtrack, one ``1/shrink`` larger, up to
-    ``learning_rate``). Every backtrack costs a forward and backward pass over the batch; a
-    radius that admits only a fraction of ``learning_rate`` would otherwise pay for the same
-    backtracks at every step. The step size is part of the optimiser state (checkpointed)."""
-
-    def __post_init__(self) -> None:
-        if self.learning_rate <= 0 or self.steps < 1 or self.clip_eps <= 0:
-            raise ValueError("learning_rate and clip_eps must be > 0 and steps >= 1")
-        if self.estimator not in ("exact", "k1", "k3"):
-            raise ValueError(f"estimator must be exact, k1 or k3, got {self.estimator!r}")
-        if self.direction not in ("reverse", "forward"):
-            raise ValueError(f"direction must be reverse or forward, got {self.direction!r}")
-        if self.statistic not in ("mean", "quantile"):
-            raise ValueError(f"statistic must be mean or quantile, got {self.statistic!r}")
-        if not 0 < self.shrink < 1:
-            raise ValueError(f"shrink must lie in (0, 1), got {self.shrink}")
 
 
 def _finite(gradient: list[torch.Tensor | None]) -> bool:
