@@ -5,8 +5,10 @@ SmolLM2 agents (one LoRA adapter each) plays the running-sum chain (``llm.privat
 ``answer = "chain"``: speaker k adds its private number to the total the speaker before it
 said; every turn earns a share of the reward). From the same starting team and the same first
 batch, one stage of ``stale`` and one of ``teamtr`` update the n agents in speaking order with
-the same per-agent radius. Each stage keeps its intermediate teams pi_hat^0 .. pi_hat^n, and an
-independent measurement batch of each is drawn afterwards. On them, with the exact
+the same per-agent radius, both on dynamically sampled batches (each holds a group with
+differing rewards where one is found: whether an update moves must not depend on how often a
+scheme's batches happen to hold a reward). Each stage keeps its intermediate teams pi_hat^0 ..
+pi_hat^n; plain measurement batches of them are drawn afterwards. On them, with the exact
 full-vocabulary per-token KLs of Lemma 3.1 (``llm.drift.dialogue_kls``):
 
 - ``D_stale``  = sum_i KL(P_{pi_hat^{i-1}} || P_{pi_cur}): how far the team an update is applied
