@@ -226,9 +226,14 @@ def test_sigkill_of_one_rank_then_resume_reproduces_the_straight_run(runs):
     os.kill(ranks[1], signal.SIGKILL)
     code, err = finish(launch)
     assert code != 0
-    # The surviving rank says in one line that a peer stopped: no backend traceback.
+    # The surviving rank says in one line what happened, no backend traceback: either its
+    # collective failed first (a peer stopped) or the launcher's SIGTERM reached it first
+    # (it saved a checkpoint); which comes first is a race.
     assert "Traceback" not in err, err[-3000:]
-    assert "error: rank 0: a peer process of the run stopped" in err, err[-3000:]
+    assert (
+        "error: rank 0: a peer process of the run stopped" in err
+        or "interrupted: state saved in" in err
+    ), err[-3000:]
     assert not (run_dir / "checkpoints" / f"stage_{STAGES}").exists(), "killed too late"
 
     code, err = finish(teamtr("train", "--resume", str(run_dir), "--nproc", "2"))
