@@ -27,7 +27,6 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
-from peft import PeftModel
 
 from llm.agents import LoraTeam
 from llm.dialogue import ChatFormat, Episode
@@ -76,11 +75,11 @@ def agent_message_kls(
         with torch.no_grad():
             scored_a = [
                 (batch.refs, batch.mask, batch.log_probs().double())
-                for _, batch in _scored(
+                for _, batch in score_chunks(
                     team_a.use(agent), chat, episodes, agent, chunk_size, temperature, share_prompt
                 )
             ]
-            scored_b = _scored(
+            scored_b = score_chunks(
                 team_b.use(agent), chat, episodes, agent, chunk_size, temperature, share_prompt
             )
             for (refs, mask, log_p), (_, batch_b) in zip(scored_a, scored_b, strict=True):
@@ -91,18 +90,6 @@ def agent_message_kls(
                 for row, (e, _) in enumerate(refs):
                     totals[e, agent] += float(per_message[row])
     return totals
-
-
-def _scored(
-    model: PeftModel,
-    chat: ChatFormat,
-    episodes: Sequence[Episode],
-    agent: int,
-    chunk_size: int,
-    temperature: float,
-    share_prompt: bool,
-):
-    return score_chunks(model, chat, episodes, agent, chunk_size, temperature, share_prompt)
 
 
 def l1_bound(kl: float) -> float:
@@ -126,7 +113,7 @@ def surrogate_on(
     prepare_logps(rollouts, agent)  # the behaviour's log-probs, before ``updated`` is loaded
     gains = np.zeros(len(rollouts.episodes))
     with torch.no_grad():
-        for _, batch in _scored(
+        for _, batch in score_chunks(
             updated.use(agent),
             chat,
             rollouts.episodes,

@@ -598,7 +598,7 @@ PROG = "teamtr llm-scaling"
 
 def run(args: argparse.Namespace) -> int:
     """Measure the units not yet under ``--runs``, then summarise, print and plot them all."""
-    prog = PROG
+    prog = PROG  # the messages name the command as the user typed it
     problem = _validate(args)
     if problem is not None:
         print(f"error: {prog}: {problem}", file=sys.stderr)
