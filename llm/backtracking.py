@@ -14,6 +14,7 @@ and backward passes are deterministic), and a backtrack costs only the measureme
 from __future__ import annotations
 
 import copy
+import itertools
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -57,7 +58,6 @@ def backtracked_step(
     initial_scale: float = 1.0,
     gradient: Sequence[torch.Tensor | None] | None = None,
     reuse_gradient: bool = True,
-    on_try: Callable[[int], None] | None = None,
 ) -> BacktrackResult[MeasurementT]:
     """One Adam step at ``learning_rate * scale``, shrunk until ``statistic(measure())`` is
     admitted by ``trust_region``; a rejected step restores parameters and optimiser state.
@@ -66,30 +66,29 @@ def backtracked_step(
     ``.grad`` (it may raise to abort the step; the caller restores what it must). ``gradient``,
     when given, is that gradient already computed at the current parameters (e.g. by the pass
     that scored the reference policy); ``reuse_gradient=False`` recomputes it at every try.
-    ``on_try(attempt)`` is told which try (0 = the full step) is about to run.
+    Every try after the first is profiled as ``"backtrack <section>"``.
     """
     saved = ParameterSnapshot(parameters, optimizer)
-    cached: list[torch.Tensor | None] | None = None if gradient is None else list(gradient)
-    attempts = 0
+    if gradient is None and reuse_gradient:
+        optimizer.zero_grad(set_to_none=True)
+        accumulate_gradient()
+        gradient = [None if p.grad is None else p.grad.detach().clone() for p in saved.parameters]
+    tries = itertools.count()
 
     def propose(scale: float) -> MeasurementT:
-        nonlocal cached, attempts
-        if on_try is not None:
-            on_try(attempts)
-        attempts += 1
-        saved.restore()
-        for group in optimizer.param_groups:
-            group["lr"] = learning_rate * scale
-        optimizer.zero_grad(set_to_none=True)
-        if cached is None or not reuse_gradient:
-            accumulate_gradient()
-            cached = [None if p.grad is None else p.grad.detach().clone() for p in saved.parameters]
-        else:
-            for parameter, value in zip(saved.parameters, cached, strict=True):
-                parameter.grad = None if value is None else value.clone()
-        with profiling.section("adam step"):
-            optimizer.step()
-        return measure()
+        with profiling.prefixed("backtrack " if next(tries) > 0 else ""):
+            saved.restore()
+            for group in optimizer.param_groups:
+                group["lr"] = learning_rate * scale
+            optimizer.zero_grad(set_to_none=True)
+            if gradient is None:  # reuse_gradient=False: the straightforward path
+                accumulate_gradient()
+            else:
+                for parameter, value in zip(saved.parameters, gradient, strict=True):
+                    parameter.grad = None if value is None else value.clone()
+            with profiling.section("adam step"):
+                optimizer.step()
+            return measure()
 
     result = backtrack(
         propose,

@@ -91,14 +91,30 @@ class _Off:
 
 _OFF = _Off()
 _active: Profile | None = None
+_prefix = ""
 
 
 def section(name: str) -> _Timed | _Off:
-    """A context manager that charges its exclusive CPU time to ``name`` while recording."""
+    """A context manager that charges its exclusive CPU time to ``name`` while recording (to
+    ``prefix + name`` inside a ``prefixed(prefix)`` block)."""
     profile = _active
     if profile is None:
         return _OFF
-    return _Timed(profile, name)
+    return _Timed(profile, _prefix + name)
+
+
+@contextmanager
+def prefixed(prefix: str) -> Iterator[None]:
+    """Charge every section opened inside the block to ``prefix + name`` (e.g. the tries of a
+    backtracked step after its first: ``"backtrack kl measurement"``), so that repeated work is
+    told apart from the first time it is done without passing a label through every call."""
+    global _prefix
+    outer = _prefix
+    _prefix = outer + prefix
+    try:
+        yield
+    finally:
+        _prefix = outer
 
 
 def count(name: str, amount: float) -> None:

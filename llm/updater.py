@@ -11,6 +11,13 @@ surrogate at any step rejects the whole update: parameters and optimiser state g
 they were before it (a NaN must not reach Adam's moments, which outlive the update), and the
 quantity is named in ``extras`` as ``non_finite_<quantity>`` = 1.
 
+``TrustRegionUpdater.update`` reads top to bottom: (1) the updates that need no forward pass
+(no reward signal, the agent never spoke); (2) one pass at the pre-update parameters
+(``_reference_pass``): the reference log-probs every ratio and KL is measured against, the
+ratio-1 check, and the first step's gradient; (3) the trust-region loop, one
+``llm.backtracking.backtracked_step`` per Adam step, whose gradient (``_accumulate_gradient``)
+and measurement (``_measured``) are plain methods; (4) the report.
+
 What is reported (``teamtr.reports.AgentUpdate``), on the turn-level episodic MDP of horizon H:
 - ``kl`` = E_{d̄}[KL_i] = (1/H) · mean over episodes of the sum of the agent's message KLs,
   each message KL a sum of per-token terms (Lemma 3.1);
@@ -21,7 +28,9 @@ What is reported (``teamtr.reports.AgentUpdate``), on the turn-level episodic MD
 
 from __future__ import annotations
 
+import functools
 import math
+import operator
 from dataclasses import dataclass
 
 import numpy as np
@@ -93,6 +102,18 @@ class _Reference:
 
 
 @dataclass(frozen=True)
+class _ReferencePass:
+    """What one pass over the batch at the pre-update parameters gives (``_reference_pass``)."""
+
+    chunks: list[_Reference]
+    first_gradient: list[torch.Tensor | None] | None
+    """The first step's gradient, summed over ranks (``reuse_work`` and signal; else None)."""
+    non_finite: str | None
+    """``"loss"`` or ``"gradient"`` when the first step's was not finite (the update is then
+    rejected before any step)."""
+
+
+@dataclass(frozen=True)
 class _Measurement:
     kl: float
     kl_quantile: float
@@ -131,8 +152,6 @@ class TrustRegionUpdater:
         self.score_chunk = score_chunk
         self.reuse_work = reuse_work
         self._share_prompt = share_prompt
-        self._first_gradient_error: str | None = None
-        """Set by the reference pass when the first step's loss was not finite."""
         self.optimizers: dict[int, torch.optim.Optimizer] = {}
         self.collective = collective or Collective()
         """With data parallelism (``llm.distributed``) each rank holds a shard of the rollouts:
@@ -156,6 +175,13 @@ class TrustRegionUpdater:
             return 1.0
         groups = self.optimizer_for(team, agent).param_groups
         return float(groups[0].get(STEP_SCALE_KEY, 1.0))
+
+    def _store_step_scale(self, optimizer: torch.optim.Optimizer, scale: float) -> None:
+        """Keep ``scale`` in the optimiser's param groups, whose state a checkpoint saves (so a
+        resumed run warm-starts where it stopped), and put the learning rate back."""
+        for group in optimizer.param_groups:
+            group["lr"] = self.settings.learning_rate
+            group[STEP_SCALE_KEY] = scale
 
     # -- measurements ---------------------------------------------------------------------------
     def _score(self, model: PeftModel, rollouts: DialogueRollouts, agent: int, indices):
@@ -184,21 +210,22 @@ class TrustRegionUpdater:
         )
         return loss
 
-    def _references(
+    def _reference_pass(
         self, team: LoraTeam, agent: int, rollouts: DialogueRollouts, n_tokens: int = 0
-    ) -> list[_Reference]:
+    ) -> _ReferencePass:
         """The pre-update policy on every chunk, checked against the behaviour log-probs.
 
         With ``n_tokens`` (the agent's message tokens in the rollouts) and ``reuse_work``, the
-        same pass accumulates the first step's gradient into the parameters' ``.grad``: at the
-        pre-update parameters the new policy is the reference itself, so the training forward
-        pass of the first step would repeat this one exactly.
+        same pass back-propagates the first step's loss: at the pre-update parameters the new
+        policy is the reference itself, so the first step's training forward pass would repeat
+        this one exactly. That gradient is returned, not left behind in ``.grad``.
         """
         prepare_logps(rollouts, agent)  # before ``team`` is loaded into the backbone
         model = team.use(agent)
         weights = rollouts.episode_weights()
         with_gradient = self.reuse_work and n_tokens > 0
-        references = []
+        chunks = []
+        finite_loss = True
         worst = (0.0, "")
         with profiling.section("reference logits"), torch.set_grad_enabled(with_gradient):
             for chunk, batch in score_chunks(
@@ -225,20 +252,19 @@ class TrustRegionUpdater:
                     device=logps.device,
                 )
                 if not self.reuse_work:
-                    references.append(_Reference(chunk, batch, logps, advantages))
+                    chunks.append(_Reference(chunk, batch, logps, advantages))
                     continue
                 detached = MessageBatch(batch.refs, batch.tokens, batch.mask, batch.logits.detach())
                 reference = _Reference(
                     chunk, detached, logps.detach(), advantages, log_probs.detach()
                 )
-                references.append(reference)
-                if with_gradient and self._first_gradient_error is None:
+                chunks.append(reference)
+                if with_gradient and finite_loss:
                     loss = self._surrogate_loss(batch, reference, n_tokens, logps)
-                    if not torch.isfinite(loss):
-                        self._first_gradient_error = "loss"
-                        continue
-                    with profiling.section("train backward"):
-                        loss.backward()
+                    finite_loss = bool(torch.isfinite(loss))
+                    if finite_loss:
+                        with profiling.section("train backward"):
+                            loss.backward()
         # Checked once all ranks have scored their shard, so that all of them raise together.
         largest = self.collective.max(worst[0])
         if not largest <= self.settings.ratio_tolerance:  # NaN included
@@ -246,7 +272,60 @@ class TrustRegionUpdater:
             raise RatioCheckError(
                 f"{where}: |log new - log old| = {largest:.3g} before the update (ratio must be 1)"
             )
-        return references
+        if not with_gradient:
+            return _ReferencePass(chunks, None, None)
+        if self.collective.any(not finite_loss):
+            return _ReferencePass(chunks, None, "loss")
+        parameters = list(team.backbone.parameters_of(agent).values())
+        self.collective.sum_gradients(parameters)  # the pooled token mean over the global batch
+        gradient = [None if p.grad is None else p.grad.detach().clone() for p in parameters]
+        for parameter in parameters:
+            parameter.grad = None
+        return _ReferencePass(chunks, gradient, None if _finite(gradient) else "gradient")
+
+    def _accumulate_gradient(
+        self,
+        team: LoraTeam,
+        agent: int,
+        rollouts: DialogueRollouts,
+        references: list[_Reference],
+        n_tokens: int,
+    ) -> None:
+        """Add the surrogate's gradient at the current parameters to their ``.grad`` (one
+        training forward and backward pass per chunk), summed over ranks."""
+        model = team.backbone.training_model(agent)
+        finite_loss = True
+        for reference in references:
+            with profiling.section("train forward"):
+                batch = self._score(model, rollouts, agent, reference.indices)
+                loss = self._surrogate_loss(batch, reference, n_tokens, batch.token_logps())
+            if not torch.isfinite(loss):
+                finite_loss = False
+                break
+            with profiling.section("train backward"):
+                loss.backward()
+        if self.collective.any(not finite_loss):
+            raise NonFiniteUpdate("loss")
+        parameters = list(team.backbone.parameters_of(agent).values())
+        self.collective.sum_gradients(parameters)  # the pooled token mean over the global batch
+        if not _finite([p.grad for p in parameters]):
+            raise NonFiniteUpdate("gradient")
+
+    def _measured(
+        self,
+        team: LoraTeam,
+        agent: int,
+        rollouts: DialogueRollouts,
+        references: list[_Reference],
+    ) -> _Measurement:
+        """``_measure`` of the current parameters, refusing a non-finite KL or surrogate."""
+        with profiling.section("kl measurement"):
+            measured = self._measure(team, agent, rollouts, references)
+        if not (np.isfinite(measured.kl) and np.isfinite(measured.statistic)):
+            raise NonFiniteUpdate("kl")
+        if not np.isfinite(measured.surrogate):
+            raise NonFiniteUpdate("surrogate")
+        return measured
 
     def _measure(
         self,
@@ -254,8 +333,8 @@ class TrustRegionUpdater:
         agent: int,
         rollouts: DialogueRollouts,
         references: list[_Reference],
-        radius: float,
     ) -> _Measurement:
+        """E_d̄[KL_i] (its mean and quantile), the surrogate L̂_i and the admitted statistic."""
         model = team.backbone.training_model(agent)
         n_episodes = len(rollouts.episodes)
         episode_kl = np.zeros(n_episodes)
@@ -297,8 +376,8 @@ class TrustRegionUpdater:
         turn_level_kl = (
             episode_kl / rollouts.horizon
         )  # E over the average occupancy d̄ = (1/H) Σ_t ρ_t
-        mean = TrustRegion(radius).statistic_of(turn_level_kl, weights)
-        quantile = TrustRegion(radius, "quantile", self.settings.quantile).statistic_of(
+        mean = TrustRegion(1.0).statistic_of(turn_level_kl, weights)
+        quantile = TrustRegion(1.0, "quantile", self.settings.quantile).statistic_of(
             turn_level_kl, weights
         )
         surrogate = float(np.sum(weights * episode_gain) / np.sum(weights))
@@ -309,9 +388,12 @@ class TrustRegionUpdater:
     def update(
         self, team: LoraTeam, agent: int, rollouts: DialogueRollouts, radius: float
     ) -> AgentUpdate:
+        """Agent ``agent``'s trust-region update on ``rollouts`` (Thm 3.4): up to ``steps`` Adam
+        steps, each shrunk until E_d̄[KL_i] (or its quantile) is at most ``radius``."""
         s = self.settings
         a_max = rollouts.a_max
         together = self.collective
+        # 1. Updates that need no forward pass.
         if together.any(not np.isfinite(rollouts.episode_weights()).all()):  # HAPPO overflow
             extras = {"tokens": 0.0, NON_FINITE_PREFIX + "weights": 1.0}
             return AgentUpdate(team.agent(agent), 0.0, float("nan"), a_max, False, extras=extras)
@@ -322,68 +404,31 @@ class TrustRegionUpdater:
         n_tokens = int(together.sum(message_tokens(self.chat, rollouts.episodes, agent)))
         if n_tokens == 0:  # the agent never spoke: nothing to learn, nothing changes
             return AgentUpdate(team.agent(agent), 0.0, 0.0, a_max, extras={"tokens": 0.0})
+
+        # 2. The pre-update policy on the batch: what every ratio and KL is measured against,
+        #    the ratio-1 check, and (reuse_work) the first step's gradient from the same pass.
         backbone = team.backbone
         parameters = list(backbone.parameters_of(agent).values())
         optimizer = self.optimizer_for(team, agent)
         before_update = ParameterSnapshot(parameters, optimizer)
         optimizer.zero_grad(set_to_none=True)
-        self._first_gradient_error = None
-        references = self._references(team, agent, rollouts, n_tokens)
-        first_gradient = None
-        if self.reuse_work:
-            if together.any(self._first_gradient_error is not None):
-                self._first_gradient_error = "loss"
-            else:
-                together.sum_gradients(parameters)  # the pooled token mean over the global batch
-                first_gradient = [p.grad for p in parameters]
-                if not _finite(first_gradient):
-                    self._first_gradient_error = "gradient"
-        if self._first_gradient_error is not None:
-            first_gradient = None  # the first try computes nothing and raises the error
-        trust_region = TrustRegion(radius, tolerance=0.0)
+        reference = self._reference_pass(team, agent, rollouts, n_tokens)
         backbone.mark_modified(agent)
-        try_label = {"prefix": ""}
+        accumulate_gradient = functools.partial(
+            self._accumulate_gradient, team, agent, rollouts, reference.chunks, n_tokens
+        )
+        measure = functools.partial(self._measured, team, agent, rollouts, reference.chunks)
 
-        def accumulate_gradient() -> None:
-            if self._first_gradient_error is not None:
-                raise NonFiniteUpdate(self._first_gradient_error)
-            finite_loss = True
-            for reference in references:
-                with profiling.section(try_label["prefix"] + "train forward"):
-                    batch = self._score(
-                        backbone.training_model(agent), rollouts, agent, reference.indices
-                    )
-                    loss = self._surrogate_loss(batch, reference, n_tokens, batch.token_logps())
-                if not torch.isfinite(loss):
-                    finite_loss = False
-                    break
-                with profiling.section(try_label["prefix"] + "train backward"):
-                    loss.backward()
-            if together.any(not finite_loss):
-                raise NonFiniteUpdate("loss")
-            together.sum_gradients(parameters)  # the pooled token mean over the global batch
-            if not _finite([p.grad for p in parameters]):
-                raise NonFiniteUpdate("gradient")
-
-        def measure() -> _Measurement:
-            with profiling.section(try_label["prefix"] + "kl measurement"):
-                measured = self._measure(team, agent, rollouts, references, radius)
-            if not (np.isfinite(measured.kl) and np.isfinite(measured.statistic)):
-                raise NonFiniteUpdate("kl")
-            if not np.isfinite(measured.surrogate):
-                raise NonFiniteUpdate("surrogate")
-            return measured
-
-        def on_try(attempt: int) -> None:
-            try_label["prefix"] = "backtrack " if attempt > 0 else ""
-
-        start_scale = self.step_scale(team, agent)
-        backtracks = 0
-        accepted_steps = 0
+        # 3. The trust-region loop: each step starts where the last admitted one ended (or,
+        #    with warm_start, where the previous update's steps were admitted) and is shrunk
+        #    into the region; a step that cannot be ends the update at the last admitted iterate.
+        scale = self.step_scale(team, agent)
+        gradient = reference.first_gradient
+        non_finite = reference.non_finite
+        backtracks = accepted_steps = 0
         last: _Measurement | None = None
         last_tried = float("nan")
-        non_finite: str | None = None
-        for step in range(s.steps):
+        for _ in range(s.steps if non_finite is None else 0):
             try:
                 result = backtracked_step(
                     parameters,
@@ -391,35 +436,36 @@ class TrustRegionUpdater:
                     s.learning_rate,
                     accumulate_gradient,
                     measure,
-                    lambda measured: measured.statistic,
-                    trust_region,
+                    operator.attrgetter("statistic"),
+                    TrustRegion(radius, tolerance=0.0),
                     shrink=s.shrink,
                     max_backtracks=s.max_backtracks,
-                    initial_scale=start_scale,
-                    gradient=first_gradient if step == 0 else None,
+                    initial_scale=scale,
+                    gradient=gradient,
                     reuse_gradient=self.reuse_work,
-                    on_try=on_try,
                 )
             except NonFiniteUpdate as event:
-                before_update.restore()
-                non_finite, last = event.quantity, None
+                non_finite = event.quantity
                 break
+            gradient = None  # the next step's gradient is at the new parameters
             backtracks += result.backtracks
             if not result.accepted or result.candidate is None:
                 last_tried = result.statistic
-                if s.warm_start:  # the next update starts where this one gave up
-                    start_scale *= s.shrink**s.max_backtracks
+                scale *= s.shrink**s.max_backtracks  # the next update starts where this gave up
                 break
             accepted_steps += 1
             last = result.candidate
             if s.warm_start:
-                start_scale = result.step_scale
+                scale = result.step_scale
+        if non_finite is not None:  # a NaN must not reach Adam's moments: back to the start
+            before_update.restore()
+            last = None
+        elif backtracks == 0:
+            scale = min(1.0, scale / s.shrink)  # no backtrack: try a larger step next time
         optimizer.zero_grad(set_to_none=True)
-        if s.warm_start and backtracks == 0 and non_finite is None:
-            start_scale = min(1.0, start_scale / s.shrink)  # no backtrack: try a larger step
-        for group in optimizer.param_groups:
-            group["lr"] = s.learning_rate
-            group[STEP_SCALE_KEY] = start_scale if s.warm_start else 1.0
+        self._store_step_scale(optimizer, scale if s.warm_start else 1.0)
+
+        # 4. The report (teamtr.reports.AgentUpdate).
         extras = {"tokens": float(n_tokens), "steps": float(accepted_steps)}
         if non_finite is not None:
             extras[NON_FINITE_PREFIX + non_finite] = 1.0

@@ -16,7 +16,7 @@ def test_a_nan_behaviour_log_prob_is_refused(char_team, char_chat, where):
     torch.manual_seed(0)
     rollouts = with_rewards(arithmetic_sampler(char_chat).sample(char_team), [1.0, 0.0, 0.0, 1.0])
     updater = TrustRegionUpdater(char_chat, UpdaterSettings())
-    updater._references(char_team, 0, rollouts)  # the honest log-probs pass
+    updater._reference_pass(char_team, 0, rollouts)  # the honest log-probs pass
     corrupted = [list(turns) for turns in rollouts.old_logps]
     poisoned = corrupted[0][0].clone()
     poisoned[where] = float("nan")

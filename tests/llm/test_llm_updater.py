@@ -38,7 +38,7 @@ def test_update_changes_only_the_updated_agent(char_team, char_chat, rollouts):
 
 def test_ratio_is_one_before_the_update_and_stale_logps_are_refused(char_team, char_chat, rollouts):
     updater = TrustRegionUpdater(char_chat, UpdaterSettings())
-    references = updater._references(char_team, 0, rollouts)
+    references = updater._reference_pass(char_team, 0, rollouts).chunks
     assert sum(int(r.batch.mask.sum()) for r in references) > 0
     for reference in references:
         for row, (e, t) in enumerate(reference.batch.refs):
