@@ -32,9 +32,9 @@ prove: $(STAMP)
 	HYPOTHESIS_PROFILE=thorough $(BIN)/python -m pytest -q proofs_check
 
 lint: $(STAMP)
-	$(BIN)/ruff check teamtr sim llm proofs_check tests bench figures
-	$(BIN)/ruff format --check teamtr sim llm proofs_check tests bench figures
-	$(BIN)/mypy teamtr sim llm
+	$(BIN)/ruff check teamtr sim llm proofs_check studies tests bench figures docs/examples
+	$(BIN)/ruff format --check teamtr sim llm proofs_check studies tests bench figures docs/examples
+	$(BIN)/mypy teamtr sim llm studies
 
 bench: $(STAMP)
 	$(BIN)/python bench/exact_solver.py

@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from llm.compare_report import save_figure
+from studies.figures import save_figure
 
 # run -> (label, untrained evaluation it starts from: None where it is another question set)
 RUNS = {

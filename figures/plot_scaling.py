@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 
-from sim.experiments.plots import plot_scaling
+from studies.tabular.scaling_plot import plot_scaling
 
 if __name__ == "__main__":
     if len(sys.argv) != 3:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 
-from sim.experiments.plots import plot_sim_train
+from studies.tabular.sim_train_plot import plot_sim_train
 
 if __name__ == "__main__":
     if len(sys.argv) != 3:

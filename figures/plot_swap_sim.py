@@ -2,19 +2,15 @@
 
 Usage: python figures/plot_swap_sim.py results/swap_sim.json figures/swap_sim.png
 
-Three panels, scores = (J - J_uniform) / (J_max - J_uniform) x 100 (0: uniform team, 100: optimal):
-(a) per seed and mean: the trained team, right after a direct and an aligned swap, and after the
-    further TeamTR stages (with the no-swap continuation for reference);
-(b) the delta0 sweep: score right after the aligned swap and after further stages, against the
-    direct swap;
-(c) the SAT-style upgrade: trained team -> n-1 agents replaced -> all n, direct versus aligned.
+The figure is ``studies.tabular.swap_sim_plot.plot_swap_sim`` (its panels are described there);
+``teamtr swap-sim --plot`` draws the same one.
 """
 
 from __future__ import annotations
 
 import sys
 
-from sim.experiments.plots import plot_swap_sim
+from studies.tabular.swap_sim_plot import plot_swap_sim
 
 if __name__ == "__main__":
     if len(sys.argv) != 3:

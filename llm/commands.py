@@ -1,4 +1,5 @@
-"""The language-model subcommands of ``teamtr``, registered in ``pyproject.toml``.
+"""The language-model subcommands of ``teamtr``, registered in ``pyproject.toml`` (the studies
+of language-model teams, e.g. ``teamtr llm-scaling``, are ``studies.commands``).
 
 ``llm.cli`` parses their options itself (``argv`` is forwarded unparsed); it is imported only when
 one of them runs, so ``teamtr --help`` does not import torch.
@@ -12,7 +13,4 @@ SWAP = Command(
     "replace one agent of a run by another model, optionally after Stage-0 alignment",
     "llm.cli",
     forward_argv=True,
-)
-LLM_SCALING = Command(
-    "measure the n^2 (stale) vs n (teamtr) drift on language-model teams", "llm.drift_study"
 )

@@ -1,6 +1,7 @@
-"""The ``teamtr`` subcommands of the tabular world, registered in ``pyproject.toml``.
+"""The ``teamtr`` subcommand of the tabular world, registered in ``pyproject.toml``.
 
-``teamtr evaluate`` is implemented here; the experiments live in ``sim.experiments``.
+``teamtr evaluate`` is implemented here; the tabular studies (``teamtr scaling``, ``sim-train``,
+``swap-sim``) live in ``studies.tabular``.
 """
 
 from __future__ import annotations
@@ -13,9 +14,6 @@ from pathlib import Path
 from teamtr.cli import Command
 
 EVALUATE = Command("exact J of a built-in tabular MDP under a uniform team", "sim.commands")
-SCALING = Command("measure the n^2 (stale) vs n (teamtr) drift scaling", "sim.experiments.scaling")
-SIM_TRAIN = Command("multi-stage tabular training of every scheme", "sim.experiments.sim_train")
-SWAP_SIM = Command("exact swap-shock study: direct versus aligned swaps", "sim.experiments.swap")
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:

@@ -12,14 +12,17 @@ from teamtr.cli import ENTRY_POINT_GROUP, Command, main, registered_commands
 
 OWNERS = {
     "evaluate": "sim",
-    "scaling": "sim",
-    "sim-train": "sim",
-    "swap-sim": "sim",
     "verify": "proofs_check",
     "train": "llm",
     "eval": "llm",
     "swap": "llm",
-    "llm-scaling": "llm",
+    "scaling": "studies",
+    "sim-train": "studies",
+    "swap-sim": "studies",
+    "gymnasium-check": "studies",
+    "llm-scaling": "studies",
+    "seed-study": "studies",
+    "compare-report": "studies",
 }
 
 

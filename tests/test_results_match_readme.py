@@ -1,9 +1,10 @@
 """The README's language-model numbers are those of the committed results files.
 
 Each number is recomputed from the per-run files under ``results/`` by the code that wrote the
-README's tables (``llm.seed_study.aggregate`` and ``markdown``, ``held_out_curve``,
-``eval_only_accuracy``), rounded as the README rounds it, and looked up in README.md: a rerun
-whose results are committed without its table (or a table edited by hand) fails here.
+README's tables (``studies.llm.seed_study.aggregate``, ``markdown`` and ``eval_only_accuracy``,
+``studies.llm.run_records.held_out_curve``), rounded as the README rounds it, and looked up in
+README.md: a rerun whose results are committed without its table (or a table edited by hand)
+fails here.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from llm.seed_study import aggregate, eval_only_accuracy, held_out_curve, markdown
+from studies.llm.run_records import held_out_curve
+from studies.llm.seed_study import aggregate, eval_only_accuracy, markdown
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"

@@ -4,7 +4,7 @@ import gymnasium
 import numpy as np
 
 import sim
-from sim.experiments.gymnasium_check import gymnasium_returns
+from studies.tabular.gymnasium_check import gymnasium_returns
 
 env = gymnasium.make("FrozenLake-v1", is_slippery=True)
 mdp = sim.from_gymnasium(env, gamma=0.95)  # 16 tiles + 1 absorbing state

@@ -2,7 +2,7 @@
 
 import sys
 
-from sim.experiments.gymnasium_check import check
+from studies.tabular.gymnasium_check import check
 
 for seed in range(int(sys.argv[1]), int(sys.argv[2])):
     r = check("Taxi-v4", ("uniform",), 0.95, 20000, seed)

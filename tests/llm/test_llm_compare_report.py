@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from llm.cli import main as teamtr_llm
-from llm.compare_report import binomial_standard_error, main
+from studies.llm.compare_report import main
+from studies.llm.run_records import binomial_standard_error
 
 REPO = Path(__file__).resolve().parents[2]
 

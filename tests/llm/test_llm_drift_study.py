@@ -8,8 +8,8 @@ import math
 
 import pytest
 
-from llm import drift_study
-from llm.drift_study import (
+from studies.llm import scaling as drift_study
+from studies.llm.scaling import (
     SCHEMES,
     StudySettings,
     build_parser,
@@ -171,7 +171,7 @@ def test_units_of_other_settings_are_refused(finished, capsys, tmp_path):
 
 
 def test_markdown_tables_list_every_n_and_exponent(finished):
-    from llm.drift_study import markdown
+    from studies.llm.scaling import markdown
 
     summary = json.loads((finished / "s.json").read_text())
     table = markdown(summary)

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from llm.seed_study import (
+from studies.llm.run_records import held_out_curve
+from studies.llm.seed_study import (
     Method,
     eval_only_accuracy,
-    held_out_curve,
     main,
     markdown,
     mean_and_error,
@@ -114,7 +114,7 @@ def test_eval_only_accuracy_weighs_held_out_templates_by_their_questions():
 
 
 def test_a_regression_is_a_drop_of_more_than_two_standard_errors():
-    from llm.seed_study import regressions
+    from studies.llm.seed_study import regressions
 
     def evaluation(accuracy: float, n: int = 100) -> dict:
         return {"accuracy": accuracy, "n": n}

@@ -24,7 +24,7 @@ from numpy.typing import NDArray
 
 import sim
 import sim.toy_text
-from sim.experiments.gymnasium_check import (
+from studies.tabular.gymnasium_check import (
     epsilon_greedy,
     gymnasium_returns,
     ignoring_terminated,

@@ -1,20 +1,11 @@
-"""Summarise an equal-budget comparison of training runs: one JSON and one figure.
+"""What a finished ``teamtr train`` run amounts to, read from its directory: the record the
+comparison report and the seed study keep of every run, and what their tables and figures read
+from such records.
 
-Reads each run directory (``config.json``, ``metrics.jsonl``) and the ``teamtr eval`` result of
-the trained and the untrained team, and writes ``{"runs": {name: {...}}}`` with held-out
-accuracy and its binomial standard error, stages trained, the per-stage training reward and
-the KL of every update, and the time used on the run's budget clock. The figure shows the
-training reward per stage against the budget clock (left) and held-out accuracy with ±1 s.e.
-bars against the untrained team (right).
-
-Usage::
-
-    python -m llm.compare_report --out results/llm_compare.json --plot figures/llm_compare.png \\
-        --run teamtr=runs/compare/teamtr:teamtr_eval.json:untrained_team.json ...
-
-Each ``--run`` is ``NAME=RUN_DIR:TRAINED_EVAL.json:UNTRAINED_EVAL.json``; ``-`` as the trained
-evaluation takes the one the run made itself when it ended (the ``eval`` of its last line in
-``metrics.jsonl``).
+``summarise(RunSpec)`` reads a run directory (``config.json``, ``metrics.jsonl``, the newest
+checkpoint) and the ``teamtr eval`` results of its trained and untrained team, and returns the
+held-out accuracy with its binomial standard error, stages trained, the per-stage training reward
+and the KL of every update, and the time used on the run's budget clock.
 """
 
 from __future__ import annotations
@@ -142,71 +133,6 @@ def stage_ends_minutes(run: dict[str, Any]) -> list[float]:
     return [used * elapsed / sum(walls) for elapsed in itertools.accumulate(walls)]
 
 
-def save_figure(figure: Any, out: Path) -> Path:
-    """Lay out, write (PNG, 120 dpi) and close ``figure``."""
-    import matplotlib.pyplot as plt
-
-    figure.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(out, dpi=120)
-    plt.close(figure)
-    return out
-
-
-def plot(summary: dict[str, Any], out: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    runs = summary["runs"]
-    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for name, run in runs.items():
-        ends = stage_ends_minutes(run)
-        rewards = [stage["train_reward"] for stage in run["stages"]]
-        left.plot(ends, rewards, marker="o", markersize=3, label=f"{name} ({len(rewards)} stages)")
-    budgets = {run["budget"]["minutes"] for run in runs.values()}
-    if len(budgets) == 1 and budgets != {0.0}:  # a stage ends after the budget runs out
-        left.axvline(budgets.pop(), color="0.5", linestyle="--", linewidth=1, label="budget")
-    left.set_xlabel("budget clock at the stage's end (minutes)")
-    left.set_ylabel("training reward (stage-start rollouts)")
-    left.set_title("training")
-    left.legend()
-    names = list(runs)
-    for index, name in enumerate(names):
-        for offset, key, colour in ((-0.18, "untrained", "0.6"), (0.18, "trained", "C0")):
-            result = runs[name][key]
-            right.bar(
-                index + offset,
-                100 * result["accuracy"],
-                width=0.36,
-                yerr=100 * result["standard_error"],
-                color=colour,
-                capsize=3,
-                label=key if index == 0 else None,
-            )
-    right.set_xticks(range(len(names)), names)
-    right.set_ylabel("greedy accuracy, held-out questions (%)")
-    right.set_title("held-out accuracy (±1 binomial s.e.)")
-    right.legend()
-    return save_figure(figure, out)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--run", type=RunSpec.parse, action="append", required=True)
-    parser.add_argument("--out", required=True, help="summary JSON")
-    parser.add_argument("--plot", help="figure (PNG)")
-    parser.add_argument("--setup", default="", help="one line describing the comparison")
-    args = parser.parse_args(argv)
-    summary = {"setup": args.setup, "runs": {spec.name: summarise(spec) for spec in args.run}}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(summary, indent=1))
-    print(f"wrote {args.out}")
-    if args.plot:
-        print(f"wrote {plot(summary, Path(args.plot))}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+def held_out_curve(run: dict[str, Any]) -> list[tuple[int, float]]:
+    """(stages trained, greedy held-out accuracy) after every stage that evaluated."""
+    return [(s["stage"] + 1, s["eval"]["accuracy"]) for s in run["stages"] if "eval" in s]

@@ -1,4 +1,4 @@
-"""The summary of ``teamtr swap-sim``: per-seed records of ``sim.experiments.swap`` reduced to
+"""The summary of ``teamtr swap-sim``: per-seed records of ``studies.tabular.swap_sim`` reduced to
 shocks, raw and normalised scores, the papers' ratios, and the certificate checks; and its
 printed table.
 """
@@ -14,7 +14,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 if TYPE_CHECKING:
-    from sim.experiments.swap_settings import StudySettings
+    from studies.tabular.swap_sim_settings import StudySettings
 
 PAPER_CLAIMS: dict[str, str] = {
     "teamtr": "aligned swap +27% over the direct swap (1.5B agent replaced by an 8B agent)",

@@ -51,6 +51,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from studies import options
 from teamtr.config import SchemeName
 from teamtr.fitting import finite_or_none, fit_exponent
 
@@ -501,8 +502,8 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
             "fitted log-log exponents (Thm 3.7)."
         ),
     )
-    parser.add_argument("--json", type=Path, default=None, help="write the summary here")
-    parser.add_argument("--plot", type=Path, default=None, help="draw the figure here (PNG)")
+    options.add_json(parser, "write the summary here")
+    options.add_plot(parser)
     parser.add_argument(
         "--runs",
         type=Path,
@@ -510,7 +511,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         help="one file per finished (n, seed) unit; reruns skip them (default: beside --json)",
     )
     parser.add_argument("--agents", type=_sizes, default=[2, 3, 4, 6, 8], help="e.g. 2,3,4,6,8")
-    parser.add_argument("--seeds", type=int, default=3, help="seeds per team size")
+    options.add_seed_count(parser, 3, "seeds per team size")
     parser.add_argument("--first-seed", type=int, default=0, help="seeds first..first+seeds-1")
     parser.add_argument("--markdown", action="store_true", help="print the tables as markdown")
     parser.add_argument(
@@ -519,9 +520,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         help="measure nothing: summarise and plot the units already under --runs",
     )
     parser.add_argument("--source", default=defaults.source, help='"smollm2", "tiny", a dir')
-    parser.add_argument(
-        "--radius", type=float, default=defaults.radius, help="delta_i, per agent (nats)"
-    )
+    options.add_radius(parser, defaults.radius, "delta_i, per agent (nats)")
     parser.add_argument(
         "--radius-unit",
         choices=("message", "turn"),
@@ -559,16 +558,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
 
 
 def _validate(args: argparse.Namespace) -> str | None:
-    checks = [
-        (args.seeds >= 1, f"--seeds must be >= 1, got {args.seeds}"),
-        (
-            0 <= args.first_seed < 2**31,
-            f"--first-seed must lie in 0..2^31-1, got {args.first_seed}",
-        ),
-        (
-            math.isfinite(args.radius) and args.radius > 0,
-            f"--radius must be > 0, got {args.radius}",
-        ),
+    own = [
         (
             math.isfinite(args.learning_rate) and args.learning_rate > 0,
             f"--learning-rate must be > 0, got {args.learning_rate}",
@@ -590,7 +580,13 @@ def _validate(args: argparse.Namespace) -> str | None:
             "give --json or --runs: a study this long must write what it measures",
         ),
     ]
-    return next((message for ok, message in checks if not ok), None)
+    return options.first_problem(
+        options.seed_count_problem(args.seeds, args.first_seed),
+        options.radius_problem(args.radius),
+        *(None if ok else message for ok, message in own),
+        options.output_problem(args.json, "--json"),
+        options.output_problem(args.plot, "--plot"),
+    )
 
 
 PROG = "teamtr llm-scaling"
@@ -601,8 +597,7 @@ def run(args: argparse.Namespace) -> int:
     prog = PROG  # the messages name the command as the user typed it
     problem = _validate(args)
     if problem is not None:
-        print(f"error: {prog}: {problem}", file=sys.stderr)
-        return 2
+        return options.refuse(prog, problem)
     settings = StudySettings(
         source=args.source,
         radius=args.radius,
@@ -620,8 +615,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         read_units(runs, settings)  # refuse a directory of other settings before any work
     except (ValueError, json.JSONDecodeError) as error:
-        print(f"error: {prog}: {error}", file=sys.stderr)
-        return 2
+        return options.refuse(prog, str(error))
     if not args.summarise_only:
         import torch
         from tqdm import tqdm
@@ -640,14 +634,13 @@ def run(args: argparse.Namespace) -> int:
             write_atomically(unit_path(runs, n, seed), measure_unit(settings, n, seed))
     units = read_units(runs, settings)
     if not units:
-        print(f"error: {prog}: no finished unit under {runs}", file=sys.stderr)
-        return 2
+        return options.refuse(prog, f"no finished unit under {runs}")
     summary = summarise(units, settings, args.bootstrap)
     print(markdown(summary) if args.markdown else format_table(summary))
     if args.json is not None:
         write_atomically(args.json, summary)
     if args.plot is not None:
-        from llm.drift_plot import plot_llm_scaling
+        from studies.llm.scaling_plot import plot_llm_scaling
 
         tabular = [json.loads(path.read_text()) for path in args.tabular]
         plot_llm_scaling(summary, args.plot, tabular)

@@ -13,7 +13,7 @@ import pytest
 
 import sim
 from sim.alignment import align_agent
-from sim.experiments.swap import SEED_KEYS, optimal_value, replacement_table
+from studies.tabular.swap_sim import SEED_KEYS, optimal_value, replacement_table
 from teamtr.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -26,15 +26,15 @@ import math
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 from tqdm import tqdm
 
 import sim
-from sim.experiments.families import FAMILIES, build_family
-from sim.experiments.training import IMPROVEMENT_TOLERANCE, check_certified_improvement
+from studies import options
+from studies.tabular.families import FAMILIES, build_family
+from studies.tabular.training import IMPROVEMENT_TOLERANCE, check_certified_improvement
 from teamtr import StageConfig, run_stages
 from teamtr.config import SchemeName
 
@@ -136,10 +136,10 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
             "policy on built-in families, with exact and with sampled advantages."
         ),
     )
-    parser.add_argument("--json", type=Path, default=None, help="write the results here")
-    parser.add_argument("--plot", type=Path, default=None, help="draw J per stage here (PNG)")
+    options.add_json(parser)
+    options.add_plot(parser, "draw J per stage here (PNG)")
     parser.add_argument("--stages", type=int, default=15, help="stages of training per run")
-    parser.add_argument("--seeds", type=int, default=3, help="seeded instances per family")
+    options.add_seed_count(parser, 3, "seeded instances per family: seeds 0..N-1")
     parser.add_argument(
         "--families",
         default=",".join(FAMILIES),
@@ -148,9 +148,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     parser.add_argument(
         "--samplers", default=",".join(SAMPLERS), help="comma-separated: exact, sampled"
     )
-    parser.add_argument(
-        "--radius", type=float, default=0.05, help="delta_i, the per-agent KL radius of Thm 3.4"
-    )
+    options.add_radius(parser, 0.05)
     parser.add_argument(
         "--large-radius",
         type=float,
@@ -278,22 +276,34 @@ def print_table(summary: dict[str, Any]) -> None:
         )
 
 
+PROG = "teamtr sim-train"
+
+
+def _validate(args: argparse.Namespace) -> str | None:
+    return options.first_problem(
+        None if args.stages >= 1 else f"--stages must be >= 1, got {args.stages}",
+        options.seed_count_problem(args.seeds),
+        None if args.episodes >= 1 else f"--episodes must be >= 1, got {args.episodes}",
+        options.radius_problem(args.radius),
+        (
+            None
+            if math.isfinite(args.large_radius) and args.large_radius >= 0
+            else f"--large-radius must be >= 0 (0 skips it), got {args.large_radius}"
+        ),
+        options.output_problem(args.json, "--json"),
+        options.output_problem(args.plot, "--plot"),
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         families = _split(args.families, FAMILIES, "--families")
         samplers = _split(args.samplers, SAMPLERS, "--samplers")
     except ValueError as error:
-        print(f"teamtr sim-train: {error}", file=sys.stderr)
-        return 2
-    if args.stages < 1 or args.seeds < 1 or args.episodes < 1:
-        print("teamtr sim-train: --stages, --seeds and --episodes must be >= 1", file=sys.stderr)
-        return 2
-    if not (math.isfinite(args.radius) and args.radius > 0):
-        print(f"teamtr sim-train: --radius must be > 0, got {args.radius}", file=sys.stderr)
-        return 2
-    if not (math.isfinite(args.large_radius) and args.large_radius >= 0):
-        print("teamtr sim-train: --large-radius must be >= 0 (0 skips it)", file=sys.stderr)
-        return 2
+        return options.refuse(PROG, str(error))
+    problem = _validate(args)
+    if problem is not None:
+        return options.refuse(PROG, problem)
     began = time.perf_counter()
     pairs = [(sampler, args.radius) for sampler in samplers]
     if args.large_radius > 0 and "exact" in samplers:
@@ -346,11 +356,10 @@ def run(args: argparse.Namespace) -> int:
     }
     print_table(summary)
     if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2, allow_nan=False) + "\n")
+        options.prepared(args.json).write_text(json.dumps(result, indent=2, allow_nan=False) + "\n")
         print(f"wrote {args.json}")
     if args.plot is not None:
-        from sim.experiments.plots import plot_sim_train
+        from studies.tabular.sim_train_plot import plot_sim_train
 
         plot_sim_train(result, args.plot)
         print(f"wrote {args.plot}")

@@ -22,9 +22,9 @@ import numpy as np
 from tqdm import tqdm
 
 import sim
-from sim.experiments.families import turn_taking_ring
-from sim.experiments.fitting import finite_or_none, fit_exponent, loglog_slope
-from sim.experiments.measure import (
+from studies import options
+from studies.tabular.families import turn_taking_ring
+from studies.tabular.measure import (
     ExactEvaluations,
     StageMeasurement,
     measure_stage,
@@ -32,6 +32,7 @@ from sim.experiments.measure import (
 )
 from teamtr import StageConfig
 from teamtr.config import SchemeName
+from teamtr.fitting import finite_or_none, fit_exponent, loglog_slope
 
 SCHEMES: tuple[SchemeName, ...] = ("stale", "teamtr")
 PAPERS_ALPHA = {"stale": 1.94, "teamtr": 1.07}
@@ -144,20 +145,16 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
             "fitted log-log exponents (THEORY.md Thm 3.6/3.7)."
         ),
     )
-    parser.add_argument("--json", type=Path, default=None, help="write the results here")
-    parser.add_argument(
-        "--plot", type=Path, default=None, help="draw the log-log figure here (PNG)"
-    )
-    parser.add_argument("--seeds", type=int, default=24, help="seeded MDPs (one stage each) per n")
+    options.add_json(parser)
+    options.add_plot(parser, "draw the log-log figure here (PNG)")
+    options.add_seed_count(parser, 24, "seeded MDPs (one stage each) per n: seeds 0..N-1")
     parser.add_argument(
         "--agents",
         type=parse_agents,
         default=parse_agents("2..8"),
         help="team sizes n: 2..8 or 2,4,8",
     )
-    parser.add_argument(
-        "--radius", type=float, default=0.02, help="delta_i, the per-agent KL radius of Thm 3.4"
-    )
+    options.add_radius(parser, 0.02)
     parser.add_argument(
         "--radius-growth",
         choices=("constant", "linear"),
@@ -187,15 +184,14 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
 
 
 def _validate(args: argparse.Namespace) -> str | None:
-    if args.seeds < 1:
-        return f"--seeds must be >= 1, got {args.seeds}"
-    if not (math.isfinite(args.radius) and args.radius > 0):
-        return f"--radius must be > 0 (delta_i of Thm 3.4), got {args.radius}"
-    if not 0.0 < args.gamma < 1.0:
-        return f"--gamma must lie in (0, 1), got {args.gamma}"
-    if args.bootstrap < 1:
-        return f"--bootstrap must be >= 1, got {args.bootstrap}"
-    return None
+    return options.first_problem(
+        options.seed_count_problem(args.seeds),
+        options.radius_problem(args.radius),
+        None if 0.0 < args.gamma < 1.0 else f"--gamma must lie in (0, 1), got {args.gamma}",
+        None if args.bootstrap >= 1 else f"--bootstrap must be >= 1, got {args.bootstrap}",
+        options.output_problem(args.json, "--json"),
+        options.output_problem(args.plot, "--plot"),
+    )
 
 
 def radius_for(args: argparse.Namespace, n: int) -> float:
@@ -423,15 +419,13 @@ def print_summary(result: dict[str, Any]) -> None:
 
 
 def write_json(path: Path, document: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(document, indent=2, allow_nan=False) + "\n")
+    options.prepared(path).write_text(json.dumps(document, indent=2, allow_nan=False) + "\n")
 
 
 def run(args: argparse.Namespace) -> int:
     problem = _validate(args)
     if problem is not None:
-        print(f"teamtr scaling: {problem}", file=sys.stderr)
-        return 2
+        return options.refuse("teamtr scaling", problem)
     began = time.perf_counter()
     collected = collect(args)
     result = summarise(args, collected, time.perf_counter() - began)
@@ -440,7 +434,7 @@ def run(args: argparse.Namespace) -> int:
         write_json(args.json, result)
         print(f"wrote {args.json}")
     if args.plot is not None:
-        from sim.experiments.plots import plot_scaling
+        from studies.tabular.scaling_plot import plot_scaling
 
         plot_scaling(result, args.plot)
         print(f"wrote {args.plot}")

@@ -1,6 +1,6 @@
-"""The options of ``teamtr swap-sim`` (``sim.experiments.swap``), validated once.
+"""The options of ``teamtr swap-sim`` (``studies.tabular.swap_sim``), validated once.
 
-``StudySettings`` is read by the study and by its summary (``sim.experiments.swap_summary``);
+``StudySettings`` is read by the study and by its summary (``studies.tabular.swap_sim_summary``);
 ``REPLACEMENTS`` names the kinds of replacement agent the study can drop into a team.
 """
 
@@ -10,7 +10,8 @@ import argparse
 import math
 from dataclasses import dataclass
 
-from sim.experiments.families import FAMILIES
+from studies import options
+from studies.tabular.families import FAMILIES
 
 REPLACEMENTS: dict[str, str] = {
     "other-run": (
@@ -48,15 +49,19 @@ class StudySettings:
             )
         if args.family not in FAMILIES:
             raise ValueError(f"--family must be one of {sorted(FAMILIES)}, got {args.family!r}")
-        for flag in ("seeds", "train_stages", "donor_stages", "further_stages"):
+        problem = options.first_problem(
+            options.seed_count_problem(args.seeds), options.radius_problem(args.radius)
+        )
+        if problem is not None:
+            raise ValueError(problem)
+        for flag in ("train_stages", "donor_stages", "further_stages"):
             if getattr(args, flag) < 1:
                 raise ValueError(f"--{flag.replace('_', '-')} must be >= 1")
         sweep = tuple(float(x) for x in args.delta0_sweep.split(",") if x.strip())
-        for value in (args.radius, args.delta0, args.concentration, *sweep):
+        for value in (args.delta0, args.concentration, *sweep):
             if not (math.isfinite(value) and value > 0):
                 raise ValueError(
-                    f"--radius, --delta0, --delta0-sweep and --concentration must be > 0, "
-                    f"got {value}"
+                    f"--delta0, --delta0-sweep and --concentration must be > 0, got {value}"
                 )
         return cls(
             family=args.family,

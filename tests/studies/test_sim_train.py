@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 import sim
-from sim.experiments.families import build_family
-from sim.experiments.sim_train import SCHEMES, as_single_agent
-from sim.experiments.training import CertifiedImprovementViolation, check_certified_improvement
+from studies.tabular.families import build_family
+from studies.tabular.sim_train import SCHEMES, as_single_agent
+from studies.tabular.training import CertifiedImprovementViolation, check_certified_improvement
 from teamtr.cli import main
 from teamtr.reports import AgentUpdate, StageReport, UpdateRecord
 

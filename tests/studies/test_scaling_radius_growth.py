@@ -5,7 +5,7 @@ import json
 
 import numpy as np
 
-from sim.experiments.scaling import build_parser, radius_for
+from studies.tabular.scaling import build_parser, radius_for
 from teamtr.cli import main
 
 

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 import sim
-from sim.experiments.families import turn_taking_ring
-from sim.experiments.measure import ExactEvaluations, measure_stage, run_recorded_stage
-from sim.experiments.scaling import METRICS, SCHEMES, build_parser, parse_agents
+from studies.tabular.families import turn_taking_ring
+from studies.tabular.measure import ExactEvaluations, measure_stage, run_recorded_stage
+from studies.tabular.scaling import METRICS, SCHEMES, build_parser, parse_agents
 from teamtr import StageConfig
 from teamtr.cli import main
 

@@ -1,4 +1,4 @@
-"""``python -m sim.experiments.gymnasium_check``: sim.from_gymnasium against Gymnasium's own step().
+"""``teamtr gymnasium-check``: sim.from_gymnasium against Gymnasium's own step().
 
 For FrozenLake, CliffWalking and Taxi, and for one, two and three agents taking turns, the
 exact J of a team (a linear solve on the MDP that ``sim.from_gymnasium`` builds) is set beside
@@ -20,7 +20,6 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 import gymnasium
@@ -29,10 +28,11 @@ from numpy.typing import NDArray
 from tqdm import tqdm
 
 import sim
+from studies import options
 
 Array = NDArray[np.float64]
 
-PROG = "python -m sim.experiments.gymnasium_check"
+PROG = "teamtr gymnasium-check"
 NO_TIME_LIMIT = 10**9
 """A TimeLimit no geometrically stopped episode reaches (the chance is gamma^1e9)."""
 
@@ -197,7 +197,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         prog=prog,
         description="Exact J of sim.from_gymnasium MDPs against Gymnasium's own rollouts.",
     )
-    parser.add_argument("--json", type=Path, default=None, help="write the rows here")
+    options.add_json(parser, "write the rows here")
     parser.add_argument("--episodes", type=int, default=20_000, help="episodes per row")
     parser.add_argument("--gamma", type=float, default=0.95, help="discount of the rows")
     parser.add_argument("--seed", type=int, default=0, help="seed of the first row")
@@ -205,12 +205,14 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.episodes < 2:
-        print(f"{PROG}: --episodes must be >= 2, got {args.episodes}", file=sys.stderr)
-        return 2
-    if not 0.0 <= args.gamma < 1.0:
-        print(f"{PROG}: --gamma must lie in [0, 1), got {args.gamma}", file=sys.stderr)
-        return 2
+    problem = options.first_problem(
+        None if args.episodes >= 2 else f"--episodes must be >= 2, got {args.episodes}",
+        None if 0.0 <= args.gamma < 1.0 else f"--gamma must lie in [0, 1), got {args.gamma}",
+        options.seed_list_problem(range(args.seed, args.seed + len(CASES)), "--seed"),
+        options.output_problem(args.json, "--json"),
+    )
+    if problem is not None:
+        return options.refuse(PROG, problem)
     began = time.perf_counter()
     rows = []
     for index, case in enumerate(
@@ -237,13 +239,13 @@ def run(args: argparse.Namespace) -> int:
             "rows": [asdict(row) | {"z": row.z} for row in rows],
             "seconds": round(time.perf_counter() - began, 2),
         }
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
+        options.prepared(args.json).write_text(json.dumps(result, indent=2) + "\n")
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return run(build_parser(PROG).parse_args(argv))
+    """``python -m studies.tabular.gymnasium_check``: the same as ``teamtr gymnasium-check``."""
+    return run(build_parser("python -m studies.tabular.gymnasium_check").parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -13,9 +13,9 @@ and a CPU-time budget make runs that share a machine comparable). The study
    may not outlive the machine; these files are small enough to commit), and after every run
    the aggregate ``RESULTS.json`` (per method: mean ± standard error over seeds) and its figure.
 
-Usage::
+Usage (``python -m studies.llm.seed_study`` takes the same options)::
 
-    python -m llm.seed_study --results results/study_arithmetic --runs runs/study_arithmetic \\
+    teamtr seed-study --results results/study_arithmetic --runs runs/study_arithmetic \\
         --method teamtr=configs/compare/teamtr.toml --method grpo=configs/compare/grpo.toml \\
         --seeds 0 1 2 --jobs 2
 
@@ -35,7 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from llm.compare_report import RunSpec, save_figure, stage_ends_minutes, summarise
+from studies import options
+from studies.llm.run_records import RunSpec, summarise
 
 
 @dataclass(frozen=True)
@@ -230,87 +231,6 @@ def aggregate(methods: list[str], results: Path) -> dict[str, Any]:
     return summary
 
 
-def plot(summary: dict[str, Any], results: Path, out: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    methods = list(summary["methods"])
-    runs = {
-        m: [json.loads(p.read_text()) for p in sorted(results.glob(f"{m}-s*.json"))]
-        for m in methods
-    }
-    # Runs that evaluated during training ([run] eval_every) get a held-out learning curve.
-    with_curve = any(len(held_out_curve(run)) > 1 for group in runs.values() for run in group)
-    figure, axes = plt.subplots(1, 3 if with_curve else 2, figsize=(16 if with_curve else 11, 4.2))
-    left, right = axes[0], axes[-1]
-    for index, method in enumerate(methods):
-        colour = f"C{index}"
-        for number, run in enumerate(runs[method]):
-            ends = stage_ends_minutes(run)
-            rewards = [s["train_reward"] for s in run["stages"]]
-            label = method if number == 0 else None
-            left.plot(ends, rewards, color=colour, alpha=0.6, linewidth=1, label=label)
-            if with_curve:
-                curve = [(0, 100 * run["untrained"]["accuracy"])] + [
-                    (stage, 100 * accuracy) for stage, accuracy in held_out_curve(run)
-                ]
-                stages, accuracies = zip(*curve, strict=True)
-                axes[1].plot(
-                    stages, accuracies, "o-", color=colour, alpha=0.6, markersize=3, label=label
-                )
-        entry = summary["methods"][method]
-        if entry.get("untrained_accuracy") is not None:
-            right.bar(
-                index - 0.18,
-                100 * entry["untrained_accuracy"],
-                0.36,
-                color="0.7",
-                label="untrained" if index == 0 else None,
-            )
-            value = 100 * entry["untrained_accuracy"]
-            right.annotate(f"{value:.0f}", (index - 0.18, value), ha="center", va="bottom")
-        if "trained_accuracy" in entry:
-            trained = entry["trained_accuracy"]
-            right.bar(
-                index + 0.18,
-                100 * trained["mean"],
-                0.36,
-                color=colour,
-                yerr=100 * (trained["standard_error"] or 0),
-                capsize=3,
-                label="trained (mean ± s.e. over seeds)" if index == 0 else None,
-            )
-            for run in entry["per_seed"]:
-                right.plot(index + 0.18, 100 * run["trained"], "k.", markersize=4)
-            value = 100 * trained["mean"]
-            right.annotate(f"{value:.0f}", (index + 0.18, value), ha="center", va="bottom")
-    left.set_xlabel("budget clock at the stage's end (minutes)")
-    left.set_ylabel("training reward (stage-start rollouts)")
-    left.set_title("training, one line per seed")
-    if left.get_legend_handles_labels()[0]:
-        left.legend()
-    if with_curve:
-        axes[1].set_xlabel("stages trained")
-        axes[1].set_ylabel("greedy held-out accuracy (%)")
-        axes[1].set_ylim(0, 105)
-        axes[1].set_title("held-out accuracy during training, one line per seed")
-        axes[1].legend()
-    right.set_xticks(range(len(methods)), methods)
-    right.set_ylim(0, 105)
-    right.set_ylabel("greedy held-out accuracy (%)")
-    right.set_title("held-out accuracy (dots: seeds)")
-    if right.get_legend_handles_labels()[0]:
-        right.legend()
-    return save_figure(figure, out)
-
-
-def held_out_curve(run: dict[str, Any]) -> list[tuple[int, float]]:
-    """(stages trained, greedy held-out accuracy) after every stage that evaluated."""
-    return [(s["stage"] + 1, s["eval"]["accuracy"]) for s in run["stages"] if "eval" in s]
-
-
 def regressions(run: dict[str, Any]) -> int:
     """Held-out evaluations that fell by more than two standard errors below the one before
     (the untrained evaluation first). Each accuracy p on N questions has the binomial standard
@@ -344,6 +264,8 @@ def report(methods: list[str], results: Path, figure: Path | None) -> dict[str, 
     summary = aggregate(methods, results)
     write_json(results.with_suffix(".json"), summary)
     if figure is not None:
+        from studies.llm.seed_study_plot import plot  # matplotlib only when drawing
+
         plot(summary, results, figure)
     return summary
 
@@ -416,10 +338,19 @@ def run_jobs(jobs: list[Job], parallel: int, on_done) -> int:
     return failed
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--method", type=Method.parse, action="append", required=True)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+PROG = "teamtr seed-study"
+
+
+def build_parser(prog: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--method",
+        type=Method.parse,
+        action="append",
+        required=True,
+        help="NAME=CONFIG.toml: a method and the config it trains with",
+    )
+    options.add_seed_list(parser, [0, 1, 2], "the seeds every method is trained with")
     parser.add_argument("--jobs", type=int, default=2, help="runs at a time (one thread each)")
     parser.add_argument(
         "--results",
@@ -428,15 +359,22 @@ def main(argv: list[str] | None = None) -> int:
         help="folder of per-run files; RESULTS.json is the aggregate",
     )
     parser.add_argument("--runs", type=Path, required=True, help="parent of the run directories")
-    parser.add_argument("--plot", type=Path, help="figure (PNG) of the aggregate")
+    options.add_plot(parser, "figure (PNG) of the aggregate")
     parser.add_argument("--report", action="store_true", help="only rebuild the aggregate")
     parser.add_argument("--markdown", action="store_true", help="print the aggregate as a table")
-    args = parser.parse_args(argv)
-    if args.jobs < 1:
-        parser.error(f"--jobs must be >= 1, got {args.jobs}")
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
     names = [m.name for m in args.method]
-    if len(set(names)) != len(names):
-        parser.error(f"method names must differ, got {names}")
+    problem = options.first_problem(
+        options.seed_list_problem(args.seeds),
+        None if args.jobs >= 1 else f"--jobs must be >= 1, got {args.jobs}",
+        None if len(set(names)) == len(names) else f"--method: names must differ, got {names}",
+        options.output_problem(args.plot, "--plot"),
+    )
+    if problem is not None:
+        return options.refuse(PROG, problem)
     if args.report:
         rerecord(names, args.results, args.runs)
     else:
@@ -457,6 +395,11 @@ def main(argv: list[str] | None = None) -> int:
     summary = report(names, args.results, args.plot)
     print(markdown(summary) if args.markdown else json.dumps(summary["methods"], indent=1))
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m studies.llm.seed_study``: the same as ``teamtr seed-study``."""
+    return run(build_parser("python -m studies.llm.seed_study").parse_args(argv))
 
 
 if __name__ == "__main__":

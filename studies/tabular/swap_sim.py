@@ -29,7 +29,6 @@ import math
 import sys
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -38,10 +37,11 @@ from tqdm import tqdm
 
 import sim
 from sim.alignment import SwapCertificate, align_agent, swap_certificate
-from sim.experiments.families import FAMILIES, build_family
-from sim.experiments.swap_settings import REPLACEMENTS, StudySettings
-from sim.experiments.swap_summary import PAPER_CLAIMS, print_summary, summarise
-from sim.experiments.training import Trainer
+from studies import options
+from studies.tabular.families import FAMILIES, build_family
+from studies.tabular.swap_sim_settings import REPLACEMENTS, StudySettings
+from studies.tabular.swap_sim_summary import PAPER_CLAIMS, print_summary, summarise
+from studies.tabular.training import Trainer
 
 OTHER_TEAM_CONCENTRATION = 0.3
 """Dirichlet concentration of the frozen teammates an ``other-team`` replacement is trained with:
@@ -271,9 +271,9 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
             "another run, directly or after Stage-0 alignment, then train on with TeamTR."
         ),
     )
-    parser.add_argument("--seeds", type=int, default=20, help="seeded instances (one study each)")
-    parser.add_argument("--json", type=Path, default=None, help="write the results here")
-    parser.add_argument("--plot", type=Path, default=None, help="draw the figure here (PNG)")
+    options.add_seed_count(parser, 20, "seeded instances (one study each): seeds 0..N-1")
+    options.add_json(parser)
+    options.add_plot(parser)
     parser.add_argument(
         "--family",
         default="ring",
@@ -291,9 +291,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     parser.add_argument(
         "--further-stages", type=int, default=4, help="TeamTR stages trained after the swap"
     )
-    parser.add_argument(
-        "--radius", type=float, default=0.05, help="delta_i, the per-agent KL radius of Thm 3.4"
-    )
+    options.add_radius(parser, 0.05)
     parser.add_argument(
         "--delta0",
         type=float,
@@ -330,8 +328,12 @@ def run(args: argparse.Namespace) -> int:
     try:
         settings = StudySettings.from_args(args)
     except ValueError as error:
-        print(f"teamtr swap-sim: {error}", file=sys.stderr)
-        return 2
+        return options.refuse("teamtr swap-sim", str(error))
+    problem = options.first_problem(
+        options.output_problem(args.json, "--json"), options.output_problem(args.plot, "--plot")
+    )
+    if problem is not None:
+        return options.refuse("teamtr swap-sim", problem)
     began = time.perf_counter()
     runs = [
         study_seed(settings, seed)
@@ -367,11 +369,10 @@ def run(args: argparse.Namespace) -> int:
     }
     print_summary(summary, settings)
     if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2, allow_nan=False) + "\n")
+        options.prepared(args.json).write_text(json.dumps(result, indent=2, allow_nan=False) + "\n")
         print(f"wrote {args.json}")
     if args.plot is not None:
-        from sim.experiments.plots import plot_swap_sim  # matplotlib only when drawing
+        from studies.tabular.swap_sim_plot import plot_swap_sim  # matplotlib only when drawing
 
         print(f"wrote {plot_swap_sim(result, args.plot)}")
     return 0

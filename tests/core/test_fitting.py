@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from sim.experiments.fitting import finite_or_none, fit_exponent, loglog_slope
+from teamtr.fitting import finite_or_none, fit_exponent, loglog_slope
 
 
 @pytest.mark.parametrize("alpha", [0.5, 1.0, 1.94, 2.0])

@@ -1,5 +1,6 @@
-"""The figure of ``teamtr llm-scaling``: drift against n on language-model teams, and the
-fitted exponents of both worlds (language models and the exact tabular rings) side by side."""
+"""The figure of ``teamtr llm-scaling`` (``studies.llm.scaling``): drift against n on
+language-model teams, and the fitted exponents of both worlds (language models and the exact
+tabular rings) side by side."""
 
 from __future__ import annotations
 
@@ -7,11 +8,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+from studies.figures import plt, save_figure
 
 COLOURS = {"stale": "tab:red", "teamtr": "tab:blue"}
 LABELS = {"stale": "stale", "teamtr": "TeamTR"}
@@ -111,7 +110,7 @@ def _exponent_panel(axis: Any, summary: dict[str, Any], tabular: Sequence[dict[s
 
 def plot_llm_scaling(
     summary: dict[str, Any], path: str | Path, tabular: Sequence[dict[str, Any]] = ()
-) -> None:
+) -> Path:
     """Three panels: KL drift and its Pinsker L1 sum against n, and the exponents."""
     figure, axes = plt.subplots(1, 3, figsize=(17, 4.8))
     _drift_panel(axes[0], summary, "drift_kl", "drift: sum of dialogue KLs (nats)")
@@ -123,7 +122,4 @@ def plot_llm_scaling(
         f"{len(summary['seeds'])}; per-agent radius {settings['radius']} nats per "
         f"{settings['radius_unit']}; mean ± s.e. over seeds, dots: seeds)"
     )
-    figure.tight_layout()
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
+    return save_figure(figure, path)

@@ -1,0 +1,13 @@
+"""The language-model studies: experiments that train or measure many ``llm`` runs and reduce
+them to one result file and one figure (the ``*_plot`` module beside each study).
+
+- ``scaling`` (``teamtr llm-scaling``): the n^2 versus n drift of Thm 3.7 measured on teams of
+  language models, the counterpart of the tabular ``teamtr scaling``; figure ``scaling_plot``.
+- ``seed_study`` (``teamtr seed-study``, or ``python -m studies.llm.seed_study``): every method
+  trained with every seed under one budget, side by side; figure ``seed_study_plot``.
+- ``compare_report`` (``teamtr compare-report``, or ``python -m studies.llm.compare_report``):
+  the summary of a set of finished runs and their evaluations; figure ``compare_report_plot``.
+
+torch is imported only inside the functions that train or measure, so reading a study's options
+or its results (``--help``, ``--report``, the README's tables) loads no model code.
+"""
