@@ -116,7 +116,8 @@ def source_checkout_entry_points() -> dict[str, str]:
 
 def usage(commands: dict[str, Command]) -> str:
     lines = ["usage: teamtr <command> [options]", "", "commands:"]
-    lines += [f"  {name:<10} {command.help}" for name, command in commands.items()]
+    width = max([10, *map(len, commands)])
+    lines += [f"  {name:<{width}} {command.help}" for name, command in commands.items()]
     if not commands:
         lines.append(f"  (none: no installed package registers the {ENTRY_POINT_GROUP!r} group)")
     lines += ["", "Run `teamtr <command> --help` for the options of one command."]
