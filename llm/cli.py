@@ -65,7 +65,8 @@ def _parser() -> argparse.ArgumentParser:
     start = train.add_mutually_exclusive_group(required=True)
     start.add_argument(
         "--config",
-        help="TOML file (configs/default.toml: the run to start with; configs/reference.toml: every key)",
+        help="TOML file, or a shipped config's name (default: the run to start with; reference: "
+        "every key; chain/chain4_teamtr: a file of llm/configs/, which configs/ links to)",
     )
     start.add_argument(
         "--resume", metavar="DIR", help="continue the run in DIR from its newest valid checkpoint"
@@ -95,7 +96,9 @@ def _parser() -> argparse.ArgumentParser:
     evaluate = commands.add_parser("eval", help="evaluate a trained or untrained team")
     source = evaluate.add_mutually_exclusive_group(required=True)
     source.add_argument("--run", help="run directory of `teamtr train`")
-    source.add_argument("--config", help="TOML config: evaluate the untrained team")
+    source.add_argument(
+        "--config", help="TOML config, or a shipped config's name: evaluate the untrained team"
+    )
     evaluate.add_argument(
         "--step", type=integer_at_least(0), help="checkpoint stage (default: the latest)"
     )

@@ -1,7 +1,8 @@
 """Run configuration: a TOML file whose sections map onto frozen dataclasses.
 
 Every field is documented where it is defined (``LoraSettings``, ``SamplerSettings``,
-``UpdaterSettings`` and the classes below); ``configs/reference.toml`` lists them all. Unknown
+``UpdaterSettings`` and the classes below); ``configs/reference.toml`` lists them all (the
+shipped configs live in ``llm/configs/``, ``PACKAGED_CONFIGS``, and are found by name). Unknown
 sections or keys, wrong types, non-finite numbers and out-of-range values raise ``ConfigError``
 naming the file, the line (for TOML), the section and key, and what is expected; the CLI turns
 that into exit code 2. ``ConfigError`` is the only exception the parser raises on any input.
@@ -675,14 +676,58 @@ def _read_toml_chain(path: Path, seen: tuple[Path, ...]) -> tuple[dict[str, Any]
     return _merged(base, data), text
 
 
+PACKAGED_CONFIGS = Path(__file__).resolve().parent / "configs"
+"""The configs that ship with the package (``configs/`` in a clone is a link to this folder)."""
+
+
+def packaged_config_names() -> list[str]:
+    """The names of the packaged configs, e.g. ``default`` and ``chain/chain4_teamtr``."""
+    return sorted(
+        path.relative_to(PACKAGED_CONFIGS).with_suffix("").as_posix()
+        for path in PACKAGED_CONFIGS.rglob("*.toml")
+    )
+
+
+def find_config(name: str | Path) -> Path:
+    """The TOML file ``name`` stands for: the path itself where it exists (an existing path
+    always wins), else the packaged config of that name (``default``, ``chain/chain4_teamtr``,
+    with or without ``.toml``, also as ``configs/default.toml`` outside a clone), so that an
+    installed package runs its shipped configs from any folder.
+
+    Raises ``ConfigError`` with one line saying where it looked and which names there are.
+    """
+    path = Path(name)
+    if path.exists():
+        return path
+    names = ", ".join(packaged_config_names())
+    if path.is_absolute() or ".." in path.parts:
+        raise ConfigError(
+            f"{path}: no such config file (a path, so not a packaged config; the packaged "
+            f"configs, in {PACKAGED_CONFIGS}: {names})"
+        )
+    parts = path.parts[1:] if path.parts[:1] == ("configs",) and len(path.parts) > 1 else path.parts
+    packaged = PACKAGED_CONFIGS.joinpath(*parts)
+    if packaged.suffix != ".toml":
+        packaged = packaged.with_name(packaged.name + ".toml")
+    if packaged.is_file():
+        return packaged
+    raise ConfigError(
+        f"{path}: no such config file (looked for {path} in {Path.cwd()} and for {packaged}; "
+        f"the packaged configs, in {PACKAGED_CONFIGS}: {names})"
+    )
+
+
 def load_config(path: str | Path) -> RunConfig:
     """Read and validate a TOML (or a run directory's resolved JSON) configuration.
 
-    A TOML file may start with ``extends = "other.toml"``: its values then override those of
-    the other file (itself validated first), section by section and key by key.
+    ``path`` is a file, or the name of a packaged config (``find_config``: ``default``,
+    ``chain/chain4_teamtr``). A TOML file may start with ``extends = "other.toml"``: its values
+    then override those of the other file (itself validated first), section by section and key
+    by key.
     """
     path = Path(path)
     if path.suffix != ".json":
+        path = find_config(path)
         data, text = _read_toml_chain(path, (path.resolve(),))
         return config_from_dict(data, str(path), text)
     text = _read_text(path)

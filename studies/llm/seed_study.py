@@ -49,9 +49,15 @@ class Method:
         name, _, config = text.partition("=")
         if not name or not config:
             raise argparse.ArgumentTypeError(f"--method {text!r}: expected NAME=CONFIG.toml")
-        if not Path(config).is_file():
+        from llm.config import ConfigError, find_config  # torch-free
+
+        try:
+            path = find_config(config)
+        except ConfigError as error:
+            raise argparse.ArgumentTypeError(f"--method {text!r}: {error}") from None
+        if not path.is_file():
             raise argparse.ArgumentTypeError(f"--method {text!r}: no such config file {config}")
-        return cls(name, Path(config))
+        return cls(name, path)
 
 
 @dataclass(frozen=True)
@@ -348,7 +354,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         type=Method.parse,
         action="append",
         required=True,
-        help="NAME=CONFIG.toml: a method and the config it trains with",
+        help="NAME=CONFIG: a method and its config (a TOML path, or a packaged name: default)",
     )
     options.add_seed_list(parser, [0, 1, 2], "the seeds every method is trained with")
     parser.add_argument("--jobs", type=int, default=2, help="runs at a time (one thread each)")
