@@ -19,7 +19,7 @@ from llm.phrasings import TEMPLATES
 from llm.private_notes import NOTES_TEMPLATES, RELAY_TEMPLATES
 from llm.progress import CountProgress
 from llm.rewards import Grade, grade
-from llm.sampler import DialogueSampler
+from llm.sampler import DialogueSampler, episode_reward
 from llm.tasks import Problem
 
 EVAL_ONLY_TEMPLATES = frozenset(
@@ -114,11 +114,15 @@ def _evaluate(
             finished.extend(done)
             tokens += generated
         grades = [grade(sampler.chat.message_text(e.turns[-1]), e.problem.answer) for e in finished]
+        credits = [
+            episode_reward(sampler.chat, e, g) for e, g in zip(finished, grades, strict=True)
+        ]
     else:
-        grades, tokens = _evaluate_share(
+        grades, credits, tokens = _evaluate_share(
             team, sampler, problems, episodes, samples, batch_size, collective, bar.advance
         )
         grades = [g for share in collective.gather(grades) for g in share]
+        credits = [c for share in collective.gather(credits) for c in share]
         tokens = int(collective.sum(tokens))
     bar.close(f"{len(problems)} questions in {time.perf_counter() - started:.1f} s")
     correct = np.array([g.correct for g in grades], dtype=float)
@@ -148,6 +152,12 @@ def _evaluate(
             winner = Counter(answers).most_common(1)[0][0]
             votes.append(float(bool(verify(parse(problem.answer), parse(winner)))))
         result["majority_vote"] = float(np.mean(votes))
+    if all(p.credit == "running_sum" for p in problems):
+        # The chain's dense reward, held out: the share of turns that state the running total
+        # (``llm.rewards.running_sum_reward``), which moves long before the final total is right.
+        per_problem = np.array(credits, dtype=float).reshape(len(problems), samples).mean(axis=1)
+        result["turn_credit"] = float(per_problem.mean())
+        result["turn_credit_standard_error"] = float(per_problem.std() / np.sqrt(len(problems)))
     result.update(group_metrics(problems, correct.reshape(len(problems), samples).mean(axis=1)))
     return Evaluation(result, finished, grades)
 
@@ -230,8 +240,9 @@ def _evaluate_share(
     batch_size: int,
     collective: Collective,
     on_messages: Callable[[int], None] | None = None,
-) -> tuple[list[Grade], int]:
-    """This rank's contiguous share of the problems, played and graded.
+) -> tuple[list[Grade], list[float], int]:
+    """This rank's contiguous share of the problems, played and graded (final answers, and each
+    dialogue's reward without format bonus: ``llm.sampler.episode_reward``).
 
     The sampler's generator advances by one seed per batch of the whole set, as in one process,
     so that training goes on from the same generator state whatever the number of ranks.
@@ -241,6 +252,7 @@ def _evaluate_share(
     temperature = 0.0 if samples == 1 else sampler.settings.temperature
     share = episodes[first * samples : last * samples]
     grades: list[Grade] = []
+    credits: list[float] = []
     tokens = 0
     for batch, start in enumerate(range(0, len(share), batch_size)):
         done, generated = sampler.play(
@@ -250,6 +262,10 @@ def _evaluate_share(
             seed=seeds[batch],
             on_messages=on_messages,
         )
-        grades.extend(grade(sampler.chat.message_text(e.turns[-1]), e.problem.answer) for e in done)
+        for episode in done:
+            grades.append(
+                grade(sampler.chat.message_text(episode.turns[-1]), episode.problem.answer)
+            )
+            credits.append(episode_reward(sampler.chat, episode, grades[-1]))
         tokens += generated
-    return grades, tokens
+    return grades, credits, tokens
