@@ -44,10 +44,11 @@ import numpy as np
 import torch
 
 from llm import profiling
+from llm.builder import Components, build
 from llm.config import RunConfig, load_config
 from llm.losses import group_normalised_advantages
 from llm.sampler import DialogueRollouts, DialogueSampler, generate_messages
-from llm.train import Components, build, train
+from llm.train import train
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = {

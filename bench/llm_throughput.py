@@ -36,11 +36,11 @@ from pathlib import Path
 import torch
 
 from llm.agents import LoraBackbone, LoraSettings, SeparateBackbone
+from llm.builder import build, placement_of
 from llm.config import RunConfig
 from llm.loading import load_model
 from llm.sampler import SamplerSettings, generate_messages
 from llm.tasks import ArithmeticSuite
-from llm.train import build, placement_of
 from llm.updater import UpdaterSettings
 from teamtr.config import StageConfig
 from teamtr.penalty import EpisodicPenalty

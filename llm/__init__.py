@@ -16,12 +16,12 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from llm.builder import TeamParts, build_team
     from llm.config import RunConfig, load_config
-    from llm.team_builder import TeamParts, build_team
 
 _PUBLIC = {
-    "build_team": "llm.team_builder",
-    "TeamParts": "llm.team_builder",
+    "build_team": "llm.builder",
+    "TeamParts": "llm.builder",
     "RunConfig": "llm.config",
     "load_config": "llm.config",
 }

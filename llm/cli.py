@@ -135,8 +135,9 @@ def _train_config(args: argparse.Namespace, world_size: int):
     process group or model exists (so that a bad setup stops every rank at once)."""
     import dataclasses
 
+    from llm.builder import placement_of
     from llm.distributed import check_world
-    from llm.train import placement_of, resumable_config
+    from llm.train import resumable_config
 
     if args.resume is not None:
         if args.name or args.seed is not None or args.output_dir is not None:
@@ -199,7 +200,8 @@ def _train(args: argparse.Namespace, argv: list[str]) -> int:
         start_process_group,
         stop_process_group,
     )
-    from llm.train import TrainingInterrupted, resume, train
+    from llm.rundir import TrainingInterrupted
+    from llm.train import resume, train
 
     if args.nproc is not None:
         if args.nproc < 1:
@@ -327,10 +329,10 @@ def _write_file(path: Path, data: bytes, option: str, what: str) -> None:
 
 def _eval(args: argparse.Namespace) -> int:
     from llm.agents import LoraTeam
+    from llm.builder import build, problem_sources, require_dialogues_fit
     from llm.checkpoint import find_policies, run_format
     from llm.evaluation import evaluate_team_with_episodes, transcript_records
     from llm.preflight import require_writable_file
-    from llm.train import build, problem_sources, require_dialogues_fit
 
     destination = Path(args.json)
     require_writable_file(destination, "--json")  # before the evaluation, not after it

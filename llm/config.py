@@ -154,8 +154,8 @@ class StageSettings(StageConfig):
 
     radius: float | tuple[float, ...] = 0.1
     """The language-model default of δ_i (nats, turn-level occupancy: the mean over the H
-    turns); ``teamtr.StageConfig`` holds the meaning and the check, the tabular worlds their
-    own default."""
+    turns), stated here once (``configs/reference.toml`` writes it out, and a test holds the
+    two equal); ``teamtr.StageConfig`` holds the meaning and the one check."""
     order: OrderSpec = "random"
     """The language-model default of σ: a fresh permutation per stage."""
     stages: int = 16
@@ -584,12 +584,15 @@ def _check_lengths(config: RunConfig, locate: Locator) -> None:
 def _check_stage(config: RunConfig, locate: Locator) -> None:
     """What ``teamtr.StageConfig`` cannot know alone: the team's size and the updater."""
     stage, n_agents = config.stage, config.team.n_policies
-    if isinstance(stage.radius, tuple) and len(stage.radius) != n_agents:
+    try:
+        stage.radii(n_agents)  # the values were checked by StageConfig; this checks the count
+    except ValueError:
         shared = " (one shared adapter)" if config.team.shared_adapter else ""
+        given = list(stage.radius) if isinstance(stage.radius, tuple) else stage.radius
         raise ConfigError(
             f"{locate('stage', 'radius')}: needs one entry per adapter ({n_agents}{shared}), "
-            f"got {list(stage.radius)}"
-        )
+            f"got {given}"
+        ) from None
     if isinstance(stage.order, tuple) and any(k >= n_agents for k in stage.order):
         raise ConfigError(
             f"{locate('stage', 'order')}: agents are numbered 0..{n_agents - 1}, "

@@ -234,7 +234,7 @@ def load_new_adapter(
 
 def probe_problems(config: RunConfig, path: str | None, count: int, seed: int) -> list[Problem]:
     """The probe prompts: a JSONL file's first ``count``, or ``count`` training-split draws."""
-    from llm.train import problem_sources
+    from llm.builder import problem_sources
 
     if count < 1:
         raise SwapError(f"--probe-size must be >= 1, got {count}")
@@ -304,8 +304,8 @@ def write_swapped_run(
 
 def run_swap(args: argparse.Namespace) -> int:
     """``teamtr swap``: see the module docstring. Bad input raises SwapError (exit code 2)."""
+    from llm.builder import build, require_dialogues_fit
     from llm.preflight import require_writable_directory
-    from llm.train import build, require_dialogues_fit
 
     run_dir = Path(args.run)
     config = _run_config(run_dir, "--run")

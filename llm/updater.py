@@ -51,7 +51,7 @@ from llm.sampler import DialogueRollouts, prepare_logps
 from llm.scoring import MessageBatch, message_logits, message_tokens, score_chunks
 from llm.settings import UpdaterSettings
 from teamtr.reports import AgentUpdate
-from teamtr.trust_region import TrustRegion
+from teamtr.trust_region import TrustRegion, statistic_of
 
 NON_FINITE_PREFIX = "non_finite_"
 """``AgentUpdate.extras`` key prefix naming the quantity that was not finite."""
@@ -376,10 +376,8 @@ class TrustRegionUpdater:
         turn_level_kl = (
             episode_kl / rollouts.horizon
         )  # E over the average occupancy d̄ = (1/H) Σ_t ρ_t
-        mean = TrustRegion(1.0).statistic_of(turn_level_kl, weights)
-        quantile = TrustRegion(1.0, "quantile", self.settings.quantile).statistic_of(
-            turn_level_kl, weights
-        )
+        mean = statistic_of(turn_level_kl, weights)
+        quantile = statistic_of(turn_level_kl, weights, "quantile", self.settings.quantile)
         surrogate = float(np.sum(weights * episode_gain) / np.sum(weights))
         statistic = max(mean, quantile) if self.settings.statistic == "quantile" else mean
         return _Measurement(mean, quantile, surrogate, statistic)
@@ -437,6 +435,8 @@ class TrustRegionUpdater:
                     accumulate_gradient,
                     measure,
                     operator.attrgetter("statistic"),
+                    # No slack: the statistic admitted is the KL reported, never above delta_i
+                    # (the stage loop then checks it with its own kl_tolerance).
                     TrustRegion(radius, tolerance=0.0),
                     shrink=s.shrink,
                     max_backtracks=s.max_backtracks,

@@ -49,6 +49,7 @@ from sim.evaluate import NonFiniteResultError, advantage_bound
 from sim.mdp import TurnTakingMDP
 from sim.team import TeamMismatchError, as_fitting_team
 from teamtr.reports import AgentUpdate
+from teamtr.trust_region import check_radius
 
 Array = NDArray[np.float64]
 Direction = Literal["reverse", "forward"]
@@ -210,8 +211,11 @@ class ExactUpdater:
 
     def update(self, team: Any, agent: int, rollouts: Any, radius: float) -> AgentUpdate:
         team = as_fitting_team(self.mdp, team, "ExactUpdater.update")
-        if not (radius >= 0 and np.isfinite(radius)):
-            raise ValueError(f"radius must be a finite number >= 0, got {radius!r}")
+        # Radius 0 is the degenerate region {pi} itself: the update is the exact "no move" (the
+        # old policy, KL 0), which a direct caller may ask for (tests/sim/test_updates.py). Any
+        # other radius meets the core's one rule (the stage loop's were checked by StageConfig).
+        if radius != 0:
+            check_radius(radius)
         old = team.agent(agent)
         occupancy, advantage, scale = self._read_rollouts(rollouts)
         mine = team.states_of(agent) & (occupancy > 0)

@@ -15,11 +15,12 @@ seed is a valid numpy and torch seed, 0..2^31-1.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+
+from teamtr.trust_region import radius_error
 
 SEED_LIMIT = 2**31 - 1
 """The largest seed: numpy's and torch's generators take 0..2^31-1 everywhere."""
@@ -73,10 +74,11 @@ def seed_list_problem(seeds: Iterable[int], flag: str = "--seeds") -> str | None
 
 
 def radius_problem(value: float, flag: str = "--radius") -> str | None:
-    """None if ``value`` is a finite number > 0, else why not."""
-    if not (math.isfinite(value) and value > 0):
-        return f"{flag} must be a finite number > 0 ({RADIUS_HELP}), got {value}"
-    return None
+    """None if ``value`` is a valid radius, else why not: the core's one rule
+    (``teamtr.trust_region.check_radius``, which ``StageConfig`` applies), its message after
+    the option's name."""
+    problem = radius_error(value)
+    return None if problem is None else f"{flag}: {problem}"
 
 
 def output_problem(path: Path | None, flag: str) -> str | None:

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from numbers import Integral
 from typing import Literal, get_args
+
+from teamtr.trust_region import ADMIT_TOLERANCE, checked_radius, per_agent_radii
 
 SchemeName = Literal["teamtr", "stale", "joint", "happo"]
 SCHEMES: tuple[str, ...] = get_args(SchemeName)
 OrderSpec = Literal["fixed", "random"] | tuple[int, ...]
 PenaltyForm = Literal["kl", "tv"]
+
+DEFAULT_RADIUS = 0.01
+"""The core's default delta_i (``StageConfig.radius``, ``teamtr.check_backend``); the
+language-model config states its own (``llm.config.StageSettings``)."""
 
 
 @dataclass(frozen=True)
@@ -22,31 +27,27 @@ class StageConfig:
     stale: every agent trained on the stage-start cache (Thm 3.7's naive baseline);
     joint: all agents against the stage-start team, swapped in at once;
     happo: stage-start cache reweighted by the earlier agents' probability ratios."""
-    radius: float | tuple[float, ...] = 0.01
-    """delta_i, the per-agent KL radius of Thm 3.4: one value for all agents or one per agent."""
+    radius: float | tuple[float, ...] = DEFAULT_RADIUS
+    """delta_i, the per-agent KL radius of Thm 3.4: one value for all agents, or a sequence of
+    one per agent (held as a tuple of floats). Every value must be finite and > 0; this is
+    where a radius is checked (``teamtr.trust_region.check_radius``), once, when the config is
+    built. That a tuple has one entry per agent is checked against the team (``radii``)."""
     order: OrderSpec = "fixed"
     """sigma: 'fixed' (0..n-1), 'random' (a fresh permutation per stage), or a tuple of distinct
     agents (a permutation, or a subset: ``(k,)`` updates agent k alone)."""
     seed: int = 0
     """Seed of the random order (stage s uses the stream (seed, s))."""
-    kl_tolerance: float = 1e-6
-    """Relative slack when checking KL_i <= delta_i; an update above it is never kept."""
+    kl_tolerance: float = ADMIT_TOLERANCE
+    """Relative slack when checking KL_i <= delta_i (``teamtr.trust_region.admitted``); an
+    update above it is never kept."""
     penalty_form: PenaltyForm = "kl"
     """Which form of Thm 3.4 the certificate uses: 'kl' (C_i sqrt(KL_i)) or 'tv' (needs E[TV])."""
 
     def __post_init__(self) -> None:
         if self.scheme not in SCHEMES:
             raise ValueError(f"scheme must be one of {SCHEMES}, got {self.scheme!r}")
-        radii = self.radius if isinstance(self.radius, tuple) else (self.radius,)
-        if not radii:
-            raise ValueError("radius must be a positive float or a non-empty tuple of them")
-        for r in radii:
-            if isinstance(r, bool) or not isinstance(r, int | float) or not math.isfinite(r):
-                raise ValueError(f"radius must be finite positive numbers, got {self.radius!r}")
-            if r <= 0:
-                raise ValueError(
-                    f"radius must be > 0 (δ_i, the per-agent KL radius of Thm 3.4), got {self.radius!r}"
-                )
+        # A float, or a tuple of floats, each finite and > 0: the one check of a radius.
+        object.__setattr__(self, "radius", checked_radius(self.radius))
         if isinstance(self.order, tuple):
             valid = all(
                 isinstance(k, Integral) and not isinstance(k, bool) and k >= 0 for k in self.order
@@ -63,12 +64,11 @@ class StageConfig:
         if self.penalty_form not in ("kl", "tv"):
             raise ValueError(f"penalty_form must be 'kl' or 'tv', got {self.penalty_form!r}")
 
+    def radii(self, n_agents: int) -> tuple[float, ...]:
+        """delta_i of every agent of a team of ``n_agents`` (a per-agent tuple must have one
+        entry per agent: the one part of the radius a config cannot check before the team)."""
+        return per_agent_radii(self.radius, n_agents)
+
     def radius_of(self, agent: int, n_agents: int) -> float:
         """delta_i for agent ``agent`` of a team of ``n_agents``."""
-        if isinstance(self.radius, tuple):
-            if len(self.radius) != n_agents:
-                raise ValueError(
-                    f"radius has {len(self.radius)} entries but the team has {n_agents} agents"
-                )
-            return float(self.radius[agent])
-        return float(self.radius)
+        return self.radii(n_agents)[agent]

@@ -30,7 +30,9 @@ from typing import Any
 
 import numpy as np
 
+from teamtr.config import DEFAULT_RADIUS
 from teamtr.protocols import AgentUpdater, Sampler, TeamPolicy
+from teamtr.trust_region import admitted, check_radius
 
 Statistic = Callable[[Any], Any]
 """A deterministic function of the distribution of rollouts (returns a number or an array)."""
@@ -48,16 +50,15 @@ class Backend:
     """A team that can improve at ``radius`` (the checks need one accepted update)."""
     sampler: Sampler
     updater: AgentUpdater
-    radius: float = 0.01
-    """delta_i of the probing updates."""
+    radius: float = DEFAULT_RADIUS
+    """delta_i of the probing updates (the core's default radius unless given)."""
     statistic: Statistic | None = None
     """A deterministic function of the rollouts' distribution, where the backend has one."""
     tolerance: float = 1e-9
     """How far ``statistic`` of prefix-reusing and of fresh rollouts may differ."""
 
     def __post_init__(self) -> None:
-        if not (self.radius > 0 and math.isfinite(self.radius)):
-            raise ValueError(f"radius must be a finite positive number, got {self.radius!r}")
+        check_radius(self.radius)  # given here, not through a StageConfig: the core's one rule
 
 
 def same_policy(a: Any, b: Any) -> bool:
@@ -155,8 +156,8 @@ def check_updates_inside_radius(backend: Backend) -> None:
                     f"agent {agent}'s update was accepted with a non-finite KL, surrogate or "
                     f"advantage bound {values}"
                 )
-            # The stage loop's own relative slack for rounding is 1e-6 (StageConfig.kl_tolerance).
-            if update.kl > delta * (1.0 + 1e-6):
+            # The stage loop's rule with its default slack (StageConfig.kl_tolerance).
+            if not admitted(update.kl, delta):
                 raise BackendCheckError(
                     f"agent {agent}'s update was accepted with E_d[KL] = {update.kl:.6g} above its "
                     f"radius {delta:.6g}"
@@ -199,7 +200,7 @@ def check_backend(
     sampler: Sampler,
     updater: AgentUpdater,
     *,
-    radius: float = 0.01,
+    radius: float = DEFAULT_RADIUS,
     statistic: Statistic | None = None,
     tolerance: float = 1e-9,
 ) -> tuple[str, ...]:

@@ -31,6 +31,7 @@ from teamtr.penalty import PenaltyModel
 from teamtr.protocols import AgentUpdater, Sampler, TeamPolicy
 from teamtr.reports import AgentUpdate, StageReport, UpdateRecord
 from teamtr.schemes import RolloutSource
+from teamtr.trust_region import admitted
 
 TeamT = TypeVar("TeamT", bound=TeamPolicy)
 """The backend's own team type: a stage returns the same type it was given."""
@@ -65,9 +66,10 @@ def update_penalty(update: AgentUpdate, penalty: PenaltyModel, form: str) -> flo
 
 
 def inside_radius(update: AgentUpdate, radius: float, tolerance: float) -> bool:
-    """Whether an update may enter the team: accepted, finite, and E_d[KL_i] <= delta_i."""
+    """Whether an update may enter the team: accepted, finite, and E_d[KL_i] <= delta_i
+    (``teamtr.trust_region.admitted`` with the config's ``kl_tolerance``)."""
     finite = all(math.isfinite(x) for x in (update.kl, update.surrogate, update.advantage_bound))
-    return update.accepted and finite and update.kl <= radius * (1.0 + tolerance)
+    return update.accepted and finite and admitted(update.kl, radius, tolerance)
 
 
 def run_stage(
@@ -87,6 +89,7 @@ def run_stage(
     what the update did and what it used: its starting team (``base``) and its rollouts.
     """
     order = stage_order(config, team.n_agents, stage_index)
+    radii = config.radii(team.n_agents)  # delta_i per agent, checked when config was built
     values = PerTeamCache(evaluator) if evaluator is not None else None
 
     def evaluate(team: TeamPolicy) -> float | None:
@@ -100,7 +103,7 @@ def run_stage(
     last_updated: int | None = None
 
     for position, agent in enumerate(order):
-        radius = config.radius_of(agent, team.n_agents)
+        radius = radii[agent]
         base = start_team if source.simultaneous else team
         rollouts, fresh = source.for_update(base, last_updated)
         update = updater.update(base, agent, rollouts, radius)

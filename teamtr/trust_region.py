@@ -1,15 +1,27 @@
 """Per-agent KL trust regions: statistic, accept/reject, quantile monitor, backtracking.
 
 Theorem 3.4 certifies an update whose expected KL under the occupancy it was trained on is at
-most delta_i. ``TrustRegion`` turns per-sample (per-state or per-token) KLs into that statistic
-and decides admission; ``backtrack`` shrinks a proposed step until it is admitted, and never
-returns a candidate that was not. Backends wrap their own snapshot/restore around it.
+most delta_i. Each rule is written once, here:
+
+- ``check_radius``: what a radius delta_i may be (finite and > 0). ``StageConfig`` applies it
+  when it is built, so the stage loop and every backend receive radii already checked;
+  ``per_agent_radii`` turns a shared value or a per-agent sequence into one radius per agent.
+- ``statistic_of``: per-sample (per-state or per-token) KLs -> the statistic compared with the
+  radius (their weighted mean, E_d[KL_i], or a high quantile).
+- ``admitted``: whether a statistic lies inside the radius, with the relative slack
+  ``ADMIT_TOLERANCE`` unless told otherwise; the stage loop and ``TrustRegion`` both decide
+  with it.
+
+``TrustRegion`` bundles a radius with its statistic and slack for ``backtrack``, which shrinks a
+proposed step until it is admitted and never returns a candidate that was not. Backends wrap
+their own snapshot/restore around it.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+import numbers
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Generic, Literal, TypeVar, get_args
 
@@ -50,9 +62,132 @@ def weighted_quantile(
     return float(v[order][min(index, v.size - 1)])
 
 
+ADMIT_TOLERANCE = 1e-6
+"""The relative slack of ``admitted`` unless a caller passes its own: a statistic up to
+radius * (1 + ADMIT_TOLERANCE) is inside, so that an update which meets its radius exactly (the
+exact updater solves E_d[KL_i] = delta_i to ~1e-9 relative) is not rejected for a rounding.
+``StageConfig.kl_tolerance`` and ``TrustRegion.tolerance`` default to it."""
+
+RADIUS_RULE = "radius must be > 0 (δ_i, the per-agent KL radius of Thm 3.4) and finite"
+"""What ``check_radius`` requires, as its error says it."""
+
+
+def check_radius(value: object, agent: int | None = None) -> float:
+    """``value`` as a float if it is a valid KL radius delta_i: a real number (not a bool),
+    finite and > 0. Otherwise a ValueError names the value, and ``agent`` where given.
+
+    The one rule for a radius: ``StageConfig`` applies it to its ``radius`` when it is built
+    (so a config's radii reach the stage loop checked), and the few entry points that take a
+    radius without a config (``TrustRegion``, ``teamtr.check_backend``, the exact updater of
+    ``sim``, the study command lines) apply this same function, never a rule of their own.
+    """
+    number = float(value) if isinstance(value, numbers.Real) and not isinstance(value, bool) else 0
+    if not (math.isfinite(number) and number > 0):
+        where = "" if agent is None else f" for agent {agent}"
+        raise ValueError(f"{RADIUS_RULE}, got {value!r}{where}")
+    return number
+
+
+def radius_error(value: object) -> str | None:
+    """What ``check_radius`` says against ``value``, or None if it is a valid radius: for
+    command lines that report bad options as a line of text."""
+    try:
+        check_radius(value)
+    except ValueError as error:
+        return str(error)
+    return None
+
+
+def _as_sequence(radius: object) -> tuple[object, ...] | None:
+    """The entries of a per-agent radius (a list, tuple or array); None for a single value."""
+    if isinstance(radius, numbers.Real | str | bytes) or not isinstance(radius, Iterable):
+        return None
+    try:
+        return tuple(radius)
+    except TypeError:  # a 0-d array
+        return None
+
+
+def checked_radius(radius: object) -> float | tuple[float, ...]:
+    """A radius setting, checked: one float shared by every agent, or a non-empty sequence of
+    one per agent (returned as a tuple); every value passes ``check_radius``."""
+    entries = _as_sequence(radius)
+    if entries is None:
+        return check_radius(radius)
+    if not entries:
+        raise ValueError(
+            f"radius must be one number or a non-empty list of one per agent, got {radius!r}"
+        )
+    return tuple(check_radius(r, agent) for agent, r in enumerate(entries))
+
+
+def per_agent_radii(radius: object, n_agents: int) -> tuple[float, ...]:
+    """One KL radius delta_i per agent from a shared value or a per-agent sequence, checked
+    (``check_radius``; an error names the agent) and of length ``n_agents``."""
+    if isinstance(n_agents, bool) or not isinstance(n_agents, int) or n_agents < 1:
+        raise ValueError(f"n_agents must be an integer >= 1, got {n_agents!r}")
+    entries = _as_sequence(radius)
+    if entries is None:
+        entries = (radius,) * n_agents
+    elif len(entries) != n_agents:
+        raise ValueError(
+            f"radius must have one value per agent: {len(entries)} given for a team of "
+            f"{n_agents} agents"
+        )
+    return tuple(check_radius(r, agent) for agent, r in enumerate(entries))
+
+
+def admitted(statistic: float, radius: float, tolerance: float = ADMIT_TOLERANCE) -> bool:
+    """Whether a measured KL statistic lies inside radius delta_i: statistic <= radius *
+    (1 + tolerance). ``nan`` is never admitted (every comparison with it is false).
+
+    The one admit rule: the stage loop keeps an update only if its E_d[KL_i] is admitted
+    (``teamtr.stage.inside_radius``), and ``TrustRegion.admits`` is this with its own slack.
+    """
+    return bool(statistic <= radius * (1.0 + tolerance))
+
+
+def statistic_of(
+    per_sample_kl: ArrayLike,
+    weights: ArrayLike | None = None,
+    statistic: Statistic = "mean",
+    quantile: float = 0.9,
+) -> float:
+    """The trust-region statistic of per-sample KLs (weights: occupancy or sample weights).
+
+    ``"mean"`` is the (weighted) mean, the E_d[KL_i] of Thm 3.4; ``"quantile"`` the weighted
+    inverse-CDF quantile at level ``quantile`` (``weighted_quantile``).
+    """
+    _check_statistic(statistic, quantile)
+    kls = np.asarray(per_sample_kl, dtype=np.float64).ravel()
+    if kls.size == 0:
+        raise ValueError("per_sample_kl is empty: no KL to measure")
+    if statistic == "quantile":
+        return weighted_quantile(kls, quantile, weights)
+    if weights is None:
+        return float(np.mean(kls))
+    w = np.asarray(weights, dtype=np.float64).ravel()
+    if w.shape != kls.shape:
+        raise ValueError(f"weights must have shape {kls.shape}, got {w.shape}")
+    if np.any(w < 0) or not np.all(np.isfinite(w)) or w.sum() <= 0:
+        raise ValueError("weights must be finite, non-negative and not all zero")
+    visited = w > 0
+    # Zero-weight samples do not count, even with an infinite KL.
+    with np.errstate(invalid="ignore"):
+        weighted = np.where(visited, w * kls, 0.0)
+    return float(np.sum(weighted) / w.sum())
+
+
+def _check_statistic(statistic: str, quantile: float) -> None:
+    if statistic not in STATISTICS:
+        raise ValueError(f"statistic must be one of {STATISTICS}, got {statistic!r}")
+    if not 0.0 < quantile <= 1.0:
+        raise ValueError(f"quantile must lie in (0, 1], got {quantile!r}")
+
+
 @dataclass(frozen=True)
 class TrustRegion:
-    """An agent's KL trust region {update : statistic(KL) <= radius}.
+    """An agent's KL trust region {update : statistic(KL) <= radius}, as ``backtrack`` needs it.
 
     ``statistic="mean"`` is the (weighted) mean per-sample KL, the E_d[KL_i] <= delta_i of
     Thm 3.4; ``"quantile"`` bounds a high quantile of the per-token KL instead (a stricter,
@@ -60,47 +195,27 @@ class TrustRegion:
     """
 
     radius: float
-    """delta_i > 0: the largest admitted statistic."""
+    """delta_i > 0: the largest admitted statistic (``check_radius``)."""
     statistic: Statistic = "mean"
     """Which statistic of the per-sample KL is compared with the radius."""
     quantile: float = 0.9
     """The quantile level in (0, 1], used when ``statistic == "quantile"``."""
-    tolerance: float = 1e-9
-    """Relative slack: admitted when statistic <= radius * (1 + tolerance)."""
+    tolerance: float = ADMIT_TOLERANCE
+    """Relative slack: admitted when statistic <= radius * (1 + tolerance) (``admitted``)."""
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.radius) and self.radius > 0):
-            raise ValueError(f"radius must be finite and > 0, got {self.radius!r}")
-        if self.statistic not in STATISTICS:
-            raise ValueError(f"statistic must be one of {STATISTICS}, got {self.statistic!r}")
-        if not 0.0 < self.quantile <= 1.0:
-            raise ValueError(f"quantile must lie in (0, 1], got {self.quantile!r}")
+        check_radius(self.radius)
+        _check_statistic(self.statistic, self.quantile)
         if not (math.isfinite(self.tolerance) and self.tolerance >= 0):
             raise ValueError(f"tolerance must be finite and >= 0, got {self.tolerance!r}")
 
     def statistic_of(self, per_sample_kl: ArrayLike, weights: ArrayLike | None = None) -> float:
-        """The trust-region statistic of per-sample KLs (weights: occupancy or sample weights)."""
-        kls = np.asarray(per_sample_kl, dtype=np.float64).ravel()
-        if kls.size == 0:
-            raise ValueError("per_sample_kl is empty: no KL to measure")
-        if self.statistic == "quantile":
-            return weighted_quantile(kls, self.quantile, weights)
-        if weights is None:
-            return float(np.mean(kls))
-        w = np.asarray(weights, dtype=np.float64).ravel()
-        if w.shape != kls.shape:
-            raise ValueError(f"weights must have shape {kls.shape}, got {w.shape}")
-        if np.any(w < 0) or not np.all(np.isfinite(w)) or w.sum() <= 0:
-            raise ValueError("weights must be finite, non-negative and not all zero")
-        visited = w > 0
-        # Zero-weight samples do not count, even with an infinite KL.
-        with np.errstate(invalid="ignore"):
-            weighted = np.where(visited, w * kls, 0.0)
-        return float(np.sum(weighted) / w.sum())
+        """This region's statistic of per-sample KLs (the function ``statistic_of``)."""
+        return statistic_of(per_sample_kl, weights, self.statistic, self.quantile)
 
     def admits(self, stat: float) -> bool:
         """Whether a measured statistic lies inside the region (``nan`` is never admitted)."""
-        return bool(stat <= self.radius * (1.0 + self.tolerance))
+        return admitted(stat, self.radius, self.tolerance)
 
 
 class QuantileMonitor:
@@ -209,19 +324,3 @@ def backtrack(
             return BacktrackResult(True, scale, stat, attempt, candidate)
         scale *= shrink
     return BacktrackResult(False, 0.0, stat, max_backtracks, None)
-
-
-def per_agent_radii(radius: float | Sequence[float], n_agents: int) -> tuple[float, ...]:
-    """One KL radius delta_i per agent from a shared float or a per-agent sequence."""
-    if isinstance(n_agents, bool) or n_agents < 1:
-        raise ValueError(f"n_agents must be an integer >= 1, got {n_agents!r}")
-    if isinstance(radius, int | float | np.floating | np.integer):
-        radii = (float(radius),) * n_agents
-    else:
-        radii = tuple(float(r) for r in radius)
-        if len(radii) != n_agents:
-            raise ValueError(f"radius needs one value per agent ({n_agents}), got {len(radii)}")
-    for i, r in enumerate(radii):
-        if not (math.isfinite(r) and r > 0):
-            raise ValueError(f"radius of agent {i} must be finite and > 0, got {r!r}")
-    return radii

@@ -169,9 +169,9 @@ def chain_system_prompt(n_agents: int) -> str:
 
 def unit_config(settings: StudySettings, n_agents: int, seed: int):
     """The run config of one unit: the chain task for ``n_agents`` speakers, in order."""
+    from llm.builder import configured
     from llm.config import RunConfig
     from llm.private_notes import chain_role_prompts
-    from llm.team_builder import configured
 
     config = configured(
         RunConfig(),
@@ -212,10 +212,10 @@ def measure_unit(
     settings: StudySettings, n_agents: int, seed: int, direct_max: int = DIRECT_MAX
 ) -> dict[str, Any]:
     """One stage of each scheme from the same starting team; every metric of both."""
+    from llm.builder import build, problem_sources
     from llm.drift import agent_message_kls, surrogate_on
     from llm.router import make_router
     from llm.sampler import DialogueSampler
-    from llm.train import build, problem_sources
     from llm.updater import TrustRegionUpdater
     from teamtr import StageConfig
     from teamtr.penalty import EpisodicPenalty

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from dataclasses import dataclass
@@ -280,16 +279,14 @@ PROG = "teamtr sim-train"
 
 
 def _validate(args: argparse.Namespace) -> str | None:
+    large = args.large_radius  # 0 skips the second run; any other value is a radius
+    large_problem = None if large == 0 else options.radius_problem(large, "--large-radius")
     return options.first_problem(
         None if args.stages >= 1 else f"--stages must be >= 1, got {args.stages}",
         options.seed_count_problem(args.seeds),
         None if args.episodes >= 1 else f"--episodes must be >= 1, got {args.episodes}",
         options.radius_problem(args.radius),
-        (
-            None
-            if math.isfinite(args.large_radius) and args.large_radius >= 0
-            else f"--large-radius must be >= 0 (0 skips it), got {args.large_radius}"
-        ),
+        None if large_problem is None else f"{large_problem} (0 skips it)",
         options.output_problem(args.json, "--json"),
         options.output_problem(args.plot, "--plot"),
     )

@@ -126,7 +126,7 @@ def test_backtrack_never_returns_a_candidate_outside() -> None:
         curvature = float(rng.uniform(0.0, 10.0))
         noise = rng.uniform(0.5, 1.5, size=20)
         calls = iter(noise)
-        region = TrustRegion(radius=radius)
+        region = TrustRegion(radius=radius, tolerance=1e-9)
         result = backtrack(
             lambda s: s,
             lambda s, c=curvature, it=calls: c * s * s * next(it),  # type: ignore[misc]

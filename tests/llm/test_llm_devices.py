@@ -16,12 +16,12 @@ import pytest
 import torch
 from llm_test_support import with_rewards
 
+from llm.builder import Components, build
 from llm.checkpoint import ResumePoint, read_checkpoint, write_checkpoint
 from llm.cli import main
 from llm.config import RunConfig, load_config
 from llm.devices import Placement, agent_devices, resolve_device, resolve_dtype
 from llm.scoring import chunks, message_logits, output_logits
-from llm.train import Components, build
 from teamtr.config import StageConfig
 from teamtr.penalty import EpisodicPenalty
 from teamtr.stage import run_stage

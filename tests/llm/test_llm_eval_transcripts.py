@@ -9,12 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from llm.builder import problem_sources
 from llm.cli import main
 from llm.config import load_config
 from llm.evaluation import EVAL_ONLY_TEMPLATES, group_metrics
 from llm.rewards import grade
 from llm.tasks import Problem
-from llm.train import problem_sources
 
 REPO = Path(__file__).resolve().parents[2]
 SMOKE = REPO / "configs" / "smoke.toml"

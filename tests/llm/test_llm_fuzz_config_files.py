@@ -16,9 +16,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from llm.builder import seed_everything
 from llm.cli import main
 from llm.config import load_config
-from llm.train import seed_everything
 
 REPO = Path(__file__).resolve().parents[2]
 SMOKE = REPO / "configs" / "smoke.toml"

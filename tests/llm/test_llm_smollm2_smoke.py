@@ -11,9 +11,9 @@ import pytest
 import torch
 from llm_test_support import AlternatingRewards
 
+from llm.builder import build
 from llm.config import RunConfig, SamplerSettings
 from llm.loading import smollm2_directory
-from llm.train import build
 from llm.updater import UpdaterSettings
 from teamtr.config import StageConfig
 from teamtr.penalty import EpisodicPenalty

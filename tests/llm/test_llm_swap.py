@@ -10,6 +10,7 @@ import pytest
 from llm_test_support import perturb_agent
 from safetensors.torch import save_file
 
+from llm.builder import build
 from llm.checkpoint import (
     ResumePoint,
     read_checkpoint,
@@ -18,7 +19,6 @@ from llm.checkpoint import (
 )
 from llm.cli import main
 from llm.config import load_config
-from llm.train import build
 
 REPO = Path(__file__).resolve().parents[2]
 SMOKE = REPO / "configs" / "smoke.toml"

@@ -165,7 +165,7 @@ def test_bad_task_keys_exit_2_naming_file_line_and_key(tmp_path, capsys, line, e
 
 
 def test_a_run_draws_mixed_training_problems_and_holds_out_the_balanced_set(tmp_path):
-    from llm.train import problem_sources
+    from llm.builder import problem_sources
 
     path = tmp_path / "c.toml"
     path.write_text('[task]\nphrasing = "mixed"\neval_size = 40\neval_seed = 3\n')

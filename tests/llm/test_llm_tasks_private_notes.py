@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from llm.builder import problem_sources
 from llm.cli import main
 from llm.config import ConfigError, load_config
 from llm.private_notes import (
@@ -21,7 +22,6 @@ from llm.private_notes import (
     sum_distribution,
 )
 from llm.tasks import identity_of, split_of
-from llm.train import problem_sources
 
 REPO = Path(__file__).resolve().parents[2]
 SMOKE = REPO / "configs" / "smoke.toml"
