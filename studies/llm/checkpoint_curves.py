@@ -46,7 +46,7 @@ def evaluate_checkpoints(run_dir: Path, progress: bool) -> dict[str, Any]:
     from llm.checkpoint import find_policies, stage_directories
     from llm.config import load_config
     from llm.evaluation import evaluate_team
-    from llm.train import build, problem_sources
+    from llm.builder import build, problem_sources
 
     config = load_config(run_dir / "config.json")
     problems = problem_sources(config)[1]
