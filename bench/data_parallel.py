@@ -1,7 +1,7 @@
 """Data-parallel throughput on the CPU: one process against N processes, side by side in one run.
 
 Both runs train the same config with ``rollout_shards = N`` (so they sample exactly the same
-episodes, ``llm.distributed``) and one torch thread per process, evaluation off. For each it
+episodes, ``llm.training.distributed``) and one torch thread per process, evaluation off. For each it
 reports the stage wall times as rank 0 logged them, the generated tokens, and tokens per second
 of stage time; the ratio N-process / 1-process is the data-parallel speed-up. Process start-up
 (imports, model load) is reported apart, since it does not grow with the number of stages.

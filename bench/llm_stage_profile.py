@@ -1,7 +1,7 @@
 """Where one training stage's CPU time goes, before and after the cheaper update, side by side.
 
-Three cases, each one real stage through ``llm.train.train`` (sampling, updates, certificate,
-metrics, TensorBoard, checkpoint), profiled with ``llm.profiling`` (exclusive CPU seconds per
+Three cases, each one real stage through ``llm.training.train.train`` (sampling, updates, certificate,
+metrics, TensorBoard, checkpoint), profiled with ``llm.common.profiling`` (exclusive CPU seconds per
 part, ``time.process_time`` with one torch thread):
 
 - ``teamtr``: one stage of ``configs/compare/teamtr.toml`` (the three-agent format the profile
@@ -13,8 +13,8 @@ Each case runs twice from the same freshly built team and seeds: ``before`` is t
 straightforward computation (every gradient and reference log-softmax recomputed, every
 transcript scored in full, every agent's behaviour log-probs at every sampling round:
 ``reuse_work=False`` in sampler and updater),
-``after`` reuses what is exact to reuse (``llm.updater``, ``llm.backtracking``,
-``llm.scoring``). Both are timed in one process on the same machine, one after the other.
+``after`` reuses what is exact to reuse (``llm.update.updater``, ``llm.update.backtracking``,
+``llm.logprobs.scoring``). Both are timed in one process on the same machine, one after the other.
 
 ``generation`` measures the sampler against what the hardware allows on the same batch (the
 first turn of the default batch): the sampler's ``model.generate`` call on whole contexts and
@@ -43,12 +43,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from llm import profiling
-from llm.builder import Components, build
-from llm.config import RunConfig, load_config
-from llm.losses import group_normalised_advantages
-from llm.sampler import DialogueRollouts, DialogueSampler, generate_messages
-from llm.train import train
+from llm.common import profiling
+from llm.common.config import RunConfig, load_config
+from llm.logprobs.losses import group_normalised_advantages
+from llm.sampling.sampler import DialogueRollouts, DialogueSampler, generate_messages
+from llm.training.builder import Components, build
+from llm.training.train import train
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = {

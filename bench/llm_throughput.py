@@ -2,7 +2,7 @@
 
 1. Sampler tokens/s against raw ``model.generate`` on the same prompts (goal: ratio >= 0.9).
    The sampler's side is exactly its generation path (``DialogueSampler.speaker_model``: by
-   default the speaker's adapter merged into a generation copy, ``llm.generation``), with the
+   default the speaker's adapter merged into a generation copy, ``llm.models.generation``), with the
    speaker changing at every call as it does between turns, so each call pays one merge. The
    PEFT model (LoRA as an extra product in every layer) is measured alongside. The sides take
    turns within each round, in a rotating order, so that load on the machine hits them alike.
@@ -35,13 +35,13 @@ from pathlib import Path
 
 import torch
 
-from llm.agents import LoraBackbone, LoraSettings, SeparateBackbone
-from llm.builder import build, placement_of
-from llm.config import RunConfig
-from llm.loading import load_model
-from llm.sampler import SamplerSettings, generate_messages
-from llm.tasks import ArithmeticSuite
-from llm.updater import UpdaterSettings
+from llm.common.config import RunConfig
+from llm.models.agents import LoraBackbone, LoraSettings, SeparateBackbone
+from llm.models.loading import load_model
+from llm.problems.tasks import ArithmeticSuite
+from llm.sampling.sampler import SamplerSettings, generate_messages
+from llm.training.builder import build, placement_of
+from llm.update.updater import UpdaterSettings
 from teamtr.config import StageConfig
 from teamtr.penalty import EpisodicPenalty
 from teamtr.stage import run_stage

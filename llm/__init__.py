@@ -16,14 +16,14 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from llm.builder import TeamParts, build_team
-    from llm.config import RunConfig, load_config
+    from llm.common.config import RunConfig, load_config
+    from llm.training.builder import TeamParts, build_team
 
 _PUBLIC = {
-    "build_team": "llm.builder",
-    "TeamParts": "llm.builder",
-    "RunConfig": "llm.config",
-    "load_config": "llm.config",
+    "build_team": "llm.training.builder",
+    "TeamParts": "llm.training.builder",
+    "RunConfig": "llm.common.config",
+    "load_config": "llm.common.config",
 }
 __all__ = ["RunConfig", "TeamParts", "build_team", "load_config"]
 

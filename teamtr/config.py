@@ -15,7 +15,7 @@ PenaltyForm = Literal["kl", "tv"]
 
 DEFAULT_RADIUS = 0.01
 """The core's default delta_i (``StageConfig.radius``, ``teamtr.check_backend``); the
-language-model config states its own (``llm.config.StageSettings``)."""
+language-model config states its own (``llm.common.config.StageSettings``)."""
 
 
 @dataclass(frozen=True)

@@ -75,7 +75,7 @@ def test_a_stale_entry_point_breaks_only_its_own_command(monkeypatch, capsys):
     import teamtr.cli as cli
 
     real = cli.entry_points(group=ENTRY_POINT_GROUP)
-    stale = EntryPoint("gone", "llm.commands:NO_SUCH_COMMAND", ENTRY_POINT_GROUP)
+    stale = EntryPoint("gone", "llm.interface.commands:NO_SUCH_COMMAND", ENTRY_POINT_GROUP)
     monkeypatch.setattr(cli, "entry_points", lambda group: [*real, stale])
     commands = registered_commands()
     assert set(OWNERS) <= set(commands) and "unavailable" in commands["gone"].help

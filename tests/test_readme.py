@@ -65,8 +65,8 @@ def test_the_language_model_snippet_trains_a_tiny_team():
 def test_the_smollm2_line_of_the_snippet_names_valid_settings():
     """The commented SmolLM2 variant is not run (a real stage takes minutes; the slow smoke
     test runs one), but its keywords must be config keys build_team accepts."""
-    from llm.builder import configured
-    from llm.config import RunConfig
+    from llm.common.config import RunConfig
+    from llm.training.builder import configured
 
     line = next(
         line

@@ -42,11 +42,11 @@ def stage_minutes(run_dir: Path) -> list[float]:
 
 def evaluate_checkpoints(run_dir: Path, progress: bool) -> dict[str, Any]:
     """Every stage checkpoint of ``run_dir`` evaluated greedily on the run's held-out set."""
-    from llm.agents import LoraTeam
-    from llm.checkpoint import find_policies, stage_directories
-    from llm.config import load_config
-    from llm.evaluation import evaluate_team
-    from llm.builder import build, problem_sources
+    from llm.common.config import load_config
+    from llm.models.agents import LoraTeam
+    from llm.training.builder import build, problem_sources
+    from llm.training.checkpoint import find_policies, stage_directories
+    from llm.training.evaluation import evaluate_team
 
     config = load_config(run_dir / "config.json")
     problems = problem_sources(config)[1]

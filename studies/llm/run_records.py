@@ -73,7 +73,7 @@ def _headline(result: dict[str, Any]) -> dict[str, float]:
 
 def budget_clock_minutes(run_dir: Path) -> float | None:
     """Time spent on the run's budget clock, from its newest valid checkpoint (None without)."""
-    from llm.checkpoint import latest_checkpoint
+    from llm.training.checkpoint import latest_checkpoint
 
     point = latest_checkpoint(run_dir).point
     return None if point is None else point.elapsed_seconds / 60.0

@@ -1,7 +1,7 @@
 """``teamtr llm-scaling``: the n^2 versus n drift (Thm 3.7) measured on language-model teams.
 
 The counterpart of the tabular ``teamtr scaling``. For every team size n and seed, a team of n
-SmolLM2 agents (one LoRA adapter each) plays the running-sum chain (``llm.private_notes``,
+SmolLM2 agents (one LoRA adapter each) plays the running-sum chain (``llm.problems.private_notes``,
 ``answer = "chain"``: speaker k adds its private number to the total the speaker before it
 said; every turn earns a share of the reward). From the same starting team and the same first
 batch, one stage of ``stale`` and one of ``teamtr`` update the n agents in speaking order with
@@ -9,7 +9,7 @@ the same per-agent radius, both on dynamically sampled batches (each holds a gro
 differing rewards where one is found: whether an update moves must not depend on how often a
 scheme's batches happen to hold a reward). Each stage keeps its intermediate teams pi_hat^0 ..
 pi_hat^n; plain measurement batches of them are drawn afterwards. On them, with the exact
-full-vocabulary per-token KLs of Lemma 3.1 (``llm.drift.dialogue_kls``):
+full-vocabulary per-token KLs of Lemma 3.1 (``llm.update.drift.dialogue_kls``):
 
 - ``D_stale``  = sum_i KL(P_{pi_hat^{i-1}} || P_{pi_cur}): how far the team an update is applied
   to has moved from the one whose rollouts stale trains it on;
@@ -26,7 +26,7 @@ full-vocabulary per-token KLs of Lemma 3.1 (``llm.drift.dialogue_kls``):
 
 KL between dialogue distributions is additive over the agents that differ, so with per-update
 shifts kappa the KL drifts count terms: ~ kappa n(n-1)/2 for stale, kappa n for teamtr. Each
-term's Pinsker bound sqrt(2 KL) bounds the occupancy's L1 distance (``llm.drift.l1_bound``),
+term's Pinsker bound sqrt(2 KL) bounds the occupancy's L1 distance (``llm.update.drift.l1_bound``),
 the unit of the tabular study: ``drift_l1`` sums those, ~ sqrt(kappa) n^{3/2} for stale
 against sqrt(kappa) n for teamtr. The exponent alpha of every metric against n is fitted on
 log-log axes with a bootstrap over seeds (``teamtr.fitting``).
@@ -169,9 +169,9 @@ def chain_system_prompt(n_agents: int) -> str:
 
 def unit_config(settings: StudySettings, n_agents: int, seed: int):
     """The run config of one unit: the chain task for ``n_agents`` speakers, in order."""
-    from llm.builder import configured
-    from llm.config import RunConfig
-    from llm.private_notes import chain_role_prompts
+    from llm.common.config import RunConfig
+    from llm.problems.private_notes import chain_role_prompts
+    from llm.training.builder import configured
 
     config = configured(
         RunConfig(),
@@ -212,11 +212,11 @@ def measure_unit(
     settings: StudySettings, n_agents: int, seed: int, direct_max: int = DIRECT_MAX
 ) -> dict[str, Any]:
     """One stage of each scheme from the same starting team; every metric of both."""
-    from llm.builder import build, problem_sources
-    from llm.drift import agent_message_kls, surrogate_on
-    from llm.router import make_router
-    from llm.sampler import DialogueSampler
-    from llm.updater import TrustRegionUpdater
+    from llm.conversation.router import make_router
+    from llm.sampling.sampler import DialogueSampler
+    from llm.training.builder import build, problem_sources
+    from llm.update.drift import agent_message_kls, surrogate_on
+    from llm.update.updater import TrustRegionUpdater
     from teamtr import StageConfig
     from teamtr.penalty import EpisodicPenalty
     from teamtr.stage import run_stage
@@ -244,7 +244,7 @@ def measure_unit(
         teams = report.teams
         cpu = time.process_time()
         # Measurement batches, independent of the stage's. Stale: pi_hat^0, then each next team
-        # from the previous batch with prefix reuse (exact samples, llm.sampler), up to
+        # from the previous batch with prefix reuse (exact samples, llm.sampling.sampler), up to
         # pi_hat^n, for the surrogate of every update where it is applied. TeamTR trains each
         # update where it is applied (its gaps are 0 by construction): one batch of pi_hat^n.
         plain = dataclasses.replace(config.sampler, signal_groups=0)  # samples of P_team

@@ -49,7 +49,7 @@ class Method:
         name, _, config = text.partition("=")
         if not name or not config:
             raise argparse.ArgumentTypeError(f"--method {text!r}: expected NAME=CONFIG.toml")
-        from llm.config import ConfigError, find_config  # torch-free
+        from llm.common.config import ConfigError, find_config  # torch-free
 
         try:
             path = find_config(config)
@@ -87,7 +87,7 @@ def untrained_key(config_path: Path) -> str:
     adapter starts at B = 0, i.e. as the base model) or whether one adapter is shared."""
     import dataclasses
 
-    from llm.config import load_config
+    from llm.common.config import load_config
 
     config = load_config(config_path)
     team = dataclasses.replace(config.team, shared_adapter=False)
@@ -183,7 +183,7 @@ def mean_and_error(values: list[float]) -> dict[str, float | None]:
 def eval_only_accuracy(evaluation: dict[str, Any]) -> float | None:
     """Accuracy on the questions of templates never trained on, from the per-template keys
     (None when the evaluation has no such template)."""
-    from llm.evaluation import EVAL_ONLY_TEMPLATES
+    from llm.training.evaluation import EVAL_ONLY_TEMPLATES
 
     right = total = 0.0
     for template in EVAL_ONLY_TEMPLATES:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from llm_test_support import SHORT_SYSTEM_PROMPT, make_team
 
-from llm.agents import LoraTeam
-from llm.dialogue import ChatFormat
-from llm.loading import tiny_char_tokenizer
+from llm.conversation.dialogue import ChatFormat
+from llm.models.agents import LoraTeam
+from llm.models.loading import tiny_char_tokenizer
 
 
 @pytest.fixture(scope="session")

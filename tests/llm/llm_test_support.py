@@ -8,13 +8,13 @@ import math
 import numpy as np
 import torch
 
-from llm.agents import LoraBackbone, LoraSettings, LoraTeam
-from llm.dialogue import ChatFormat
-from llm.loading import tiny_llama
-from llm.losses import group_normalised_advantages
-from llm.router import FixedOrder
-from llm.sampler import DialogueRollouts, DialogueSampler, SamplerSettings
-from llm.tasks import ArithmeticSuite
+from llm.conversation.dialogue import ChatFormat
+from llm.conversation.router import FixedOrder
+from llm.logprobs.losses import group_normalised_advantages
+from llm.models.agents import LoraBackbone, LoraSettings, LoraTeam
+from llm.models.loading import tiny_llama
+from llm.problems.tasks import ArithmeticSuite
+from llm.sampling.sampler import DialogueRollouts, DialogueSampler, SamplerSettings
 
 SHORT_SYSTEM_PROMPT = "Solve."
 
@@ -33,7 +33,7 @@ def perturb_agent(team: LoraTeam, agent: int, scale: float, seed: int) -> LoraTe
         key: (torch.randn(value.shape, generator=generator) * scale if "lora_B" in key else value)
         for key, value in team.agent(agent).tensors.items()
     }
-    from llm.agents import AdapterWeights
+    from llm.models.agents import AdapterWeights
 
     return team.with_agent(agent, AdapterWeights(tensors))
 

@@ -6,8 +6,8 @@ import pytest
 import torch
 from llm_test_support import logit_resolution, perturb_agent
 
-from llm.loading import ModelNotAvailableError, load_model, resolve_source, smollm2_directory
-from llm.scoring import message_logits
+from llm.logprobs.scoring import message_logits
+from llm.models.loading import ModelNotAvailableError, load_model, resolve_source, smollm2_directory
 
 
 def test_with_agent_returns_a_new_team_and_activation_swaps_weights(char_team):
@@ -23,8 +23,8 @@ def test_with_agent_returns_a_new_team_and_activation_swaps_weights(char_team):
 
 
 def test_only_the_speaker_adapter_is_active(char_team, char_chat):
-    from llm.dialogue import Episode, Turn
-    from llm.tasks import Problem
+    from llm.conversation.dialogue import Episode, Turn
+    from llm.problems.tasks import Problem
 
     episode = Episode(
         Problem("What is 1 + 1?", "2"),
@@ -48,8 +48,8 @@ def test_only_the_speaker_adapter_is_active(char_team, char_chat):
 
 
 def test_message_positions_are_the_agents_own_tokens(char_team, char_chat):
-    from llm.dialogue import Episode, Turn
-    from llm.tasks import Problem
+    from llm.conversation.dialogue import Episode, Turn
+    from llm.problems.tasks import Problem
 
     turns = (Turn(0, (20, 21, 2)), Turn(1, (30, 31)), Turn(2, (40,)), Turn(1, (50, 51, 2)))
     episode = Episode(Problem("q", "1"), tuple(char_chat.encode_prompt("q")), 0, turns)
@@ -78,8 +78,8 @@ def test_message_positions_are_the_agents_own_tokens(char_team, char_chat):
 
 def test_rows_stop_at_the_agents_last_message_without_changing_its_logits(char_team, char_chat):
     """The first speaker's rows are scored without the rest of the dialogue (causal attention)."""
-    from llm.dialogue import Episode, Turn
-    from llm.tasks import Problem
+    from llm.conversation.dialogue import Episode, Turn
+    from llm.problems.tasks import Problem
 
     prompt = tuple(char_chat.encode_prompt("q"))
     long_tail = (Turn(0, (20, 21, 2)), Turn(1, tuple(range(30, 60))), Turn(2, (40, 2)))

@@ -1,7 +1,7 @@
-"""Stage-0 alignment of an adapter (llm.alignment): the constraint holds, the objective drops.
+"""Stage-0 alignment of an adapter (llm.update.alignment): the constraint holds, the objective drops.
 
 Every KL is re-measured here independently of ``align_adapter``: a fresh team with the candidate
-in agent k's slot, scored by ``llm.scoring.message_logits``, compared token by token.
+in agent k's slot, scored by ``llm.logprobs.scoring.message_logits``, compared token by token.
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ import pytest
 import torch
 from llm_test_support import arithmetic_sampler, perturb_agent, token_kl_resolution
 
-from llm.agents import AdapterWeights, LoraTeam
-from llm.alignment import AlignmentError, AlignmentSettings, align_adapter
-from llm.losses import token_kl_from_logits
-from llm.sampler import SamplerSettings
-from llm.scoring import message_logits
+from llm.logprobs.losses import token_kl_from_logits
+from llm.logprobs.scoring import message_logits
+from llm.models.agents import AdapterWeights, LoraTeam
+from llm.sampling.sampler import SamplerSettings
+from llm.update.alignment import AlignmentError, AlignmentSettings, align_adapter
 
 AGENT = 1
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from llm.cli import main
-from llm.config import ConfigError, load_config
-from llm.tasks import TaskDataError, load_jsonl
+from llm.common.config import ConfigError, load_config
+from llm.interface.cli import main
+from llm.problems.tasks import TaskDataError, load_jsonl
 
 REPO = Path(__file__).resolve().parents[2]
 SMOKE = REPO / "configs" / "smoke.toml"
@@ -215,7 +215,7 @@ def test_config_json_of_a_run_directory_is_checked_too(tmp_path):
 def test_a_check_on_the_resolved_config_names_the_file(tmp_path, capsys):
     """eval_size is checked against the problems the task can draw only once the config is
     resolved; the message still names the file (and the key)."""
-    from llm.cli import main
+    from llm.interface.cli import main
 
     config = tmp_path / "few.toml"
     chain = Path(__file__).resolve().parents[2] / "configs" / "chain" / "chain2_teamtr.toml"

@@ -1,5 +1,5 @@
 """The running-sum chain (``note_answer = "chain"``): problems, role prompts and the dense
-reward that gives every speaker a share (``llm.rewards.running_sum_reward``)."""
+reward that gives every speaker a share (``llm.problems.rewards.running_sum_reward``)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from llm.private_notes import PrivateNotesSuite, chain_role_prompts, random_guess_floor
-from llm.rewards import running_sum_reward
+from llm.problems.private_notes import PrivateNotesSuite, chain_role_prompts, random_guess_floor
+from llm.problems.rewards import running_sum_reward
 
 
 def test_a_chain_problem_carries_its_numbers_and_asks_for_their_sum():

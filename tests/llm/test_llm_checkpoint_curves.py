@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from llm.cli import main as teamtr_main
+from llm.interface.cli import main as teamtr_main
 from studies.llm.checkpoint_curves import main
 
 REPO = Path(__file__).resolve().parents[2]

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from llm.cli import main
-from llm.config import ConfigError, load_config
+from llm.common.config import ConfigError, load_config
+from llm.interface.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
 SMOKE = REPO / "configs" / "smoke.toml"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from llm.cli import main as teamtr_llm
+from llm.interface.cli import main as teamtr_llm
 from studies.llm.compare_report import main
 from studies.llm.run_records import binomial_standard_error
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from llm.config import ConfigError, load_config
+from llm.common.config import ConfigError, load_config
 
 REPO = Path(__file__).resolve().parents[2]
 

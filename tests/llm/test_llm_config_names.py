@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from llm.cli import main
-from llm.config import (
+from llm.common.config import (
     PACKAGED_CONFIGS,
     ConfigError,
     find_config,
     load_config,
     packaged_config_names,
 )
+from llm.interface.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
 

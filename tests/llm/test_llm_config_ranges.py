@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from llm.cli import main
+from llm.interface.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
 SMOKE = REPO / "configs" / "smoke.toml"

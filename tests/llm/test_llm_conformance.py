@@ -10,8 +10,8 @@ import pytest
 from llm_test_support import AlternatingRewards
 
 import llm
-from llm.builder import configured
-from llm.config import ConfigError, RunConfig
+from llm.common.config import ConfigError, RunConfig
+from llm.training.builder import configured
 from teamtr import StageConfig, check_backend, run_stage
 from teamtr.conformance import CHECKS
 from teamtr.stage import inside_radius

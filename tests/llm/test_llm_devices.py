@@ -16,12 +16,12 @@ import pytest
 import torch
 from llm_test_support import with_rewards
 
-from llm.builder import Components, build
-from llm.checkpoint import ResumePoint, read_checkpoint, write_checkpoint
-from llm.cli import main
-from llm.config import RunConfig, load_config
-from llm.devices import Placement, agent_devices, resolve_device, resolve_dtype
-from llm.scoring import chunks, message_logits, output_logits
+from llm.common.config import RunConfig, load_config
+from llm.common.devices import Placement, agent_devices, resolve_device, resolve_dtype
+from llm.interface.cli import main
+from llm.logprobs.scoring import chunks, message_logits, output_logits
+from llm.training.builder import Components, build
+from llm.training.checkpoint import ResumePoint, read_checkpoint, write_checkpoint
 from teamtr.config import StageConfig
 from teamtr.penalty import EpisodicPenalty
 from teamtr.stage import run_stage
@@ -180,7 +180,7 @@ def test_generation_copy_lives_on_the_run_device_and_merges_in_float32(tmp_path)
         k: (torch.randn(v.shape, generator=generator).to(v) * 0.1 if "lora_B" in k else v)
         for k, v in team.agent(1).tensors.items()
     }
-    from llm.agents import AdapterWeights
+    from llm.models.agents import AdapterWeights
 
     team = team.with_agent(1, AdapterWeights(tensors))
     copy = team.generation_model(1)

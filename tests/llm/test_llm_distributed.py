@@ -36,9 +36,9 @@ from test_llm_resume import (
     metrics_without_timings,
 )
 
-from llm.cli import main
-from llm.loading import tiny_char_tokenizer
-from llm.sampler import SamplerSettings
+from llm.interface.cli import main
+from llm.models.loading import tiny_char_tokenizer
+from llm.sampling.sampler import SamplerSettings
 
 REPO = Path(__file__).resolve().parents[2]
 RELATIVE_TOLERANCE = 1e-5
@@ -303,7 +303,7 @@ def test_the_launcher_checks_the_setup_before_starting_any_rank(tmp_path, capsys
 
 def test_a_failure_after_the_ranks_met_ends_every_rank_with_exit_2(runs):
     # The run directory exists: rank 0 finds out after the process group formed; every rank
-    # learns it from the others (llm.distributed.agree) and stops instead of waiting.
+    # learns it from the others (llm.training.distributed.agree) and stops instead of waiting.
     config = runs["config"]
     code, err = finish(teamtr("train", "--config", str(config), "--name", "two", "--nproc", "2"))
     assert code == 2

@@ -1,4 +1,4 @@
-"""The drift estimator of ``teamtr llm-scaling`` against exact enumeration (``llm.drift``).
+"""The drift estimator of ``teamtr llm-scaling`` against exact enumeration (``llm.update.drift``).
 
 Two agents speak in the order 0, 1, 0 over a 4-token vocabulary (token 1 ends a message),
 messages of at most 2 tokens: 13 possible messages, 13^3 = 2197 dialogues, each with its exact
@@ -20,12 +20,12 @@ import torch
 from llm_test_support import make_team, perturb_agent, with_rewards
 from test_llm_prefix_reuse import token_chat
 
-from llm.dialogue import ChatFormat, Episode, Turn
-from llm.drift import dialogue_kls, l1_bound, surrogate_on
-from llm.router import FixedOrder
-from llm.sampler import DialogueSampler, SamplerSettings
-from llm.tasks import Problem
-from llm.updater import TrustRegionUpdater, UpdaterSettings
+from llm.conversation.dialogue import ChatFormat, Episode, Turn
+from llm.conversation.router import FixedOrder
+from llm.problems.tasks import Problem
+from llm.sampling.sampler import DialogueSampler, SamplerSettings
+from llm.update.drift import dialogue_kls, l1_bound, surrogate_on
+from llm.update.updater import TrustRegionUpdater, UpdaterSettings
 
 VOCAB = 4
 STOP = 1
@@ -101,7 +101,7 @@ def world():
 
 def largest_logit(team, episodes, chat: ChatFormat | None = None) -> float:
     """max |logit| any agent of ``team`` produces on ``episodes`` (for the float32 bound)."""
-    from llm.scoring import message_logits
+    from llm.logprobs.scoring import message_logits
 
     largest = 0.0
     with torch.no_grad():
@@ -196,7 +196,7 @@ def test_chain_identity_of_the_drift_study():
     With pi_hat^j the team whose agents 0..j-1 are updated, every D_stale term is a sum of
     per-agent message KLs measured under the last team alone (``studies.llm.scaling``):
     KL(P_{pi_hat^j} || P_{pi_hat^0}) = sum_{k<j} E_{pi_hat^3}[agent k's message KL]."""
-    from llm.drift import agent_message_kls
+    from llm.update.drift import agent_message_kls
 
     base = make_team(VOCAB, 3, seed=21)
     with torch.no_grad():

@@ -14,19 +14,19 @@ import numpy as np
 import pytest
 from llm_test_support import SHORT_SYSTEM_PROMPT, make_team, perturb_agent
 
-from llm.config import ConfigError, load_config
-from llm.dialogue import ChatFormat, Episode, Turn
-from llm.distributed import check_world
-from llm.rewards import grade
-from llm.router import FixedOrder
-from llm.sampler import (
+from llm.common.config import ConfigError, load_config
+from llm.conversation.dialogue import ChatFormat, Episode, Turn
+from llm.conversation.router import FixedOrder
+from llm.problems.rewards import grade
+from llm.problems.tasks import Problem
+from llm.sampling.sampler import (
     DialogueRollouts,
     DialogueSampler,
     SamplerSettings,
     episode_reward,
     group_signal,
 )
-from llm.tasks import Problem
+from llm.training.distributed import check_world
 
 N_AGENTS = 2
 
@@ -181,7 +181,7 @@ def episode_saying(tokenizer, chat: ChatFormat, text: str, answer: str) -> Episo
         ("The answer is 7", "7", 1.0, True),
         ("12", "7", 0.0, True),
         ("\\frac{1}{2}", "7", 0.0, True),
-        ("1/2", "7", 0.0, False),  # an unevaluated quotient, as "3/4" in llm.rewards
+        ("1/2", "7", 0.0, False),  # an unevaluated quotient, as "3/4" in llm.problems.rewards
         ("89 + 25", "114", 0.0, False),  # restates the question: neither correct nor formed
         ("seven", "7", 0.0, False),
         ("abc", "7", 0.0, False),
@@ -203,7 +203,7 @@ def test_the_format_reward_pays_for_a_well_formed_final_answer(
 
 
 def test_the_format_reward_enters_training_rewards_not_the_evaluation(chat, team):
-    from llm.evaluation import evaluate_team
+    from llm.training.evaluation import evaluate_team
 
     with_bonus, without = (sampler(chat, format_reward=f) for f in (0.5, 0.0))
     a, b = with_bonus.sample(team), without.sample(team)
@@ -268,7 +268,7 @@ def test_a_run_records_the_groups_drawn(tmp_path):
     import json
     from pathlib import Path
 
-    from llm.cli import main
+    from llm.interface.cli import main
 
     smoke = Path(__file__).resolve().parents[2] / "configs" / "smoke.toml"
     text = smoke.read_text().replace("[run]\n", f'[run]\noutput_dir = "{tmp_path / "runs"}"\n')
@@ -286,8 +286,8 @@ def test_a_run_records_the_groups_drawn(tmp_path):
 
 
 def test_sharded_rollouts_count_groups_and_refuse_the_filter(chat, team):
-    from llm.collective import Collective
-    from llm.distributed import ShardedSampler
+    from llm.common.collective import Collective
+    from llm.training.distributed import ShardedSampler
 
     settings = SamplerSettings(
         prompts_per_batch=4, group_size=3, turns=2, max_new_tokens=4, temperature=1.5, seed=3

@@ -9,12 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from llm.builder import problem_sources
-from llm.cli import main
-from llm.config import load_config
-from llm.evaluation import EVAL_ONLY_TEMPLATES, group_metrics
-from llm.rewards import grade
-from llm.tasks import Problem
+from llm.common.config import load_config
+from llm.interface.cli import main
+from llm.problems.rewards import grade
+from llm.problems.tasks import Problem
+from llm.training.builder import problem_sources
+from llm.training.evaluation import EVAL_ONLY_TEMPLATES, group_metrics
 
 REPO = Path(__file__).resolve().parents[2]
 SMOKE = REPO / "configs" / "smoke.toml"
@@ -152,16 +152,16 @@ def test_transcripts_that_cannot_be_written_exit_1_after_the_results_are(
     import errno
     import os
 
-    import llm.checkpoint
+    import llm.training.checkpoint
 
-    write_durably = llm.checkpoint._write_durably
+    write_durably = llm.training.checkpoint._write_durably
 
     def full_for_transcripts(path: Path, data: bytes) -> None:
         if "transcripts" in path.name:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
         write_durably(path, data)
 
-    monkeypatch.setattr(llm.checkpoint, "_write_durably", full_for_transcripts)
+    monkeypatch.setattr(llm.training.checkpoint, "_write_durably", full_for_transcripts)
     config = config_with(tmp_path, "eval_size = 2")
     out = tmp_path / "eval.json"
     assert main(["eval", "--config", str(config), "--json", str(out), "--no-progress"]) == 1

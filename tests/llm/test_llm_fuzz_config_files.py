@@ -16,9 +16,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from llm.builder import seed_everything
-from llm.cli import main
-from llm.config import load_config
+from llm.common.config import load_config
+from llm.interface.cli import main
+from llm.training.builder import seed_everything
 
 REPO = Path(__file__).resolve().parents[2]
 SMOKE = REPO / "configs" / "smoke.toml"

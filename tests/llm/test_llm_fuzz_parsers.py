@@ -1,6 +1,6 @@
 """Fuzzing the config and dataset parsers: every input parses or raises the documented error.
 
-``llm.config.load_config`` may raise only ``ConfigError`` and ``llm.tasks.load_jsonl`` only
+``llm.common.config.load_config`` may raise only ``ConfigError`` and ``llm.problems.tasks.load_jsonl`` only
 ``TaskDataError``, whatever the bytes. Inputs are drawn near the valid ones (the real schema
 with wrong values, valid lines with broken fields) as well as arbitrary text and bytes.
 """
@@ -16,8 +16,8 @@ from pathlib import Path
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from llm.config import ConfigError, RunConfig, config_from_dict, load_config
-from llm.tasks import Problem, TaskDataError, load_jsonl
+from llm.common.config import ConfigError, RunConfig, config_from_dict, load_config
+from llm.problems.tasks import Problem, TaskDataError, load_jsonl
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

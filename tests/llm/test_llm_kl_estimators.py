@@ -12,8 +12,8 @@ import itertools
 import pytest
 import torch
 
-from llm.loading import tiny_llama
-from llm.losses import per_token_kl
+from llm.logprobs.losses import per_token_kl
+from llm.models.loading import tiny_llama
 
 VOCAB = 4
 LENGTH = 3

@@ -24,7 +24,7 @@ def test_a_launch_leaves_no_temporary_directory_behind(tmp_path):
     )
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "TMPDIR": str(system_tmp)}
     script = (
-        "import sys, tempfile; from llm.distributed import launch, launch_temporary_directory\n"
+        "import sys, tempfile; from llm.training.distributed import launch, launch_temporary_directory\n"
         "with launch_temporary_directory() as d:\n"
         "    assert tempfile.gettempdir() == str(d)\n"
         "    print(d)\n"

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from llm import losses
+from llm.logprobs import losses
 from teamtr import divergence, surrogate
 
 

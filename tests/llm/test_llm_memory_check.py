@@ -6,10 +6,10 @@ import pytest
 import torch
 from test_llm_config_ranges import check, smoke_with
 
-from llm.agents import LoraBackbone, LoraSettings
-from llm.config import load_config
-from llm.loading import tiny_llama
-from llm.memory import available_bytes, estimate, model_shape
+from llm.common.config import load_config
+from llm.models.agents import LoraBackbone, LoraSettings
+from llm.models.loading import tiny_llama
+from llm.models.memory import available_bytes, estimate, model_shape
 
 
 def test_the_estimated_shapes_match_the_models_that_load():
@@ -62,7 +62,7 @@ def test_many_separate_models_are_refused_before_any_loads(tmp_path, capsys):
 def _skip_unless_it_exceeds_this_machine(path) -> None:
     """Skip only where the example is not too large: where this machine's free memory is
     unknown, or larger than the example's own estimate (float32 weights)."""
-    from llm.config import load_config
+    from llm.common.config import load_config
 
     available = available_bytes("cpu")
     needed = estimate(load_config(path), 4)

@@ -12,10 +12,10 @@ import dataclasses
 import torch
 from llm_test_support import arithmetic_sampler, logit_resolution, perturb_agent, with_rewards
 
-from llm.agents import LoraTeam
-from llm.config import config_from_dict
-from llm.sampler import SamplerSettings
-from llm.updater import TrustRegionUpdater, UpdaterSettings
+from llm.common.config import config_from_dict
+from llm.models.agents import LoraTeam
+from llm.sampling.sampler import SamplerSettings
+from llm.update.updater import TrustRegionUpdater, UpdaterSettings
 
 
 def logit_tolerance(team: LoraTeam, input_ids: torch.Tensor) -> float:

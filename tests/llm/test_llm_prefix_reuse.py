@@ -16,10 +16,10 @@ import torch
 from llm_test_support import FLOAT32_EPSILON, make_team, perturb_agent
 from scipy.stats import chisquare
 
-from llm.dialogue import ChatFormat, Episode, Turn
-from llm.router import FixedOrder
-from llm.sampler import DialogueSampler, SamplerSettings
-from llm.tasks import Problem
+from llm.conversation.dialogue import ChatFormat, Episode, Turn
+from llm.conversation.router import FixedOrder
+from llm.problems.tasks import Problem
+from llm.sampling.sampler import DialogueSampler, SamplerSettings
 
 VOCAB = 4
 EPISODES = 4000

@@ -30,7 +30,16 @@ def train_on_terminal(tmp_path: Path, rows: int, columns: int) -> str:
     env.pop("COLUMNS", None)
     env.pop("LINES", None)
     process = subprocess.Popen(
-        [sys.executable, "-m", "llm.cli", "train", "--config", str(config), "--name", "r"],
+        [
+            sys.executable,
+            "-m",
+            "llm.interface.cli",
+            "train",
+            "--config",
+            str(config),
+            "--name",
+            "r",
+        ],
         stdout=follower,
         stderr=follower,
         stdin=subprocess.DEVNULL,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from llm.config import ConfigError, StageSettings, load_config
+from llm.common.config import ConfigError, StageSettings, load_config
 from teamtr.config import DEFAULT_RADIUS, StageConfig
 from teamtr.trust_region import RADIUS_RULE
 

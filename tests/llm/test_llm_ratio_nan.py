@@ -8,7 +8,7 @@ import pytest
 import torch
 from llm_test_support import arithmetic_sampler, with_rewards
 
-from llm.updater import RatioCheckError, TrustRegionUpdater, UpdaterSettings
+from llm.update.updater import RatioCheckError, TrustRegionUpdater, UpdaterSettings
 
 
 @pytest.mark.parametrize("where", [0, -1])  # the first token, or the last of a message

@@ -24,9 +24,9 @@ import torch
 from llm_test_support import arithmetic_sampler, make_team, with_rewards
 from safetensors.torch import load_file
 
-from llm.checkpoint import FORMAT_VERSION, RUN_MARKER, latest_checkpoint
-from llm.cli import main
-from llm.updater import TrustRegionUpdater, UpdaterSettings
+from llm.interface.cli import main
+from llm.training.checkpoint import FORMAT_VERSION, RUN_MARKER, latest_checkpoint
+from llm.update.updater import TrustRegionUpdater, UpdaterSettings
 
 REPO = Path(__file__).resolve().parents[2]
 TIMING_KEYS = ("wall_seconds", "sampling_seconds")

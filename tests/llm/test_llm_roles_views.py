@@ -11,12 +11,12 @@ import pytest
 import torch
 from llm_test_support import SHORT_SYSTEM_PROMPT, log_prob_resolution, make_team, perturb_agent
 
-from llm.config import ConfigError, config_from_dict
-from llm.dialogue import ChatFormat, Episode, Turn
-from llm.router import FixedOrder
-from llm.sampler import DialogueSampler, SamplerSettings
-from llm.scoring import message_logits
-from llm.tasks import Problem
+from llm.common.config import ConfigError, config_from_dict
+from llm.conversation.dialogue import ChatFormat, Episode, Turn
+from llm.conversation.router import FixedOrder
+from llm.logprobs.scoring import message_logits
+from llm.problems.tasks import Problem
+from llm.sampling.sampler import DialogueSampler, SamplerSettings
 
 REPO = Path(__file__).resolve().parents[2]
 NOTES = ("Your number is 7.", "Your number is 5.")
@@ -273,14 +273,14 @@ def test_good_format_keys_load():
     ],
 )
 def test_seed_and_output_dir_options_refuse_what_they_cannot_do(arguments, message, capsys):
-    from llm.cli import main
+    from llm.interface.cli import main
 
     assert main(["train", *arguments, "--check"]) == 2
     assert message in capsys.readouterr().err
 
 
 def test_seed_and_output_dir_set_both_seeds_and_the_parent(tmp_path):
-    from llm.cli import main
+    from llm.interface.cli import main
 
     smoke = tmp_path / "smoke.toml"
     smoke.write_text(

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-import llm.train
-from llm.cli import main
+import llm.training.train
+from llm.interface.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
 SMOKE = REPO / "configs" / "smoke.toml"
@@ -52,7 +52,7 @@ def test_a_run_stopped_by_a_bug_logs_a_failed_event_with_its_error(tmp_path, cap
     def broken(*args, **kwargs):
         raise RuntimeError("the stage loop broke\nsecond line")
 
-    monkeypatch.setattr(llm.train, "run_stage", broken)
+    monkeypatch.setattr(llm.training.train, "run_stage", broken)
     with pytest.raises(RuntimeError, match="the stage loop broke"):
         main(["train", "--config", str(config), "--name", "r", "--no-progress"])
     logged = events(tmp_path / "runs" / "r")
@@ -74,7 +74,7 @@ def write(self, data):
     return real(self, data)
 
 record_writer.RecordWriter.write = write
-from llm.cli import main
+from llm.interface.cli import main
 raise SystemExit(main(sys.argv[1:]))
 """
 

@@ -3,7 +3,7 @@ run directory, leftovers of interrupted writes, and resuming what is already fin
 
 Runs are real `teamtr train` runs of the tiny smoke config (in this process, or as two real
 subprocesses for the lock). Disk faults are injected where the checkpoint writer writes its
-bytes (``llm.checkpoint._write_durably``), as a full or read-only file system would raise them.
+bytes (``llm.training.checkpoint._write_durably``), as a full or read-only file system would raise them.
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pytest
 
-import llm.checkpoint
-import llm.train
-from llm.checkpoint import latest_checkpoint, recover_interrupted_writes
-from llm.cli import main
-from llm.runlock import LOCK_FILE, RunLockedError, acquire
+import llm.training.checkpoint
+import llm.training.train
+from llm.interface.cli import main
+from llm.training.checkpoint import latest_checkpoint, recover_interrupted_writes
+from llm.training.runlock import LOCK_FILE, RunLockedError, acquire
 
 REPO = Path(__file__).resolve().parents[2]
 SMOKE = REPO / "configs" / "smoke.toml"
@@ -116,14 +116,14 @@ def test_a_disk_fault_mid_run_ends_with_one_message_a_failed_event_and_exit_1(
 ):
     config = smoke_config(tmp_path, stages=3)
     run_dir = tmp_path / "runs" / "full"
-    real_write = llm.checkpoint._write_durably
+    real_write = llm.training.checkpoint._write_durably
 
     def write(path: Path, data: bytes) -> None:
         if "stage_2" in str(path) and path.name == "state.json":  # half-way into a checkpoint
             raise OSError(code, os.strerror(code), str(path))
         real_write(path, data)
 
-    monkeypatch.setattr(llm.checkpoint, "_write_durably", write)
+    monkeypatch.setattr(llm.training.checkpoint, "_write_durably", write)
     assert main(["train", "--config", str(config), "--name", "full", "--no-progress"]) == 1
     err = one_error_line(capsys.readouterr().err)
     assert os.strerror(code) in err and "stopped in stage 2" in err
@@ -133,7 +133,7 @@ def test_a_disk_fault_mid_run_ends_with_one_message_a_failed_event_and_exit_1(
     assert hidden_leftovers(run_dir) == []  # no torn temporary checkpoint
     assert [p.name for p in (run_dir / "checkpoints").iterdir()] == ["stage_1"]
 
-    monkeypatch.setattr(llm.checkpoint, "_write_durably", real_write)  # space freed
+    monkeypatch.setattr(llm.training.checkpoint, "_write_durably", real_write)  # space freed
     assert main(["train", "--resume", str(run_dir), "--no-progress"]) == 0
     assert latest_checkpoint(run_dir).point.finished
 
@@ -141,7 +141,7 @@ def test_a_disk_fault_mid_run_ends_with_one_message_a_failed_event_and_exit_1(
 def test_a_run_directory_deleted_mid_run_is_not_recreated(tmp_path, capsys, monkeypatch):
     config = smoke_config(tmp_path, stages=3)
     run_dir = tmp_path / "runs" / "deleted"
-    real_run_stage = llm.train.run_stage
+    real_run_stage = llm.training.train.run_stage
 
     def run_stage_then_delete(*args, **kwargs):
         result = real_run_stage(*args, **kwargs)
@@ -149,7 +149,7 @@ def test_a_run_directory_deleted_mid_run_is_not_recreated(tmp_path, capsys, monk
             shutil.rmtree(run_dir)
         return result
 
-    monkeypatch.setattr(llm.train, "run_stage", run_stage_then_delete)
+    monkeypatch.setattr(llm.training.train, "run_stage", run_stage_then_delete)
     assert main(["train", "--config", str(config), "--name", "deleted", "--no-progress"]) == 1
     err = one_error_line(capsys.readouterr().err)
     assert "run directory was deleted during stage 2" in err
@@ -220,7 +220,7 @@ def test_eval_results_that_cannot_be_written_exit_1_and_are_printed(
     def full(path: Path, data: bytes) -> None:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
 
-    monkeypatch.setattr(llm.checkpoint, "_write_durably", full)
+    monkeypatch.setattr(llm.training.checkpoint, "_write_durably", full)
     out = tmp_path / "eval.json"
     assert main(["eval", "--run", str(finished_run), "--json", str(out), "--no-progress"]) == 1
     err = one_error_line(capsys.readouterr().err)

@@ -18,11 +18,12 @@ from llm_test_support import (
 )
 from safetensors.torch import load_file
 
-from llm.agents import LoraBackbone, LoraSettings, SeparateBackbone
-from llm.cli import main
-from llm.config import ConfigError, load_config
-from llm.dialogue import ChatFormat
-from llm.loading import (
+from llm.common.config import ConfigError, load_config
+from llm.conversation.dialogue import ChatFormat
+from llm.interface.cli import main
+from llm.logprobs.scoring import chunks, message_logits
+from llm.models.agents import LoraBackbone, LoraSettings, SeparateBackbone
+from llm.models.loading import (
     IncompatibleTeamError,
     ModelNotAvailableError,
     load_model,
@@ -30,8 +31,7 @@ from llm.loading import (
     tiny_char_tokenizer,
     tiny_llama,
 )
-from llm.scoring import chunks, message_logits
-from llm.updater import TrustRegionUpdater, UpdaterSettings
+from llm.update.updater import TrustRegionUpdater, UpdaterSettings
 
 REPO = Path(__file__).resolve().parents[2]
 SETTINGS = LoraSettings(rank=4)

@@ -1,4 +1,4 @@
-"""Reading a config loads no torch: every settings dataclass lives in ``llm.settings``."""
+"""Reading a config loads no torch: every settings dataclass lives in ``llm.common.settings``."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ DEFAULT = Path(__file__).resolve().parents[2] / "configs" / "default.toml"
 def test_reading_and_checking_a_config_imports_no_torch():
     code = (
         "import sys\n"
-        "from llm.config import load_config\n"
+        "from llm.common.config import load_config\n"
         f"config = load_config({str(DEFAULT)!r})\n"
         "assert config.sampler.turns == 2 and config.lora.rank == 16\n"
         f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))\n"
@@ -23,7 +23,10 @@ def test_reading_and_checking_a_config_imports_no_torch():
 
 
 def test_the_components_use_the_same_settings_classes():
-    from llm import agents, sampler, settings, updater
+    from llm.common import settings
+    from llm.models import agents
+    from llm.sampling import sampler
+    from llm.update import updater
 
     assert agents.LoraSettings is settings.LoraSettings
     assert sampler.SamplerSettings is settings.SamplerSettings

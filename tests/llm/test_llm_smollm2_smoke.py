@@ -11,10 +11,10 @@ import pytest
 import torch
 from llm_test_support import AlternatingRewards
 
-from llm.builder import build
-from llm.config import RunConfig, SamplerSettings
-from llm.loading import smollm2_directory
-from llm.updater import UpdaterSettings
+from llm.common.config import RunConfig, SamplerSettings
+from llm.models.loading import smollm2_directory
+from llm.training.builder import build
+from llm.update.updater import UpdaterSettings
 from teamtr.config import StageConfig
 from teamtr.penalty import EpisodicPenalty
 from teamtr.stage import run_stage

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from llm.config import ConfigError, RunConfig, load_config
+from llm.common.config import ConfigError, RunConfig, load_config
 from teamtr.config import StageConfig
 
 REPO = Path(__file__).resolve().parents[2]

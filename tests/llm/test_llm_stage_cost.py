@@ -23,11 +23,11 @@ from llm_test_support import (
     with_rewards,
 )
 
-from llm import profiling
-from llm.losses import per_token_kl, per_token_kl_from_log_probs
-from llm.sampler import BehaviourLogps, generate_messages
-from llm.scoring import message_logits
-from llm.updater import TrustRegionUpdater, UpdaterSettings
+from llm.common import profiling
+from llm.logprobs.losses import per_token_kl, per_token_kl_from_log_probs
+from llm.logprobs.scoring import message_logits
+from llm.sampling.sampler import BehaviourLogps, generate_messages
+from llm.update.updater import TrustRegionUpdater, UpdaterSettings
 from teamtr.penalty import EpisodicPenalty
 
 REWARDS = [1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0]

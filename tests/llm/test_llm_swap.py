@@ -10,15 +10,15 @@ import pytest
 from llm_test_support import perturb_agent
 from safetensors.torch import save_file
 
-from llm.builder import build
-from llm.checkpoint import (
+from llm.common.config import load_config
+from llm.interface.cli import main
+from llm.training.builder import build
+from llm.training.checkpoint import (
     ResumePoint,
     read_checkpoint,
     write_checkpoint,
     write_run_marker,
 )
-from llm.cli import main
-from llm.config import load_config
 
 REPO = Path(__file__).resolve().parents[2]
 SMOKE = REPO / "configs" / "smoke.toml"

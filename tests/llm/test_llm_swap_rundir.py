@@ -1,4 +1,4 @@
-"""`teamtr swap` creates its run directory as a training run does (``llm.rundir``): locked,
+"""`teamtr swap` creates its run directory as a training run does (``llm.training.rundir``): locked,
 written whole in a temporary sibling, and absent entirely when a write fails."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import os
 import pytest
 from test_llm_swap import AGENT, make_run
 
-import llm.swap
-from llm.cli import main
-from llm.runlock import LOCK_FILE, RunLockedError, acquire
+import llm.interface.swap
+from llm.interface.cli import main
+from llm.training.runlock import LOCK_FILE, RunLockedError, acquire
 
 
 @pytest.fixture
@@ -30,7 +30,7 @@ def swap_argv(runs, out):
 def test_the_swapped_run_is_locked_while_written_and_released_after(runs, tmp_path, monkeypatch):
     out = tmp_path / "swapped"
     seen = []
-    real = llm.swap.write_checkpoint
+    real = llm.interface.swap.write_checkpoint
 
     def write_checkpoint(directory, point):
         # Inside the temporary sibling, under the run lock, before the directory appears.
@@ -40,7 +40,7 @@ def test_the_swapped_run_is_locked_while_written_and_released_after(runs, tmp_pa
         seen.append(directory)
         return real(directory, point)
 
-    monkeypatch.setattr(llm.swap, "write_checkpoint", write_checkpoint)
+    monkeypatch.setattr(llm.interface.swap, "write_checkpoint", write_checkpoint)
     assert main(swap_argv(runs, out)) == 0
     assert len(seen) == 1 and not seen[0].exists()
     assert (out / LOCK_FILE).is_file()  # the lock file moved with the directory
@@ -55,7 +55,7 @@ def test_a_failed_write_leaves_no_swapped_run_behind(runs, tmp_path, monkeypatch
     def full(directory, point):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(directory / "state.json"))
 
-    monkeypatch.setattr(llm.swap, "write_checkpoint", full)
+    monkeypatch.setattr(llm.interface.swap, "write_checkpoint", full)
     code = main(swap_argv(runs, out))
     err = capsys.readouterr().err
     assert code in (1, 2) and err.startswith("error: ") and err.count("\n") == 1

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from llm.rewards import grade
-from llm.router import FixedOrder, Handoff, RandomOrder
-from llm.tasks import ArithmeticSuite, TaskDataError, load_jsonl, split_of
+from llm.conversation.router import FixedOrder, Handoff, RandomOrder
+from llm.problems.rewards import grade
+from llm.problems.tasks import ArithmeticSuite, TaskDataError, load_jsonl, split_of
 
 
 @pytest.mark.parametrize("difficulty", [1, 2, 3])

@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from llm.cli import main
-from llm.config import ConfigError, load_config
-from llm.phrasings import TEMPLATES, templates_of
-from llm.tasks import ArithmeticSuite, _arithmetic_problem, split_of
+from llm.common.config import ConfigError, load_config
+from llm.interface.cli import main
+from llm.problems.phrasings import TEMPLATES, templates_of
+from llm.problems.tasks import ArithmeticSuite, _arithmetic_problem, split_of
 
 REPO = Path(__file__).resolve().parents[2]
 SMOKE = REPO / "configs" / "smoke.toml"
@@ -165,7 +165,7 @@ def test_bad_task_keys_exit_2_naming_file_line_and_key(tmp_path, capsys, line, e
 
 
 def test_a_run_draws_mixed_training_problems_and_holds_out_the_balanced_set(tmp_path):
-    from llm.builder import problem_sources
+    from llm.training.builder import problem_sources
 
     path = tmp_path / "c.toml"
     path.write_text('[task]\nphrasing = "mixed"\neval_size = 40\neval_seed = 3\n')

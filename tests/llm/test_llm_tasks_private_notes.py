@@ -11,17 +11,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from llm.builder import problem_sources
-from llm.cli import main
-from llm.config import ConfigError, load_config
-from llm.private_notes import (
+from llm.common.config import ConfigError, load_config
+from llm.interface.cli import main
+from llm.problems.private_notes import (
     NOTES_TEMPLATES,
     PrivateNotesSuite,
     note_text,
     random_guess_floor,
     sum_distribution,
 )
-from llm.tasks import identity_of, split_of
+from llm.problems.tasks import identity_of, split_of
+from llm.training.builder import problem_sources
 
 REPO = Path(__file__).resolve().parents[2]
 SMOKE = REPO / "configs" / "smoke.toml"

@@ -8,8 +8,8 @@ import json
 import pytest
 from test_llm_cli import smoke_config
 
-from llm.cli import main
-from llm.config import ConfigError, load_config
+from llm.common.config import ConfigError, load_config
+from llm.interface.cli import main
 
 
 @pytest.mark.parametrize("clock", ["wall", "cpu"])

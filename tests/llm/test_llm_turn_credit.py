@@ -1,5 +1,5 @@
 """Held-out turn credit of the running-sum chain: the share of turns that state the running
-total, the chain's dense reward evaluated on held-out problems (``llm.evaluation``)."""
+total, the chain's dense reward evaluated on held-out problems (``llm.training.evaluation``)."""
 
 from __future__ import annotations
 
@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 from llm_test_support import SHORT_SYSTEM_PROMPT, make_team
 
-from llm.dialogue import ChatFormat
-from llm.evaluation import evaluate_team_with_episodes
-from llm.rewards import running_sum_reward
-from llm.router import FixedOrder
-from llm.sampler import DialogueSampler
-from llm.settings import SamplerSettings
-from llm.tasks import Problem
+from llm.common.settings import SamplerSettings
+from llm.conversation.dialogue import ChatFormat
+from llm.conversation.router import FixedOrder
+from llm.problems.rewards import running_sum_reward
+from llm.problems.tasks import Problem
+from llm.sampling.sampler import DialogueSampler
+from llm.training.evaluation import evaluate_team_with_episodes
 
 N_AGENTS = 2
 

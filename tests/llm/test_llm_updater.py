@@ -9,7 +9,7 @@ import pytest
 import torch
 from llm_test_support import arithmetic_sampler, with_rewards
 
-from llm.updater import STEP_SCALE_KEY, RatioCheckError, TrustRegionUpdater, UpdaterSettings
+from llm.update.updater import STEP_SCALE_KEY, RatioCheckError, TrustRegionUpdater, UpdaterSettings
 
 REWARDS = [1.0, 0.0, 0.0, 1.0]
 

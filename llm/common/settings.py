@@ -1,0 +1,189 @@
+"""The settings of a run that live beside their components: LoRA, sampler, updater.
+
+Every config dataclass ``llm.common.config`` assembles, in one module that imports no torch, peft or
+transformers: reading and checking a config file (``teamtr train --check``) loads none of
+them. The components import their settings from here (``llm.models.agents``, ``llm.sampling.sampler``,
+``llm.update.updater`` re-export them under their old names).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from peft import LoraConfig
+
+DEVICE_PATTERN = re.compile(r"auto|cpu|cuda|cuda:\d+|mps")
+DEVICE_CHOICES = '"auto", "cpu", "cuda", "cuda:N" or "mps"'
+
+Estimator = Literal["exact", "k1", "k3"]
+Direction = Literal["reverse", "forward"]
+ESTIMATORS: tuple[str, ...] = ("exact", "k1", "k3")
+DIRECTIONS: tuple[str, ...] = ("reverse", "forward")
+
+DEFAULT_SYSTEM_PROMPT = (
+    "Two assistants solve a math problem together. The first works it out; the second states "
+    "the final answer as a number."
+)
+"""The default team's system prompt: the solver + answerer format, one of the two most accurate
+team formats measured untrained (within a standard error of each other) (docs/teams_that_learn.md, "Team formats"; still below the single
+agent at the same tokens)."""
+DEFAULT_ROLE_PROMPTS = (
+    "You are the solver. Work out the answer step by step.",
+    "You are the answerer. Reply with only the final answer from the solver's work, as a number.",
+)
+DEFAULT_MESSAGE_TOKENS = (40, 8)
+"""The default roles' longest messages: the solver's working, the answerer's number."""
+
+
+@dataclass(frozen=True)
+class LoraSettings:
+    """LoRA hyper-parameters shared by every agent's adapter."""
+
+    rank: int = 16
+    """r, the rank of each low-rank update."""
+    alpha: float = 32.0
+    """lora_alpha; the update is scaled by alpha / r."""
+    target_modules: str | tuple[str, ...] = "all-linear"
+    """Which linear layers get an adapter ("all-linear": every one except the output head)."""
+
+    def peft_config(self) -> LoraConfig:
+        from peft import LoraConfig
+
+        targets = (
+            self.target_modules
+            if isinstance(self.target_modules, str)
+            else list(self.target_modules)
+        )
+        # Dropout is 0 so that the training forward pass is the sampling policy exactly:
+        # ratios must be 1 before an update (the sampler's ratio check).
+        return LoraConfig(
+            r=self.rank,
+            lora_alpha=self.alpha,  # type: ignore[arg-type]  # PEFT annotates int, uses alpha / r as a float
+            lora_dropout=0.0,
+            target_modules=targets,
+            bias="none",
+            task_type="CAUSAL_LM",
+        )
+
+
+@dataclass(frozen=True)
+class SamplerSettings:
+    """How many dialogues, how long, how random."""
+
+    prompts_per_batch: int = 4
+    """Distinct problems per rollout batch."""
+    group_size: int = 8
+    """G: dialogues per problem; advantages are normalised within each group (GRPO)."""
+    turns: int = 2
+    """H: turns per dialogue (the horizon of the turn-level episodic MDP)."""
+    max_new_tokens: int | tuple[int, ...] = DEFAULT_MESSAGE_TOKENS
+    """Longest message a speaker may write (a message cut here gets a stop token appended):
+    one value for every speaker, or one per speaker (a solver that works it out, an answerer
+    that states only the number)."""
+    temperature: float = 0.7
+    """The policy is softmax(logits / temperature), in sampling and in training alike."""
+    a_max: float = 2.0
+    """A_max: advantages are clipped to [-A_max, A_max] (the certificate's declared bound)."""
+    score_chunk: int = 8
+    """Episodes per training forward pass (memory/speed trade-off; no effect on results)."""
+    signal_groups: int = 0
+    """Dynamic sampling: the number of groups with differing rewards a batch should hold
+    (at most ``prompts_per_batch``); the sampler draws further groups until it has found
+    that many or drawn ``max_draws`` extra ones (see the module's docstring). 0: off, every
+    batch is the ``prompts_per_batch`` groups drawn first, draw for draw."""
+    max_draws: int = 16
+    """With ``signal_groups`` > 0: the most groups a batch may draw beyond its
+    ``prompts_per_batch`` (each a new problem played G times); every generated token counts."""
+    merged_generation: bool = True
+    """Generate with the speaker's adapter merged into a plain copy of the base model
+    (``llm.models.generation``): the same policy up to float rounding, at the bare model's speed, for
+    one extra base model of memory. False generates through the PEFT model (LoRA applied as
+    an extra low-rank product in every adapted layer). Training log-probs are computed by the
+    PEFT model either way."""
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("prompts_per_batch", "turns", "score_chunk"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        lengths = (
+            self.max_new_tokens
+            if isinstance(self.max_new_tokens, tuple)
+            else (self.max_new_tokens,)
+        )
+        if not lengths or min(lengths) < 1:
+            raise ValueError(f"max_new_tokens must be >= 1 (each), got {self.max_new_tokens}")
+        if self.group_size < 2:
+            raise ValueError(
+                f"group_size must be >= 2 (GRPO needs a baseline), got {self.group_size}"
+            )
+        if self.temperature <= 0:
+            raise ValueError(f"temperature must be > 0, got {self.temperature}")
+        if self.a_max <= 0:
+            raise ValueError(f"a_max must be > 0, got {self.a_max}")
+        if not 0 <= self.signal_groups <= self.prompts_per_batch:
+            raise ValueError(
+                "signal_groups must lie in 0..prompts_per_batch "
+                f"({self.prompts_per_batch}; 0 = off), got {self.signal_groups}"
+            )
+        if self.max_draws < 0:
+            raise ValueError(f"max_draws must be >= 0, got {self.max_draws}")
+
+    def max_tokens_of(self, speaker: int) -> int:
+        """The longest message ``speaker`` may write."""
+        if isinstance(self.max_new_tokens, tuple):
+            return self.max_new_tokens[speaker]
+        return self.max_new_tokens
+
+    @property
+    def longest_message(self) -> int:
+        """The longest message any speaker may write."""
+        if isinstance(self.max_new_tokens, tuple):
+            return max(self.max_new_tokens)
+        return self.max_new_tokens
+
+
+@dataclass(frozen=True)
+class UpdaterSettings:
+    """Hyper-parameters of one agent update."""
+
+    learning_rate: float = 2e-4
+    """Adam step size before any backtracking."""
+    steps: int = 2
+    """Optimiser steps per update (full-batch; each one is checked against delta_i)."""
+    clip_eps: float = 0.2
+    """PPO clip range of the surrogate's ratio."""
+    estimator: Estimator = "exact"
+    """Per-token KL: "exact" over the vocabulary, or the sampled "k1"/"k3" estimators."""
+    direction: Direction = "reverse"
+    """"reverse" = KL(new || old), "forward" = KL(old || new)."""
+    statistic: Literal["mean", "quantile"] = "mean"
+    """Trust-region statistic: the mean E_d̄[KL] or, additionally, a quantile over episodes."""
+    quantile: float = 0.9
+    shrink: float = 0.5
+    """Learning-rate factor per backtrack."""
+    max_backtracks: int = 4
+    """Backtracks per step before the step is abandoned."""
+    ratio_tolerance: float = 1e-4
+    """Largest |log new - log old| allowed before the first step (numerical noise only)."""
+    warm_start: bool = True
+    """Start each step at the agent's last admitted step size instead of ``learning_rate``
+    (after an update that needed no backtrack, one ``1/shrink`` larger, up to
+    ``learning_rate``). Every backtrack costs a forward and backward pass over the batch; a
+    radius that admits only a fraction of ``learning_rate`` would otherwise pay for the same
+    backtracks at every step. The step size is part of the optimiser state (checkpointed)."""
+
+    def __post_init__(self) -> None:
+        if self.learning_rate <= 0 or self.steps < 1 or self.clip_eps <= 0:
+            raise ValueError("learning_rate and clip_eps must be > 0 and steps >= 1")
+        if self.estimator not in ("exact", "k1", "k3"):
+            raise ValueError(f"estimator must be exact, k1 or k3, got {self.estimator!r}")
+        if self.direction not in ("reverse", "forward"):
+            raise ValueError(f"direction must be reverse or forward, got {self.direction!r}")
+        if self.statistic not in ("mean", "quantile"):
+            raise ValueError(f"statistic must be mean or quantile, got {self.statistic!r}")
+        if not 0 < self.shrink < 1:
+            raise ValueError(f"shrink must lie in (0, 1), got {self.shrink}")

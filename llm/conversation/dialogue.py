@@ -1,0 +1,219 @@
+"""The shared transcript: episodes as token ids, rendered with the model's chat template.
+
+Every agent speaks into one context. A turn is rendered as ``header(agent) + message +
+closing`` where the header comes from the chat template (an optional role prompt as a system
+message, then the assistant generation prompt) and ``message`` is exactly the token ids the agent
+sampled. Transcripts are kept as token ids, never re-tokenised from text, so the log-probability
+the updater computes for a message is that of the tokens that were actually sampled.
+
+Views. A problem may give agent k a private note (``Problem.notes[k]``). It is written into
+agent k's own turn headers, and only in agent k's *view* of the transcript: every other agent
+sees agent k's turns under its public header. Sampling, scoring and prefix reuse all render a
+message in its speaker's own view, so no agent's policy ever conditions on another's note.
+Without notes every view is the same transcript.
+
+Speakers and policies. ``Turn.agent`` is the speaker (its role: header, note, message length).
+Which adapter speaks for a speaker is ``ChatFormat.policy_of``: the identity for a team, all
+zeros for one shared adapter that plays every role of the same dialogue.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from transformers import PreTrainedTokenizerBase
+
+from llm.common.settings import DEFAULT_SYSTEM_PROMPT
+from llm.problems.tasks import Problem
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One message: who spoke and the token ids they sampled (with the stop token if any)."""
+
+    agent: int
+    message: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Episode:
+    """One dialogue about one problem."""
+
+    problem: Problem
+    prompt: tuple[int, ...]
+    """The rendered system and user messages (token ids)."""
+    route_seed: int
+    """The seed the router may use (random order per episode); independent of every policy."""
+    turns: tuple[Turn, ...] = ()
+
+    def first_turn_of(self, agent: int, policy_of: Sequence[int] = ()) -> int | None:
+        """Index of the first turn spoken for policy ``agent`` (by a speaker that
+        ``policy_of`` maps to it; the identity when empty), or None when there is none."""
+        return next(
+            (
+                t
+                for t, turn in enumerate(self.turns)
+                if (policy_of[turn.agent] if policy_of else turn.agent) == agent
+            ),
+            None,
+        )
+
+    def note_of(self, speaker: int) -> str:
+        """The private note of ``speaker`` ("" when it has none)."""
+        notes = self.problem.notes
+        return notes[speaker] if speaker < len(notes) else ""
+
+    def with_turns(self, turns: Sequence[Turn]) -> Episode:
+        return Episode(self.problem, self.prompt, self.route_seed, tuple(turns))
+
+
+@dataclass(frozen=True)
+class ChatFormat:
+    """How prompts and turns become token ids."""
+
+    headers: tuple[tuple[int, ...], ...]
+    """Per agent: the tokens that open its turn (role prompt, generation prompt)."""
+    stop_id: int
+    """The end-of-turn token a speaker samples to finish its message."""
+    closing: tuple[int, ...]
+    """Tokens the template writes after the stop token (e.g. a newline)."""
+    encode_prompt: Callable[[str], list[int]]
+    decode: Callable[[Sequence[int]], str]
+    pad_id: int = 0
+    encode_note_header: Callable[[int, str], tuple[int, ...]] | None = None
+    """Speaker k's header with a private note (the note joins its role prompt); None: the
+    format has no notes."""
+    policy_of: tuple[int, ...] = ()
+    """Speaker -> the policy (adapter) that speaks for it; () = the identity."""
+    _note_headers: dict[tuple[int, str], tuple[int, ...]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+
+    @classmethod
+    def from_tokenizer(
+        cls,
+        tokenizer: PreTrainedTokenizerBase,
+        n_agents: int,
+        system_prompt: str = DEFAULT_SYSTEM_PROMPT,
+        role_prompts: Sequence[str] = (),
+        policy_of: Sequence[int] = (),
+    ) -> ChatFormat:
+        """Derive headers and closing tokens by rendering the tokenizer's chat template.
+
+        ``n_agents`` counts speakers (roles); ``policy_of`` maps each to its adapter."""
+        if role_prompts and len(role_prompts) != n_agents:
+            raise ValueError(f"{len(role_prompts)} role prompts for {n_agents} agents")
+        if policy_of and len(policy_of) != n_agents:
+            raise ValueError(f"policy_of has {len(policy_of)} entries for {n_agents} speakers")
+
+        def render(messages: list[dict[str, str]], generation_prompt: bool) -> str:
+            return str(
+                tokenizer.apply_chat_template(
+                    messages, tokenize=False, add_generation_prompt=generation_prompt
+                )
+            )
+
+        def encode(text: str) -> list[int]:
+            return list(tokenizer.encode(text, add_special_tokens=False))
+
+        base = [{"role": "system", "content": system_prompt}, {"role": "user", "content": "Q"}]
+        rendered_base = render(base, False)
+        generation_prompt = render(base, True)[len(rendered_base) :]
+        marker = "\x00MESSAGE\x00"
+        with_answer = render([*base, {"role": "assistant", "content": marker}], False)
+        after = with_answer.split(marker, 1)[1]
+        closing_ids = encode(after)
+        if not closing_ids:
+            raise ValueError("the chat template writes nothing after a message: no stop token")
+
+        def header(agent: int, note: str = "") -> tuple[int, ...]:
+            role = role_prompts[agent] if role_prompts else ""
+            # The note first, the role last: the instruction the speaker acts on closes its header.
+            text = "\n".join(part for part in (note, role) if part)
+            role_text = render([{"role": "system", "content": text}], False) if text else ""
+            return tuple(encode(role_text + generation_prompt))
+
+        headers = [header(agent) for agent in range(n_agents)]
+
+        def encode_prompt(question: str) -> list[int]:
+            messages = [
+                {"role": "system", "content": system_prompt},
+                {"role": "user", "content": question},
+            ]
+            return encode(render(messages, False))
+
+        def decode(ids: Sequence[int]) -> str:
+            return str(tokenizer.decode(list(ids), skip_special_tokens=True))
+
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else closing_ids[0]
+        return cls(
+            headers=tuple(headers),
+            stop_id=closing_ids[0],
+            closing=tuple(closing_ids[1:]),
+            encode_prompt=encode_prompt,
+            decode=decode,
+            pad_id=int(pad),
+            encode_note_header=header,
+            policy_of=tuple(policy_of),
+        )
+
+    # -- speakers and policies ----------------------------------------------------------------
+    def policy(self, speaker: int) -> int:
+        """The policy (adapter index) that speaks for ``speaker``."""
+        return self.policy_of[speaker] if self.policy_of else speaker
+
+    def speakers_of(self, policy: int) -> tuple[int, ...]:
+        """The speakers ``policy`` speaks for."""
+        return tuple(k for k in range(len(self.headers)) if self.policy(k) == policy)
+
+    # -- views --------------------------------------------------------------------------------
+    def view_of(self, episode: Episode, speaker: int) -> int | None:
+        """The view ``speaker``'s messages are rendered in: its own when it holds a note in
+        this episode, else None (the public transcript, the same for every speaker)."""
+        return speaker if episode.note_of(speaker) else None
+
+    def header(self, episode: Episode, speaker: int, viewer: int | None) -> tuple[int, ...]:
+        """``speaker``'s turn header as ``viewer`` sees it: with the note only in its own view."""
+        note = episode.note_of(speaker)
+        if not note or viewer != speaker:
+            return self.headers[speaker]
+        if self.encode_note_header is None:
+            raise ValueError("this chat format cannot render private notes")
+        key = (speaker, note)
+        if key not in self._note_headers:
+            self._note_headers[key] = self.encode_note_header(speaker, note)
+        return self._note_headers[key]
+
+    def turn_tokens(self, turn: Turn, episode: Episode, viewer: int | None) -> list[int]:
+        """A finished turn as it appears in ``viewer``'s view of ``episode``."""
+        ended = bool(turn.message) and turn.message[-1] == self.stop_id
+        tail = list(self.closing) if ended else [self.stop_id, *self.closing]
+        return [*self.header(episode, turn.agent, viewer), *turn.message, *tail]
+
+    def context(self, episode: Episode, next_agent: int) -> list[int]:
+        """What ``next_agent`` sees when it starts its turn (its own view)."""
+        ids = list(episode.prompt)
+        viewer = self.view_of(episode, next_agent)
+        for turn in episode.turns:
+            ids.extend(self.turn_tokens(turn, episode, viewer))
+        ids.extend(self.header(episode, next_agent, viewer))
+        return ids
+
+    def assemble(
+        self, episode: Episode, viewer: int | None = None
+    ) -> tuple[list[int], list[tuple[int, int]]]:
+        """The whole transcript in ``viewer``'s view (None: the public one) and, per turn, the
+        [start, end) span of its message tokens."""
+        ids = list(episode.prompt)
+        spans = []
+        for turn in episode.turns:
+            ids.extend(self.header(episode, turn.agent, viewer))
+            spans.append((len(ids), len(ids) + len(turn.message)))
+            ids.extend(turn.message)
+            ended = bool(turn.message) and turn.message[-1] == self.stop_id
+            ids.extend(self.closing if ended else [self.stop_id, *self.closing])
+        return ids, spans
+
+    def message_text(self, turn: Turn) -> str:
+        return self.decode(turn.message)

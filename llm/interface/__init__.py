@@ -1,0 +1,8 @@
+"""The `teamtr` subcommands of the language-model backend (train, eval, swap) and their shared
+argument helpers.
+
+Room 9 of 9 in data-flow order: it imports only from ``llm.common``, ``llm.problems``,
+``llm.conversation``, ``llm.models``, ``llm.logprobs``, ``llm.sampling``, ``llm.update``,
+``llm.training`` and the core ``teamtr``, never from a room after it
+(tests/test_package_imports.py).
+"""

@@ -1,0 +1,20 @@
+"""The language-model subcommands of ``teamtr``, registered in ``pyproject.toml`` (the studies
+of language-model teams, e.g. ``teamtr llm-scaling``, are ``studies.commands``).
+
+``llm.interface.cli`` parses their options itself (``argv`` is forwarded unparsed); it is imported only when
+one of them runs, so ``teamtr --help`` does not import torch.
+"""
+
+from teamtr.cli import Command
+
+TRAIN = Command(
+    "train a team of language models from a TOML config", "llm.interface.cli", forward_argv=True
+)
+EVAL = Command(
+    "evaluate a trained (or untrained) team on a dataset", "llm.interface.cli", forward_argv=True
+)
+SWAP = Command(
+    "replace one agent of a run by another model, optionally after Stage-0 alignment",
+    "llm.interface.cli",
+    forward_argv=True,
+)

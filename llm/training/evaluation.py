@@ -1,0 +1,271 @@
+"""Held-out evaluation of a team: accuracy, parse failures, length; pass@K and majority vote;
+accuracy per phrasing template and difficulty; the transcripts of every dialogue."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from math_verify import parse, verify
+
+from llm.common.collective import Collective
+from llm.conversation.dialogue import Episode, Turn
+from llm.models.agents import LoraTeam
+from llm.problems.phrasings import TEMPLATES
+from llm.problems.private_notes import NOTES_TEMPLATES, RELAY_TEMPLATES
+from llm.problems.rewards import Grade, grade
+from llm.problems.tasks import Problem
+from llm.sampling.sampler import DialogueSampler, episode_reward
+from llm.training.progress import CountProgress
+
+EVAL_ONLY_TEMPLATES = frozenset(
+    t.id for family in (TEMPLATES, NOTES_TEMPLATES, RELAY_TEMPLATES) for t in family if t.eval_only
+)
+"""Templates never drawn for training (``llm.problems.phrasings``, ``llm.problems.private_notes``)."""
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """The numbers of an evaluation, and the dialogues and grades behind them (in the order
+    of the problems, ``samples`` consecutive dialogues per problem)."""
+
+    metrics: dict[str, float]
+    episodes: list[Episode]
+    grades: list[Grade]
+
+
+def evaluate_team(
+    team: LoraTeam,
+    sampler: DialogueSampler,
+    problems: Sequence[Problem],
+    *,
+    samples: int = 1,
+    batch_size: int = 32,
+    progress: bool = False,
+    collective: Collective | None = None,
+) -> dict[str, float]:
+    """One greedy dialogue per problem, or ``samples`` sampled ones (then pass@K, majority).
+
+    ``standard_error`` is the standard error of ``accuracy`` over the problems (binomial for
+    greedy evaluation). With a ``collective`` (data parallelism, ``llm.training.distributed``) each rank
+    plays a contiguous share of the problems and the grades are gathered in order, so every
+    rank returns the numbers of the whole set. Per template and difficulty the accuracy, the
+    number of problems and the standard error are flat keys (``group_metrics``), so that the
+    periodic evaluation's record stays a table of scalars.
+    """
+    return _evaluate(team, sampler, problems, samples, batch_size, progress, collective).metrics
+
+
+def evaluate_team_with_episodes(
+    team: LoraTeam,
+    sampler: DialogueSampler,
+    problems: Sequence[Problem],
+    *,
+    samples: int = 1,
+    batch_size: int = 32,
+    progress: bool = False,
+) -> Evaluation:
+    """``evaluate_team`` in one process, returning the finished dialogues and their grades
+    too (for transcripts)."""
+    return _evaluate(team, sampler, problems, samples, batch_size, progress, None)
+
+
+def _evaluate(
+    team: LoraTeam,
+    sampler: DialogueSampler,
+    problems: Sequence[Problem],
+    samples: int,
+    batch_size: int,
+    progress: bool,
+    collective: Collective | None,
+) -> Evaluation:
+    if samples < 1:
+        raise ValueError(f"samples must be >= 1, got {samples}")
+    temperature = 0.0 if samples == 1 else sampler.settings.temperature
+    rng = np.random.default_rng(0)
+    episodes = [
+        Episode(p, tuple(sampler.chat.encode_prompt(p.question)), int(rng.integers(2**31)))
+        for p in problems
+        for _ in range(samples)
+    ]
+    # Progress is counted in messages, advanced after every generated batch of one turn: even
+    # a single batch of questions moves the bar H times, with an ETA.
+    if collective is None:
+        mine = len(problems)
+    else:
+        first, last = _share_of(len(problems), collective)
+        mine = last - first  # this rank's bar counts the dialogues it plays
+    bar = CountProgress(mine * samples * sampler.settings.turns, "msg", "evaluating", progress)
+    started = time.perf_counter()
+    finished: list[Episode] = []
+    if collective is None:
+        tokens = 0
+        for start in range(0, len(episodes), batch_size):
+            done, generated = sampler.play(
+                team,
+                episodes[start : start + batch_size],
+                temperature=temperature,
+                on_messages=bar.advance,
+            )
+            finished.extend(done)
+            tokens += generated
+        grades = [grade(sampler.chat.message_text(e.turns[-1]), e.problem.answer) for e in finished]
+        credits = [
+            episode_reward(sampler.chat, e, g) for e, g in zip(finished, grades, strict=True)
+        ]
+    else:
+        grades, credits, tokens = _evaluate_share(
+            team, sampler, problems, episodes, samples, batch_size, collective, bar.advance
+        )
+        grades = [g for share in collective.gather(grades) for g in share]
+        credits = [c for share in collective.gather(credits) for c in share]
+        tokens = int(collective.sum(tokens))
+    bar.close(f"{len(problems)} questions in {time.perf_counter() - started:.1f} s")
+    correct = np.array([g.correct for g in grades], dtype=float)
+    parsed = np.array([g.parsed for g in grades], dtype=float)
+    result = {
+        "accuracy": float(correct.mean()),
+        "n": float(len(problems)),
+        # Problems are the independent units (samples of one problem are correlated).
+        "standard_error": float(
+            correct.reshape(len(problems), samples).mean(axis=1).std() / np.sqrt(len(problems))
+        ),
+        "parse_failure_rate": float(1.0 - parsed.mean()),
+        "mean_tokens": tokens / len(grades),
+        "samples": float(samples),
+    }
+    if samples > 1:
+        per_problem = correct.reshape(len(problems), samples)
+        result[f"pass@{samples}"] = float(per_problem.max(axis=1).mean())
+        votes = []
+        for index, problem in enumerate(problems):
+            answers = [
+                g.extracted for g in grades[index * samples : (index + 1) * samples] if g.parsed
+            ]
+            if not answers:
+                votes.append(0.0)
+                continue
+            winner = Counter(answers).most_common(1)[0][0]
+            votes.append(float(bool(verify(parse(problem.answer), parse(winner)))))
+        result["majority_vote"] = float(np.mean(votes))
+    if all(p.credit == "running_sum" for p in problems):
+        # The chain's dense reward, held out: the share of turns that state the running total
+        # (``llm.problems.rewards.running_sum_reward``), which moves long before the final total is right.
+        per_problem = np.array(credits, dtype=float).reshape(len(problems), samples).mean(axis=1)
+        result["turn_credit"] = float(per_problem.mean())
+        result["turn_credit_standard_error"] = float(per_problem.std() / np.sqrt(len(problems)))
+    result.update(group_metrics(problems, correct.reshape(len(problems), samples).mean(axis=1)))
+    return Evaluation(result, finished, grades)
+
+
+def _summary(scores: np.ndarray) -> dict[str, float]:
+    """Accuracy, count and standard error (over problems, as for the whole set)."""
+    return {
+        "accuracy": float(scores.mean()),
+        "n": float(len(scores)),
+        "standard_error": float(scores.std() / np.sqrt(len(scores))),
+    }
+
+
+def group_metrics(problems: Sequence[Problem], scores: np.ndarray) -> dict[str, float]:
+    """Per-problem scores (the fraction of its dialogues graded correct) summarised by group:
+    ``template/<id>/<stat>``, ``difficulty/<d>/<stat>``, and ``seen_templates/<stat>`` and
+    ``eval_only_templates/<stat>`` (templates trained on or held out for evaluation), for
+    stat in accuracy, n, standard_error. Problems without a template (read from a file) or a
+    difficulty (0) are in no group; empty groups are left out."""
+    groups: dict[str, list[int]] = {}
+    for index, problem in enumerate(problems):
+        if problem.template:
+            groups.setdefault(f"template/{problem.template}", []).append(index)
+            held_out = problem.template in EVAL_ONLY_TEMPLATES
+            kind = "eval_only_templates" if held_out else "seen_templates"
+            groups.setdefault(kind, []).append(index)
+        if problem.difficulty:
+            groups.setdefault(f"difficulty/{problem.difficulty}", []).append(index)
+    table: dict[str, float] = {}
+    for name in sorted(groups):
+        for stat, value in _summary(scores[groups[name]]).items():
+            table[f"{name}/{stat}"] = value
+    return table
+
+
+def transcript_records(
+    evaluation: Evaluation, samples: int, message_text: Callable[[Turn], str]
+) -> list[dict[str, Any]]:
+    """One JSON-ready record per dialogue: the problem (question, reference answer, notes,
+    template, difficulty), each turn (agent and decoded text), the parsed answer, the reward."""
+    records = []
+    for index, (episode, verdict) in enumerate(
+        zip(evaluation.episodes, evaluation.grades, strict=True)
+    ):
+        problem = episode.problem
+        records.append(
+            {
+                "problem": index // samples,
+                "sample": index % samples,
+                "question": problem.question,
+                "reference_answer": problem.answer,
+                "notes": list(problem.notes),
+                "template": problem.template,
+                "difficulty": problem.difficulty,
+                "turns": [
+                    {"agent": turn.agent, "text": message_text(turn)} for turn in episode.turns
+                ],
+                "parsed_answer": verdict.extracted,
+                "parsed": verdict.parsed,
+                "reward": verdict.reward,
+                "correct": verdict.correct,
+            }
+        )
+    return records
+
+
+def _share_of(n: int, collective: Collective) -> tuple[int, int]:
+    """The contiguous range of the ``n`` problems this rank plays."""
+    return collective.rank * n // collective.world_size, (
+        collective.rank + 1
+    ) * n // collective.world_size
+
+
+def _evaluate_share(
+    team: LoraTeam,
+    sampler: DialogueSampler,
+    problems: Sequence[Problem],
+    episodes: list[Episode],
+    samples: int,
+    batch_size: int,
+    collective: Collective,
+    on_messages: Callable[[int], None] | None = None,
+) -> tuple[list[Grade], list[float], int]:
+    """This rank's contiguous share of the problems, played and graded (final answers, and each
+    dialogue's reward without format bonus: ``llm.sampling.sampler.episode_reward``).
+
+    The sampler's generator advances by one seed per batch of the whole set, as in one process,
+    so that training goes on from the same generator state whatever the number of ranks.
+    """
+    first, last = _share_of(len(problems), collective)
+    seeds = [int(sampler.rng.integers(2**31)) for _ in range(0, len(episodes), batch_size)]
+    temperature = 0.0 if samples == 1 else sampler.settings.temperature
+    share = episodes[first * samples : last * samples]
+    grades: list[Grade] = []
+    credits: list[float] = []
+    tokens = 0
+    for batch, start in enumerate(range(0, len(share), batch_size)):
+        done, generated = sampler.play(
+            team,
+            share[start : start + batch_size],
+            temperature=temperature,
+            seed=seeds[batch],
+            on_messages=on_messages,
+        )
+        for episode in done:
+            grades.append(
+                grade(sampler.chat.message_text(episode.turns[-1]), episode.problem.answer)
+            )
+            credits.append(episode_reward(sampler.chat, episode, grades[-1]))
+        tokens += generated
+    return grades, credits, tokens

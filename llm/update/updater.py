@@ -1,0 +1,493 @@
+"""One agent's trust-region update on dialogue rollouts (THEORY.md §2, Thm 3.4).
+
+The loss is the clipped surrogate (``llm.logprobs.losses.clipped_surrogate``) on the agent's own message
+tokens, with the episode's group-normalised advantage (times its HAPPO weight, if any). After
+every optimiser step the KL to the agent's pre-update policy is measured on the batch; when the
+trust-region statistic exceeds delta_i, parameters and optimiser state are restored exactly and
+the step is retried with a smaller learning rate (``teamtr.trust_region.backtrack``). A step that
+cannot be brought inside ends the update at the last admitted iterate; if not even the first
+step can, the update is rejected and the old policy is kept. A non-finite loss, gradient, KL or
+surrogate at any step rejects the whole update: parameters and optimiser state go back to what
+they were before it (a NaN must not reach Adam's moments, which outlive the update), and the
+quantity is named in ``extras`` as ``non_finite_<quantity>`` = 1.
+
+``TrustRegionUpdater.update`` reads top to bottom: (1) the updates that need no forward pass
+(no reward signal, the agent never spoke); (2) one pass at the pre-update parameters
+(``_reference_pass``): the reference log-probs every ratio and KL is measured against, the
+ratio-1 check, and the first step's gradient; (3) the trust-region loop, one
+``llm.update.backtracking.backtracked_step`` per Adam step, whose gradient (``_accumulate_gradient``)
+and measurement (``_measured``) are plain methods; (4) the report.
+
+What is reported (``teamtr.reports.AgentUpdate``), on the turn-level episodic MDP of horizon H:
+- ``kl`` = E_{d̄}[KL_i] = (1/H) · mean over episodes of the sum of the agent's message KLs,
+  each message KL a sum of per-token terms (Lemma 3.1);
+- ``surrogate`` = L̂_i = mean over episodes of Σ_{agent's turns} (message ratio new/old) · Â,
+  an estimate of E_{new}[Â] since E_{y~old}[(new/old) Â] = E_{y~new}[Â];
+- ``advantage_bound`` = A_max, the clip applied to Â.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import operator
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from peft import PeftModel
+
+from llm.common import profiling
+from llm.common.collective import Collective
+from llm.common.settings import UpdaterSettings
+from llm.conversation.dialogue import ChatFormat
+from llm.logprobs.losses import (
+    clipped_surrogate,
+    per_token_kl,
+    per_token_kl_from_log_probs,
+)
+from llm.logprobs.scoring import MessageBatch, message_logits, message_tokens, score_chunks
+from llm.models.agents import LoraTeam
+from llm.sampling.sampler import DialogueRollouts, prepare_logps
+from llm.update.backtracking import ParameterSnapshot, backtracked_step
+from teamtr.reports import AgentUpdate
+from teamtr.trust_region import TrustRegion, statistic_of
+
+NON_FINITE_PREFIX = "non_finite_"
+"""``AgentUpdate.extras`` key prefix naming the quantity that was not finite."""
+
+
+STEP_SCALE_KEY = "teamtr_step_scale"
+"""Optimiser param-group key holding the warm-started step size (saved with Adam's state)."""
+
+
+class NonFiniteUpdate(ArithmeticError):
+    """Raised inside an update when ``quantity`` (loss, gradient, kl, surrogate) is not finite."""
+
+    def __init__(self, quantity: str) -> None:
+        super().__init__(f"non-finite {quantity}")
+        self.quantity = quantity
+
+
+def non_finite_quantity(update: AgentUpdate) -> str | None:
+    """The quantity that made ``update`` be rejected as non-finite, if any."""
+    for key in update.extras:
+        if key.startswith(NON_FINITE_PREFIX):
+            return key.removeprefix(NON_FINITE_PREFIX)
+    return None
+
+
+class RatioCheckError(AssertionError):
+    """Before an update the new/old ratio must be 1: the rollouts' behaviour log-probs do not
+    match the agent's policy (stale rollouts, a different temperature, or dropout)."""
+
+
+def _finite(gradient: list[torch.Tensor | None]) -> bool:
+    return all(g is None or bool(torch.isfinite(g).all()) for g in gradient)
+
+
+@dataclass
+class _Reference:
+    """The pre-update policy on one chunk: what every KL and ratio is measured against."""
+
+    indices: list[int]
+    batch: MessageBatch
+    logps: torch.Tensor
+    advantages: torch.Tensor
+    log_probs: torch.Tensor | None = None
+    """(M, T, V) log-softmax of ``batch.logits``, kept once per update (None: recompute it)."""
+
+    def vocabulary_log_probs(self) -> torch.Tensor:
+        return self.batch.log_probs() if self.log_probs is None else self.log_probs
+
+
+@dataclass(frozen=True)
+class _ReferencePass:
+    """What one pass over the batch at the pre-update parameters gives (``_reference_pass``)."""
+
+    chunks: list[_Reference]
+    first_gradient: list[torch.Tensor | None] | None
+    """The first step's gradient, summed over ranks (``reuse_work`` and signal; else None)."""
+    non_finite: str | None
+    """``"loss"`` or ``"gradient"`` when the first step's was not finite (the update is then
+    rejected before any step)."""
+
+
+@dataclass(frozen=True)
+class _Measurement:
+    kl: float
+    kl_quantile: float
+    surrogate: float
+    statistic: float
+
+
+class TrustRegionUpdater:
+    """Implements ``teamtr.protocols.AgentUpdater`` for ``LoraTeam``s.
+
+    Keeps one Adam optimiser per agent across stages (its state is part of a checkpoint).
+
+    ``reuse_work`` (default) computes each quantity once where the straightforward path computes
+    it again with bit-identical (or, for ``share_prompt``, float-rounding-equal) results: the
+    pass that scores the pre-update policy also gives the first step's gradient (the loss there
+    is the surrogate at ratio 1), every backtrack reuses its step's gradient
+    (``llm.update.backtracking``), and the pre-update log-softmax over the vocabulary is kept for every
+    KL measurement, and each GRPO group's prompt is scored once (``llm.logprobs.scoring.message_logits``;
+    the sampler's ``reuse_work`` must match, so that the ratio check compares two identical
+    computations). ``reuse_work=False`` is the straightforward path, kept as the reference the
+    equality tests and the stage profile compare against.
+    """
+
+    def __init__(
+        self,
+        chat: ChatFormat,
+        settings: UpdaterSettings,
+        score_chunk: int = 8,
+        collective: Collective | None = None,
+        *,
+        reuse_work: bool = True,
+        share_prompt: bool | None = None,
+    ) -> None:
+        self.chat = chat
+        self.settings = settings
+        self.score_chunk = score_chunk
+        self.reuse_work = reuse_work
+        self._share_prompt = share_prompt
+        self.optimizers: dict[int, torch.optim.Optimizer] = {}
+        self.collective = collective or Collective()
+        """With data parallelism (``llm.training.distributed``) each rank holds a shard of the rollouts:
+        token counts, gradients, per-episode KLs and surrogates are combined over the ranks, so
+        every decision below is taken on the global batch, identically on every rank."""
+
+    @property
+    def share_prompt(self) -> bool:
+        """Score each group's prompt once (unless set otherwise: as ``reuse_work``)."""
+        return self.reuse_work if self._share_prompt is None else self._share_prompt
+
+    def optimizer_for(self, team: LoraTeam, agent: int) -> torch.optim.Optimizer:
+        if agent not in self.optimizers:
+            parameters = list(team.backbone.parameters_of(agent).values())
+            self.optimizers[agent] = torch.optim.Adam(parameters, lr=self.settings.learning_rate)
+        return self.optimizers[agent]
+
+    def step_scale(self, team: LoraTeam, agent: int) -> float:
+        """Where the agent's next step starts, as a fraction of ``learning_rate``."""
+        if not self.settings.warm_start:
+            return 1.0
+        groups = self.optimizer_for(team, agent).param_groups
+        return float(groups[0].get(STEP_SCALE_KEY, 1.0))
+
+    def _store_step_scale(self, optimizer: torch.optim.Optimizer, scale: float) -> None:
+        """Keep ``scale`` in the optimiser's param groups, whose state a checkpoint saves (so a
+        resumed run warm-starts where it stopped), and put the learning rate back."""
+        for group in optimizer.param_groups:
+            group["lr"] = self.settings.learning_rate
+            group[STEP_SCALE_KEY] = scale
+
+    # -- measurements ---------------------------------------------------------------------------
+    def _score(self, model: PeftModel, rollouts: DialogueRollouts, agent: int, indices):
+        batch = message_logits(
+            model,
+            self.chat,
+            rollouts.episodes,
+            agent,
+            indices,
+            rollouts.temperature,  # the policy's T, as the rollouts were sampled
+            share_prompt=self.share_prompt,
+        )
+        assert batch is not None  # the chunk was kept because the agent speaks in it
+        return batch
+
+    def _surrogate_loss(
+        self, batch: MessageBatch, reference: _Reference, n_tokens: int, logps: torch.Tensor
+    ) -> torch.Tensor:
+        """The chunk's share of the pooled token-mean loss -L (to be minimised)."""
+        share = batch.n_tokens / n_tokens  # pooled token mean over all chunks
+        loss = (
+            -clipped_surrogate(
+                logps, reference.logps, reference.advantages, batch.mask, self.settings.clip_eps
+            )
+            * share
+        )
+        return loss
+
+    def _reference_pass(
+        self, team: LoraTeam, agent: int, rollouts: DialogueRollouts, n_tokens: int = 0
+    ) -> _ReferencePass:
+        """The pre-update policy on every chunk, checked against the behaviour log-probs.
+
+        With ``n_tokens`` (the agent's message tokens in the rollouts) and ``reuse_work``, the
+        same pass back-propagates the first step's loss: at the pre-update parameters the new
+        policy is the reference itself, so the first step's training forward pass would repeat
+        this one exactly. That gradient is returned, not left behind in ``.grad``.
+        """
+        prepare_logps(rollouts, agent)  # before ``team`` is loaded into the backbone
+        model = team.use(agent)
+        weights = rollouts.episode_weights()
+        with_gradient = self.reuse_work and n_tokens > 0
+        chunks = []
+        finite_loss = True
+        worst = (0.0, "")
+        with profiling.section("reference logits"), torch.set_grad_enabled(with_gradient):
+            for chunk, batch in score_chunks(
+                model,
+                self.chat,
+                rollouts.episodes,
+                agent,
+                self.score_chunk,
+                rollouts.temperature,
+                share_prompt=self.share_prompt,
+            ):
+                log_probs = batch.log_probs()
+                logps = batch.token_logps(log_probs)
+                for row, (e, t) in enumerate(batch.refs):
+                    recorded = rollouts.old_logps[e][t]
+                    gap = float((logps[row][batch.mask[row]].detach() - recorded).abs().max())
+                    if math.isnan(gap):  # NaN > tolerance is False: count it as infinitely far
+                        gap = math.inf
+                    if gap > worst[0]:
+                        worst = (gap, f"agent {agent}, episode {e}, turn {t}")
+                advantages = torch.tensor(
+                    [rollouts.advantages[e] * weights[e] for e, _ in batch.refs],
+                    dtype=torch.float32,
+                    device=logps.device,
+                )
+                if not self.reuse_work:
+                    chunks.append(_Reference(chunk, batch, logps, advantages))
+                    continue
+                detached = MessageBatch(batch.refs, batch.tokens, batch.mask, batch.logits.detach())
+                reference = _Reference(
+                    chunk, detached, logps.detach(), advantages, log_probs.detach()
+                )
+                chunks.append(reference)
+                if with_gradient and finite_loss:
+                    loss = self._surrogate_loss(batch, reference, n_tokens, logps)
+                    finite_loss = bool(torch.isfinite(loss))
+                    if finite_loss:
+                        with profiling.section("train backward"):
+                            loss.backward()
+        # Checked once all ranks have scored their shard, so that all of them raise together.
+        largest = self.collective.max(worst[0])
+        if not largest <= self.settings.ratio_tolerance:  # NaN included
+            where = worst[1] if worst[0] == largest else f"agent {agent}, on another rank"
+            raise RatioCheckError(
+                f"{where}: |log new - log old| = {largest:.3g} before the update (ratio must be 1)"
+            )
+        if not with_gradient:
+            return _ReferencePass(chunks, None, None)
+        if self.collective.any(not finite_loss):
+            return _ReferencePass(chunks, None, "loss")
+        parameters = list(team.backbone.parameters_of(agent).values())
+        self.collective.sum_gradients(parameters)  # the pooled token mean over the global batch
+        gradient = [None if p.grad is None else p.grad.detach().clone() for p in parameters]
+        for parameter in parameters:
+            parameter.grad = None
+        return _ReferencePass(chunks, gradient, None if _finite(gradient) else "gradient")
+
+    def _accumulate_gradient(
+        self,
+        team: LoraTeam,
+        agent: int,
+        rollouts: DialogueRollouts,
+        references: list[_Reference],
+        n_tokens: int,
+    ) -> None:
+        """Add the surrogate's gradient at the current parameters to their ``.grad`` (one
+        training forward and backward pass per chunk), summed over ranks."""
+        model = team.backbone.training_model(agent)
+        finite_loss = True
+        for reference in references:
+            with profiling.section("train forward"):
+                batch = self._score(model, rollouts, agent, reference.indices)
+                loss = self._surrogate_loss(batch, reference, n_tokens, batch.token_logps())
+            if not torch.isfinite(loss):
+                finite_loss = False
+                break
+            with profiling.section("train backward"):
+                loss.backward()
+        if self.collective.any(not finite_loss):
+            raise NonFiniteUpdate("loss")
+        parameters = list(team.backbone.parameters_of(agent).values())
+        self.collective.sum_gradients(parameters)  # the pooled token mean over the global batch
+        if not _finite([p.grad for p in parameters]):
+            raise NonFiniteUpdate("gradient")
+
+    def _measured(
+        self,
+        team: LoraTeam,
+        agent: int,
+        rollouts: DialogueRollouts,
+        references: list[_Reference],
+    ) -> _Measurement:
+        """``_measure`` of the current parameters, refusing a non-finite KL or surrogate."""
+        with profiling.section("kl measurement"):
+            measured = self._measure(team, agent, rollouts, references)
+        if not (np.isfinite(measured.kl) and np.isfinite(measured.statistic)):
+            raise NonFiniteUpdate("kl")
+        if not np.isfinite(measured.surrogate):
+            raise NonFiniteUpdate("surrogate")
+        return measured
+
+    def _measure(
+        self,
+        team: LoraTeam,
+        agent: int,
+        rollouts: DialogueRollouts,
+        references: list[_Reference],
+    ) -> _Measurement:
+        """E_d̄[KL_i] (its mean and quantile), the surrogate L̂_i and the admitted statistic."""
+        model = team.backbone.training_model(agent)
+        n_episodes = len(rollouts.episodes)
+        episode_kl = np.zeros(n_episodes)
+        episode_gain = np.zeros(n_episodes)
+        for reference in references:
+            with torch.no_grad():
+                batch = self._score(model, rollouts, agent, reference.indices)
+                if self.reuse_work:
+                    log_probs = batch.log_probs()
+                    terms = per_token_kl_from_log_probs(
+                        log_probs,
+                        reference.vocabulary_log_probs(),
+                        batch.tokens,
+                        batch.mask,
+                        estimator=self.settings.estimator,
+                        direction=self.settings.direction,
+                    )
+                    logps = batch.token_logps(log_probs)
+                else:
+                    terms = per_token_kl(
+                        batch.logits,
+                        reference.batch.logits,
+                        batch.tokens,
+                        batch.mask,
+                        estimator=self.settings.estimator,
+                        direction=self.settings.direction,
+                    )
+                    logps = batch.token_logps()
+            message_kl = terms.sum(dim=-1)
+            log_ratio = (logps - reference.logps).sum(dim=-1)
+            for row, (e, _) in enumerate(batch.refs):
+                episode_kl[e] += float(message_kl[row])
+                # E_{y~old}[(new/old) Â] = E_{y~new}[Â]: the surrogate of Thm 3.4 per message.
+                episode_gain[e] += float(log_ratio[row].exp()) * rollouts.advantages[e]
+        # The global batch, in rank order (a no-op in one process).
+        episode_kl = self.collective.concatenate(episode_kl)
+        episode_gain = self.collective.concatenate(episode_gain)
+        weights = self.collective.concatenate(rollouts.episode_weights())
+        turn_level_kl = (
+            episode_kl / rollouts.horizon
+        )  # E over the average occupancy d̄ = (1/H) Σ_t ρ_t
+        mean = statistic_of(turn_level_kl, weights)
+        quantile = statistic_of(turn_level_kl, weights, "quantile", self.settings.quantile)
+        surrogate = float(np.sum(weights * episode_gain) / np.sum(weights))
+        statistic = max(mean, quantile) if self.settings.statistic == "quantile" else mean
+        return _Measurement(mean, quantile, surrogate, statistic)
+
+    # -- the AgentUpdater protocol -------------------------------------------------------------------
+    def update(
+        self, team: LoraTeam, agent: int, rollouts: DialogueRollouts, radius: float
+    ) -> AgentUpdate:
+        """Agent ``agent``'s trust-region update on ``rollouts`` (Thm 3.4): up to ``steps`` Adam
+        steps, each shrunk until E_d̄[KL_i] (or its quantile) is at most ``radius``."""
+        s = self.settings
+        a_max = rollouts.a_max
+        together = self.collective
+        # 1. Updates that need no forward pass.
+        if together.any(not np.isfinite(rollouts.episode_weights()).all()):  # HAPPO overflow
+            extras = {"tokens": 0.0, NON_FINITE_PREFIX + "weights": 1.0}
+            return AgentUpdate(team.agent(agent), 0.0, float("nan"), a_max, False, extras=extras)
+        if not together.any(bool(np.any(rollouts.advantages * rollouts.episode_weights()))):
+            # Every group's rewards were equal: the surrogate and its gradient are 0, so the
+            # identity is the update (and its KL 0). Skipping it saves every forward pass.
+            return AgentUpdate(team.agent(agent), 0.0, 0.0, a_max, extras={"no_signal": 1.0})
+        n_tokens = int(together.sum(message_tokens(self.chat, rollouts.episodes, agent)))
+        if n_tokens == 0:  # the agent never spoke: nothing to learn, nothing changes
+            return AgentUpdate(team.agent(agent), 0.0, 0.0, a_max, extras={"tokens": 0.0})
+
+        # 2. The pre-update policy on the batch: what every ratio and KL is measured against,
+        #    the ratio-1 check, and (reuse_work) the first step's gradient from the same pass.
+        backbone = team.backbone
+        parameters = list(backbone.parameters_of(agent).values())
+        optimizer = self.optimizer_for(team, agent)
+        before_update = ParameterSnapshot(parameters, optimizer)
+        optimizer.zero_grad(set_to_none=True)
+        reference = self._reference_pass(team, agent, rollouts, n_tokens)
+        backbone.mark_modified(agent)
+        accumulate_gradient = functools.partial(
+            self._accumulate_gradient, team, agent, rollouts, reference.chunks, n_tokens
+        )
+        measure = functools.partial(self._measured, team, agent, rollouts, reference.chunks)
+
+        # 3. The trust-region loop: each step starts where the last admitted one ended (or,
+        #    with warm_start, where the previous update's steps were admitted) and is shrunk
+        #    into the region; a step that cannot be ends the update at the last admitted iterate.
+        scale = self.step_scale(team, agent)
+        gradient = reference.first_gradient
+        non_finite = reference.non_finite
+        backtracks = accepted_steps = 0
+        last: _Measurement | None = None
+        last_tried = float("nan")
+        for _ in range(s.steps if non_finite is None else 0):
+            try:
+                result = backtracked_step(
+                    parameters,
+                    optimizer,
+                    s.learning_rate,
+                    accumulate_gradient,
+                    measure,
+                    operator.attrgetter("statistic"),
+                    # No slack: the statistic admitted is the KL reported, never above delta_i
+                    # (the stage loop then checks it with its own kl_tolerance).
+                    TrustRegion(radius, tolerance=0.0),
+                    shrink=s.shrink,
+                    max_backtracks=s.max_backtracks,
+                    initial_scale=scale,
+                    gradient=gradient,
+                    reuse_gradient=self.reuse_work,
+                )
+            except NonFiniteUpdate as event:
+                non_finite = event.quantity
+                break
+            gradient = None  # the next step's gradient is at the new parameters
+            backtracks += result.backtracks
+            if not result.accepted or result.candidate is None:
+                last_tried = result.statistic
+                scale *= s.shrink**s.max_backtracks  # the next update starts where this gave up
+                break
+            accepted_steps += 1
+            last = result.candidate
+            if s.warm_start:
+                scale = result.step_scale
+        if non_finite is not None:  # a NaN must not reach Adam's moments: back to the start
+            before_update.restore()
+            last = None
+        elif backtracks == 0:
+            scale = min(1.0, scale / s.shrink)  # no backtrack: try a larger step next time
+        optimizer.zero_grad(set_to_none=True)
+        self._store_step_scale(optimizer, scale if s.warm_start else 1.0)
+
+        # 4. The report (teamtr.reports.AgentUpdate).
+        extras = {"tokens": float(n_tokens), "steps": float(accepted_steps)}
+        if non_finite is not None:
+            extras[NON_FINITE_PREFIX + non_finite] = 1.0
+            extras["steps"] = 0.0
+        if last is None:
+            backbone.load(agent, team.agent(agent))  # bit-identical already; marks the slot
+            return AgentUpdate(
+                team.agent(agent),
+                0.0,
+                last_tried,
+                a_max,
+                accepted=False,
+                backtracks=backtracks,
+                extras=extras,
+            )
+        return AgentUpdate(
+            policy=backbone.snapshot(agent),
+            surrogate=last.surrogate,
+            kl=last.kl,
+            advantage_bound=a_max,
+            accepted=True,
+            backtracks=backtracks,
+            kl_quantile=last.kl_quantile,
+            extras=extras,
+        )
