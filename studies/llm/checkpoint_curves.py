@@ -11,19 +11,27 @@ file exists is skipped: rerunning the command resumes.
 Usage::
 
     python -m studies.llm.checkpoint_curves --runs runs/chain4 --results results/chain4_curves
+    python -m studies.llm.checkpoint_curves --summarise-only --results results/chain4_curves \
+        --untrained results/chain4/untrained_teamtr.json --markdown --plot figures/chain4.png
 
 writes ``RESULTS/<run>.json``: per checkpoint stage, the evaluation's metrics and the stage's
-end on the run's budget clock (``stage_ends_minutes``).
+end on the run's budget clock (``stage_ends_minutes``). The summary groups runs by method (the
+run name before ``-s<seed>``): the final metric's mean ± standard error over seeds, and per run
+the regressions, checkpoints whose metric fell by more than twice the standard error of the
+difference below the one before (the untrained team first, when given).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 
 def run_directories(runs: Path) -> list[Path]:
@@ -70,20 +78,162 @@ def evaluate_checkpoints(run_dir: Path, progress: bool) -> dict[str, Any]:
     return {"run": run_dir.name, "scheme": config.stage.scheme, "curve": curve}
 
 
+def method_of(run: str) -> str:
+    """``teamtr-s2`` -> ``teamtr`` (the seed study's run names)."""
+    name, _, seed = run.rpartition("-s")
+    return name if name and seed.isdigit() else run
+
+
+def regressions(points: list[dict[str, float]], metric: str) -> int:
+    """Drops of ``metric`` by more than 2 sqrt(se_1^2 + se_2^2) from one point to the next
+    (independent draws: conservative on one fixed question set)."""
+    count = 0
+    for before, after in zip(points, points[1:], strict=False):
+        error = math.hypot(_error(before, metric), _error(after, metric))
+        count += before[metric] - after[metric] > 2.0 * error
+    return count
+
+
+def _error(metrics: dict[str, float], metric: str) -> float:
+    if metric == "accuracy":
+        return math.sqrt(metrics["accuracy"] * (1.0 - metrics["accuracy"]) / metrics["n"])
+    return metrics[f"{metric}_standard_error"]
+
+
+def summarise(
+    curves: list[dict[str, Any]], metric: str, untrained: dict[str, float] | None
+) -> dict[str, Any]:
+    """Per method: the last checkpoint's ``metric`` (mean ± s.e. over runs), its accuracy, the
+    regressions of every run, and the mean curve against the budget clock."""
+    methods: dict[str, list[dict[str, Any]]] = {}
+    for curve in curves:
+        methods.setdefault(method_of(curve["run"]), []).append(curve)
+    summary: dict[str, Any] = {"metric": metric, "methods": {}}
+    if untrained is not None:
+        summary["untrained"] = {metric: untrained[metric], "accuracy": untrained["accuracy"]}
+    for method, runs in sorted(methods.items()):
+        finals = np.array([run["curve"][-1]["metrics"][metric] for run in runs])
+        accuracies = np.array([run["curve"][-1]["metrics"]["accuracy"] for run in runs])
+        start = [] if untrained is None else [untrained]
+        summary["methods"][method] = {
+            "runs": [run["run"] for run in runs],
+            "final": float(finals.mean()),
+            "final_standard_error": _standard_error(finals),
+            "final_accuracy": float(accuracies.mean()),
+            "final_accuracy_standard_error": _standard_error(accuracies),
+            "checkpoints": [len(run["curve"]) for run in runs],
+            "regressions": [
+                regressions(start + [p["metrics"] for p in run["curve"]], metric) for run in runs
+            ],
+            "curves": [
+                [(p["budget_minutes"], p["metrics"][metric]) for p in run["curve"]] for run in runs
+            ],
+        }
+    return summary
+
+
+def _standard_error(values: np.ndarray) -> float:
+    return float(values.std(ddof=1) / math.sqrt(len(values))) if len(values) > 1 else math.nan
+
+
+def markdown(summary: dict[str, Any]) -> str:
+    metric = summary["metric"]
+    lines = [
+        f"| method | final {metric} (mean ± s.e.) | final accuracy | checkpoints | regressions |",
+        "|---|---|---|---|---|",
+    ]
+    if "untrained" in summary:
+        untrained = summary["untrained"]
+        lines.append(
+            f"| untrained | {untrained[metric]:.3f} | {100 * untrained['accuracy']:.1f}% | 0 | — |"
+        )
+    for method, row in summary["methods"].items():
+        lines.append(
+            f"| {method} | {row['final']:.3f} ± {row['final_standard_error']:.3f} | "
+            f"{100 * row['final_accuracy']:.1f}% ± {100 * row['final_accuracy_standard_error']:.1f} | "
+            f"{', '.join(map(str, row['checkpoints']))} | "
+            f"{', '.join(map(str, row['regressions']))} |"
+        )
+    return "\n".join(lines)
+
+
+def plot(summary: dict[str, Any], destination: Path) -> None:
+    """Every run's curve of the metric against the budget clock, one colour per method."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(7.5, 4.5))
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    start = summary.get("untrained", {}).get(summary["metric"])
+    for colour, (method, row) in zip(colours, summary["methods"].items(), strict=False):
+        for index, curve in enumerate(row["curves"]):
+            xs = [0.0] * (start is not None) + [x for x, _ in curve]
+            ys = [start] * (start is not None) + [y for _, y in curve]
+            axes.plot(xs, ys, "o-", color=colour, alpha=0.8, label=method if index == 0 else None)
+    axes.set_xlabel("budget clock (CPU minutes)")
+    axes.set_ylabel(f"held-out {summary['metric']}")
+    axes.set_title("held-out curve of every run, from its checkpoints")
+    axes.grid(alpha=0.3)
+    axes.legend()
+    figure.tight_layout()
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(destination, dpi=120)
+    plt.close(figure)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m studies.llm.checkpoint_curves", description=__doc__.split("\n\n")[0]
     )
-    parser.add_argument("--runs", type=Path, required=True, help="parent of the run directories")
+    parser.add_argument("--runs", type=Path, help="parent of the run directories")
     parser.add_argument("--results", type=Path, required=True, help="folder of per-run files")
     parser.add_argument("--only", nargs="*", default=None, help="run names (default: every run)")
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    parser.add_argument(
+        "--summarise-only", action="store_true", help="only summarise the per-run files"
+    )
+    parser.add_argument("--metric", default="turn_credit", help="the summary's metric")
+    parser.add_argument("--untrained", type=Path, help="`teamtr eval` JSON of the untrained team")
+    parser.add_argument("--json", type=Path, help="write the summary here")
+    parser.add_argument("--plot", type=Path, help="draw every run's curve here (PNG)")
+    parser.add_argument("--markdown", action="store_true", help="print the summary as a table")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    if not args.runs.is_dir():
+    if not args.summarise_only:
+        status = evaluate_runs(args)
+        if status:
+            return status
+    records = [json.loads(path.read_text()) for path in sorted(args.results.glob("*.json"))]
+    curves = [record for record in records if "curve" in record]  # not a summary written there
+    if args.only is not None:
+        curves = [c for c in curves if c["run"] in args.only]
+    if not curves:
+        print(f"error: --results {args.results}: no per-run file", file=sys.stderr)
+        return 2
+    untrained = None if args.untrained is None else json.loads(args.untrained.read_text())
+    missing = [c["run"] for c in curves if args.metric not in c["curve"][-1]["metrics"]]
+    if missing or (untrained is not None and args.metric not in untrained):
+        where = ", ".join(missing) or str(args.untrained)
+        print(f"error: --metric {args.metric}: not in the evaluations of {where}", file=sys.stderr)
+        return 2
+    summary = summarise(curves, args.metric, untrained)
+    if args.json is not None:
+        args.json.write_text(json.dumps(summary, indent=1) + "\n")
+    if args.plot is not None:
+        plot(summary, args.plot)
+    if args.markdown:
+        print(markdown(summary))
+    return 0
+
+
+def evaluate_runs(args: argparse.Namespace) -> int:
+    """Evaluate every checkpoint of every run without a results file; 2 on bad input."""
+    if args.runs is None or not args.runs.is_dir():
         print(f"error: --runs {args.runs}: no such folder", file=sys.stderr)
         return 2
     runs = [r for r in run_directories(args.runs) if args.only is None or r.name in args.only]

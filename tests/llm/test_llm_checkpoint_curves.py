@@ -4,10 +4,13 @@ evaluated after the fact, gives what the run's own evaluation gave at that stage
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
+import pytest
+
 from llm.interface.cli import main as teamtr_main
-from studies.llm.checkpoint_curves import main
+from studies.llm.checkpoint_curves import main, regressions
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -41,3 +44,48 @@ def test_a_folder_without_runs_is_one_line_and_exit_2(tmp_path, capsys):
     assert main(["--runs", str(tmp_path), "--results", str(tmp_path / "r")]) == 2
     assert capsys.readouterr().err.count("\n") == 1
     assert main(["--runs", str(tmp_path / "none"), "--results", str(tmp_path / "r")]) == 2
+
+
+def point(credit: float, error: float, accuracy: float = 0.0) -> dict:
+    return {"turn_credit": credit, "turn_credit_standard_error": error, "accuracy": accuracy,
+            "n": 45.0}  # fmt: skip
+
+
+def test_a_regression_is_a_drop_beyond_twice_the_error_of_the_difference():
+    # 0.30 -> 0.20: the difference's error is hypot(0.03, 0.04) = 0.05, twice that is 0.10.
+    assert regressions([point(0.30, 0.03), point(0.20, 0.04)], "turn_credit") == 0
+    assert regressions([point(0.30, 0.03), point(0.19, 0.04)], "turn_credit") == 1
+    assert regressions([point(0.1, 0.01), point(0.5, 0.01), point(0.2, 0.01)], "turn_credit") == 1
+    # Accuracy uses the binomial error of each evaluation: sqrt(p (1 - p) / n).
+    drop = [point(0, 0, accuracy=0.5), point(0, 0, accuracy=0.2)]
+    assert regressions(drop, "accuracy") == int(0.3 > 2 * math.hypot(0.5 / 45**0.5, 0.4 / 45**0.5))
+
+
+def test_the_summary_groups_runs_by_method_and_draws_every_curve(tmp_path, capsys):
+    results = tmp_path / "curves"
+    results.mkdir()
+    finals = {"teamtr-s0": 0.4, "teamtr-s1": 0.6, "stale-s0": 0.2, "stale-s1": 0.1}
+    for run, final in finals.items():
+        curve = [
+            {"stages_trained": 1, "budget_minutes": 2.0, "metrics": point(0.3, 0.01)},
+            {"stages_trained": 2, "budget_minutes": 4.0, "metrics": point(final, 0.01, final / 2)},
+        ]
+        (results / f"{run}.json").write_text(json.dumps({"run": run, "curve": curve}))
+    untrained = tmp_path / "untrained.json"
+    untrained.write_text(json.dumps(point(0.0, 0.0)))
+    figure, summary_file = tmp_path / "curves.png", tmp_path / "summary.json"
+    arguments = ["--summarise-only", "--results", str(results), "--untrained", str(untrained),
+                 "--json", str(summary_file), "--plot", str(figure), "--markdown"]  # fmt: skip
+    assert main(arguments) == 0
+    summary = json.loads(summary_file.read_text())
+    assert set(summary["methods"]) == {"teamtr", "stale"}
+    teamtr, stale = summary["methods"]["teamtr"], summary["methods"]["stale"]
+    assert teamtr["final"] == pytest.approx(0.5) and teamtr[
+        "final_standard_error"
+    ] == pytest.approx(0.1)
+    assert stale["final_accuracy"] == pytest.approx(0.075)
+    assert stale["regressions"] == [1, 1]  # 0.3 -> 0.2 and 0.3 -> 0.1, errors 0.01
+    assert teamtr["regressions"] == [0, 0]
+    assert "| teamtr | 0.500 ± 0.100 |" in capsys.readouterr().out
+    assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert main([*arguments[:-1], "--metric", "nothing"]) == 2
