@@ -208,6 +208,8 @@ def main(argv: list[str] | None = None) -> int:
         status = evaluate_runs(args)
         if status:
             return status
+    if args.json is None and args.plot is None and not args.markdown:
+        return 0  # no summary asked for
     records = [json.loads(path.read_text()) for path in sorted(args.results.glob("*.json"))]
     curves = [record for record in records if "curve" in record]  # not a summary written there
     if args.only is not None:
