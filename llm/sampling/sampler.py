@@ -219,6 +219,7 @@ def generate_messages(
     max_new_tokens: int,
     temperature: float,
     prompt_lengths: Sequence[int] | None = None,
+    sampled_logps: list[torch.Tensor] | None = None,
 ) -> list[tuple[int, ...]]:
     """One message per context, sampled with the KV cache (temperature 0 = greedy).
 
@@ -229,6 +230,11 @@ def generate_messages(
     distinct prompt then runs through the model once, and its rows continue from that key/value
     cache (causal attention: a prompt's keys and values do not depend on what follows it), so a
     group of G dialogues on one problem pays for its prompt once instead of G times.
+
+    ``sampled_logps``, when a list is given (sampling only), receives one tensor per message: the
+    log-probability of each of its tokens under the distribution it was drawn from,
+    log softmax(logits / T), as the generating model computed it (for measuring its gap from the
+    training forward pass, ``bench/behaviour_logp_gap.py``).
     """
     rows = len(contexts)
     if prompt_lengths is None:
@@ -243,6 +249,9 @@ def generate_messages(
         input_ids, attention, cache = _prompt_cache(model, contexts, chat, prompt_lengths)
         width = input_ids.shape[1]
     greedy = temperature == 0
+    record = sampled_logps is not None
+    if record and greedy:
+        raise ValueError("sampled_logps needs sampling (temperature > 0)")
     config = GenerationConfig(
         do_sample=not greedy,
         temperature=None if greedy else temperature,
@@ -251,10 +260,12 @@ def generate_messages(
         max_new_tokens=max_new_tokens,
         eos_token_id=chat.stop_id,
         pad_token_id=chat.pad_id,
+        output_scores=record,
+        return_dict_in_generate=record,
     )
     device = model_device(model)
     # A PeftModel forwards ``generate`` to the model it wraps; its stubs do not declare it.
-    generate = typing.cast(Callable[..., torch.Tensor], model.generate)
+    generate = typing.cast(Callable[..., typing.Any], model.generate)
     with torch.no_grad():
         output = generate(
             input_ids=input_ids.to(device),
@@ -262,12 +273,26 @@ def generate_messages(
             generation_config=config,
             **cache_argument(cache),
         )
+    sequences = output.sequences if record else output
     messages = []
-    for row in output[:, width:].tolist():
-        cut = row.index(chat.stop_id) + 1 if chat.stop_id in row else len(row)
-        messages.append(tuple(row[:cut]))
+    for row, tokens in enumerate(sequences[:, width:].tolist()):
+        cut = tokens.index(chat.stop_id) + 1 if chat.stop_id in tokens else len(tokens)
+        messages.append(tuple(tokens[:cut]))
+        if sampled_logps is not None:
+            # ``scores`` are the processed logits each token was drawn from: logits / T here
+            # (top-k 0 and top-p 1 add no other processor).
+            sampled_logps.append(
+                torch.stack(
+                    [
+                        torch.log_softmax(output.scores[step][row].float(), dim=-1)[tokens[step]]
+                        for step in range(cut)
+                    ]
+                ).cpu()
+                if cut
+                else torch.zeros(0)
+            )
     profiling.count("generated tokens", sum(len(m) for m in messages))
-    profiling.count("generation steps", output.shape[1] - width)
+    profiling.count("generation steps", sequences.shape[1] - width)
     profiling.count("generation rows", rows)
     return messages
 
