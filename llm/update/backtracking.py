@@ -14,7 +14,6 @@ and backward passes are deterministic), and a backtrack costs only the measureme
 from __future__ import annotations
 
 import copy
-import itertools
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -73,10 +72,10 @@ def backtracked_step(
         optimizer.zero_grad(set_to_none=True)
         accumulate_gradient()
         gradient = [None if p.grad is None else p.grad.detach().clone() for p in saved.parameters]
-    tries = itertools.count()
 
     def propose(scale: float) -> MeasurementT:
-        with profiling.prefixed("backtrack " if next(tries) > 0 else ""):
+        # Every try after the first has a smaller scale (shrink < 1): a backtrack.
+        with profiling.prefixed("backtrack " if scale < initial_scale else ""):
             saved.restore()
             for group in optimizer.param_groups:
                 group["lr"] = learning_rate * scale
