@@ -100,11 +100,33 @@ def _error(metrics: dict[str, float], metric: str) -> float:
     return metrics[f"{metric}_standard_error"]
 
 
+def stage_costs(run_dir: Path) -> dict[str, float]:
+    """What a run's stages cost and how often an agent's batch carried a reward signal, from
+    its ``metrics.jsonl``: generated tokens per stage, the share of agent updates whose batch
+    held a group with differing rewards (``batch_signal_groups``), and the updates that moved
+    the policy (kept, with a KL above 0)."""
+    stages = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    batches = [groups for stage in stages for groups in stage.get("batch_signal_groups", [])]
+    updates = [update for stage in stages for update in stage["updates"]]
+    return {
+        "stages": float(len(stages)),
+        "generated_tokens_per_stage": float(np.mean([s["generated_tokens"] for s in stages])),
+        "groups_drawn_per_stage": float(np.mean([s.get("groups_drawn", 0) for s in stages])),
+        "agent_batches_with_signal": float(np.mean([g > 0 for g in batches])) if batches else 0.0,
+        "updates_that_moved": float(sum(u["kept"] and u["kl"] > 0 for u in updates)),
+        "agent_updates": float(len(updates)),
+    }
+
+
 def summarise(
-    curves: list[dict[str, Any]], metric: str, untrained: dict[str, float] | None
+    curves: list[dict[str, Any]],
+    metric: str,
+    untrained: dict[str, float] | None,
+    runs_dir: Path | None = None,
 ) -> dict[str, Any]:
     """Per method: the last checkpoint's ``metric`` (mean ± s.e. over runs), its accuracy, the
-    regressions of every run, and the mean curve against the budget clock."""
+    regressions of every run, and the mean curve against the budget clock; with ``runs_dir`` (the
+    run directories, where still present) also what the stages cost (``stage_costs``)."""
     methods: dict[str, list[dict[str, Any]]] = {}
     for curve in curves:
         methods.setdefault(method_of(curve["run"]), []).append(curve)
@@ -129,6 +151,12 @@ def summarise(
                 [(p["budget_minutes"], p["metrics"][metric]) for p in run["curve"]] for run in runs
             ],
         }
+        present = [] if runs_dir is None else [runs_dir / run["run"] for run in runs]
+        if present and all((d / "metrics.jsonl").is_file() for d in present):
+            costs = [stage_costs(d) for d in present]
+            summary["methods"][method]["costs"] = {
+                key: float(np.mean([c[key] for c in costs])) for key in costs[0]
+            }
     return summary
 
 
@@ -138,14 +166,20 @@ def _standard_error(values: np.ndarray) -> float:
 
 def markdown(summary: dict[str, Any]) -> str:
     metric = summary["metric"]
+    costs = all("costs" in row for row in summary["methods"].values())
+    extra = (
+        " tokens per stage | agent batches with a signal | updates that moved |" if costs else ""
+    )
     lines = [
-        f"| method | final {metric} (mean ± s.e.) | final accuracy | checkpoints | regressions |",
-        "|---|---|---|---|---|",
+        f"| method | final {metric} (mean ± s.e.) | final accuracy | checkpoints | regressions |"
+        + extra,
+        "|---|---|---|---|---|" + "---|---|---|" * costs,
     ]
     if "untrained" in summary:
         untrained = summary["untrained"]
         lines.append(
             f"| untrained | {untrained[metric]:.3f} | {100 * untrained['accuracy']:.1f}% | 0 | — |"
+            + " — | — | — |" * costs
         )
     for method, row in summary["methods"].items():
         lines.append(
@@ -153,6 +187,13 @@ def markdown(summary: dict[str, Any]) -> str:
             f"{100 * row['final_accuracy']:.1f}% ± {100 * row['final_accuracy_standard_error']:.1f} | "
             f"{', '.join(map(str, row['checkpoints']))} | "
             f"{', '.join(map(str, row['regressions']))} |"
+            + (
+                f" {row['costs']['generated_tokens_per_stage']:.0f} |"
+                f" {100 * row['costs']['agent_batches_with_signal']:.0f}% |"
+                f" {row['costs']['updates_that_moved']:.1f} of {row['costs']['agent_updates']:.1f} |"
+                if costs
+                else ""
+            )
         )
     return "\n".join(lines)
 
@@ -223,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
         where = ", ".join(missing) or str(args.untrained)
         print(f"error: --metric {args.metric}: not in the evaluations of {where}", file=sys.stderr)
         return 2
-    summary = summarise(curves, args.metric, untrained)
+    summary = summarise(curves, args.metric, untrained, args.runs)
     if args.json is not None:
         args.json.write_text(json.dumps(summary, indent=1) + "\n")
     if args.plot is not None:

@@ -34,6 +34,15 @@ def test_every_checkpoint_is_evaluated_as_the_run_evaluated_it(tmp_path, capsys)
         assert point["budget_minutes"] is not None and point["budget_minutes"] > 0
     minutes = [point["budget_minutes"] for point in curve["curve"]]
     assert minutes == sorted(minutes)
+    # The summary reads what the stages cost from the run directory.
+    summary_file = tmp_path / "summary.json"
+    arguments = ["--summarise-only", "--results", str(results), "--runs", str(runs),
+                 "--metric", "accuracy", "--json", str(summary_file)]  # fmt: skip
+    assert main(arguments) == 0
+    costs = json.loads(summary_file.read_text())["methods"]["r"]["costs"]
+    assert costs["stages"] == 2
+    assert costs["generated_tokens_per_stage"] == sum(s["generated_tokens"] for s in logged) / 2
+    assert costs["agent_updates"] == sum(len(s["updates"]) for s in logged)
     # Rerunning resumes: a run whose file exists is not evaluated again.
     before = (results / "r.json").stat().st_mtime_ns
     assert main(["--runs", str(runs), "--results", str(results), "--no-progress"]) == 0
