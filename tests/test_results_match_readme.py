@@ -150,3 +150,23 @@ def test_the_readme_private_notes_paragraph_states_the_g4_gap():
     shared = summary["shared"]["trained_accuracy"]
     stated = f"({percent(shared['mean'], 1)}% ± {percent(shared['standard_error'], 1)})"
     assert stated in text, stated
+
+
+def test_the_chain_training_table_is_the_committed_checkpoint_curves_summary():
+    """The n = 4 chain table (README and docs/llm_scaling.md) is ``checkpoint_curves``'s
+    Markdown of ``results/chain4_curves.json``, whose final numbers are those of the per-run
+    curve files (the cost columns came from the run directories, which are not committed)."""
+    from studies.llm.checkpoint_curves import markdown, summarise
+
+    summary = json.loads((RESULTS / "chain4_curves.json").read_text())
+    curves = [json.loads(p.read_text()) for p in sorted((RESULTS / "chain4_curves").glob("*.json"))]
+    untrained = json.loads((RESULTS / "chain4" / "untrained_turn_credit.json").read_text())
+    again = summarise(curves, summary["metric"], untrained)
+    for method, row in again["methods"].items():
+        for key in ("final", "final_accuracy", "regressions", "checkpoints", "runs"):
+            assert summary["methods"][method][key] == row[key], (method, key)
+    rows = table_rows(markdown(summary))
+    docs = (ROOT / "docs" / "llm_scaling.md").read_text()
+    for text in (README, docs):
+        present = table_rows(text)
+        assert all(row in present for row in rows), [r for r in rows if r not in present]

@@ -16,14 +16,17 @@ from llm.common.collective import Collective
 from llm.conversation.dialogue import Episode, Turn
 from llm.models.agents import LoraTeam
 from llm.problems.phrasings import TEMPLATES
-from llm.problems.private_notes import NOTES_TEMPLATES, RELAY_TEMPLATES
+from llm.problems.private_notes import CHAIN_TEMPLATES, NOTES_TEMPLATES, RELAY_TEMPLATES
 from llm.problems.rewards import Grade, grade
 from llm.problems.tasks import Problem
 from llm.sampling.sampler import DialogueSampler, episode_reward
 from llm.training.progress import CountProgress
 
 EVAL_ONLY_TEMPLATES = frozenset(
-    t.id for family in (TEMPLATES, NOTES_TEMPLATES, RELAY_TEMPLATES) for t in family if t.eval_only
+    t.id
+    for family in (TEMPLATES, NOTES_TEMPLATES, RELAY_TEMPLATES, CHAIN_TEMPLATES)
+    for t in family
+    if t.eval_only
 )
 """Templates never drawn for training (``llm.problems.phrasings``, ``llm.problems.private_notes``)."""
 
