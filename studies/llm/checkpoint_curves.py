@@ -25,13 +25,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from studies.llm.run_records import (
+    budget_clock_minutes,
+    held_out_drops,
+    mean_and_error,
+    stage_ends_minutes,
+)
 
 
 def run_directories(runs: Path) -> list[Path]:
@@ -41,8 +47,6 @@ def run_directories(runs: Path) -> list[Path]:
 
 def stage_minutes(run_dir: Path) -> list[float]:
     """Each stage's end on the run's budget clock, from ``metrics.jsonl`` and the run record."""
-    from studies.llm.run_records import budget_clock_minutes, stage_ends_minutes
-
     stages = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     used = budget_clock_minutes(run_dir)
     return stage_ends_minutes({"stages": stages, "budget_clock_minutes_used": used})
@@ -84,22 +88,6 @@ def method_of(run: str) -> str:
     return name if name and seed.isdigit() else run
 
 
-def regressions(points: list[dict[str, float]], metric: str) -> int:
-    """Drops of ``metric`` by more than 2 sqrt(se_1^2 + se_2^2) from one point to the next
-    (independent draws: conservative on one fixed question set)."""
-    count = 0
-    for before, after in zip(points, points[1:], strict=False):
-        error = math.hypot(_error(before, metric), _error(after, metric))
-        count += before[metric] - after[metric] > 2.0 * error
-    return count
-
-
-def _error(metrics: dict[str, float], metric: str) -> float:
-    if metric == "accuracy":
-        return math.sqrt(metrics["accuracy"] * (1.0 - metrics["accuracy"]) / metrics["n"])
-    return metrics[f"{metric}_standard_error"]
-
-
 def stage_costs(run_dir: Path) -> dict[str, float]:
     """What a run's stages cost and how often an agent's batch carried a reward signal, from
     its ``metrics.jsonl``: generated tokens per stage, the share of agent updates whose batch
@@ -134,18 +122,18 @@ def summarise(
     if untrained is not None:
         summary["untrained"] = {metric: untrained[metric], "accuracy": untrained["accuracy"]}
     for method, runs in sorted(methods.items()):
-        finals = np.array([run["curve"][-1]["metrics"][metric] for run in runs])
-        accuracies = np.array([run["curve"][-1]["metrics"]["accuracy"] for run in runs])
+        final = mean_and_error([run["curve"][-1]["metrics"][metric] for run in runs])
+        accuracy = mean_and_error([run["curve"][-1]["metrics"]["accuracy"] for run in runs])
         start = [] if untrained is None else [untrained]
         summary["methods"][method] = {
             "runs": [run["run"] for run in runs],
-            "final": float(finals.mean()),
-            "final_standard_error": _standard_error(finals),
-            "final_accuracy": float(accuracies.mean()),
-            "final_accuracy_standard_error": _standard_error(accuracies),
+            "final": final["mean"],
+            "final_standard_error": final["standard_error"],
+            "final_accuracy": accuracy["mean"],
+            "final_accuracy_standard_error": accuracy["standard_error"],
             "checkpoints": [len(run["curve"]) for run in runs],
             "regressions": [
-                regressions(start + [p["metrics"] for p in run["curve"]], metric) for run in runs
+                held_out_drops(start + [p["metrics"] for p in run["curve"]], metric) for run in runs
             ],
             "curves": [
                 [(p["budget_minutes"], p["metrics"][metric]) for p in run["curve"]] for run in runs
@@ -160,8 +148,12 @@ def summarise(
     return summary
 
 
-def _standard_error(values: np.ndarray) -> float:
-    return float(values.std(ddof=1) / math.sqrt(len(values))) if len(values) > 1 else math.nan
+def _with_error(
+    mean: float, error: float | None, digits: int, scale: float = 1.0, unit: str = ""
+) -> str:
+    """``mean`` (times ``scale``, with ``unit``) ± its standard error, where there is one."""
+    text = f"{scale * mean:.{digits}f}{unit}"
+    return text if error is None else f"{text} ± {scale * error:.{digits}f}"
 
 
 def markdown(summary: dict[str, Any]) -> str:
@@ -183,8 +175,8 @@ def markdown(summary: dict[str, Any]) -> str:
         )
     for method, row in summary["methods"].items():
         lines.append(
-            f"| {method} | {row['final']:.3f} ± {row['final_standard_error']:.3f} | "
-            f"{100 * row['final_accuracy']:.1f}% ± {100 * row['final_accuracy_standard_error']:.1f} | "
+            f"| {method} | {_with_error(row['final'], row['final_standard_error'], 3)} | "
+            f"{_with_error(row['final_accuracy'], row['final_accuracy_standard_error'], 1, 100, '%')} | "
             f"{', '.join(map(str, row['checkpoints']))} | "
             f"{', '.join(map(str, row['regressions']))} |"
             + (

@@ -41,6 +41,34 @@ def binomial_standard_error(accuracy: float, n: float) -> float:
     return math.sqrt(accuracy * (1.0 - accuracy) / n) if n > 0 else float("nan")
 
 
+def mean_and_error(values: list[float]) -> dict[str, float | None]:
+    """Mean and its standard error over seeds (sample standard deviation / sqrt(k))."""
+    k = len(values)
+    mean = sum(values) / k
+    if k == 1:  # one seed has no spread to speak of (null in the JSON, not NaN)
+        return {"mean": mean, "standard_error": None, "seeds": 1.0}
+    spread = math.sqrt(sum((v - mean) ** 2 for v in values) / (k - 1))
+    return {"mean": mean, "standard_error": spread / math.sqrt(k), "seeds": float(k)}
+
+
+def held_out_drops(evaluations: list[dict[str, Any]], metric: str = "accuracy") -> int:
+    """Evaluations whose ``metric`` fell by more than twice the standard error of the
+    difference below the one before, sqrt(se_1^2 + se_2^2) (independent draws: conservative on
+    a fixed question set, whose errors are positively correlated). Accuracy p on N questions
+    has the binomial error sqrt(p (1 - p) / N); another metric carries its own
+    ``<metric>_standard_error``."""
+
+    def error(evaluation: dict[str, Any]) -> float:
+        if metric == "accuracy":
+            return binomial_standard_error(evaluation["accuracy"], evaluation["n"])
+        return evaluation[f"{metric}_standard_error"]
+
+    count = 0
+    for before, after in zip(evaluations, evaluations[1:], strict=False):
+        count += before[metric] - after[metric] > 2.0 * math.hypot(error(before), error(after))
+    return count
+
+
 def _read_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text())

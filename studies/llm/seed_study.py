@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import subprocess
 import sys
@@ -36,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from studies import options
-from studies.llm.run_records import RunSpec, summarise
+from studies.llm.run_records import RunSpec, held_out_drops, mean_and_error, summarise
 
 
 @dataclass(frozen=True)
@@ -170,16 +169,6 @@ def write_json(path: Path, data: Any) -> None:
     os.replace(partial, path)  # a crash leaves the old file or the new one, never half of one
 
 
-def mean_and_error(values: list[float]) -> dict[str, float | None]:
-    """Mean and its standard error over seeds (sample standard deviation / sqrt(k))."""
-    k = len(values)
-    mean = sum(values) / k
-    if k == 1:  # one seed has no spread to speak of (null in the JSON, not NaN)
-        return {"mean": mean, "standard_error": None, "seeds": 1.0}
-    spread = math.sqrt(sum((v - mean) ** 2 for v in values) / (k - 1))
-    return {"mean": mean, "standard_error": spread / math.sqrt(k), "seeds": float(k)}
-
-
 def eval_only_accuracy(evaluation: dict[str, Any]) -> float | None:
     """Accuracy on the questions of templates never trained on, from the per-template keys
     (None when the evaluation has no such template)."""
@@ -239,21 +228,8 @@ def aggregate(methods: list[str], results: Path) -> dict[str, Any]:
 
 def regressions(run: dict[str, Any]) -> int:
     """Held-out evaluations that fell by more than two standard errors below the one before
-    (the untrained evaluation first). Each accuracy p on N questions has the binomial standard
-    error sqrt(p (1 - p) / N); a drop counts when it exceeds twice the error of the difference
-    of two such estimates, sqrt(se_1^2 + se_2^2) (independent draws: conservative on a fixed
-    question set, whose errors are positively correlated)."""
-    evaluations = [run["untrained"]] + [s["eval"] for s in run["stages"] if "eval" in s]
-    count = 0
-    for before, after in zip(evaluations, evaluations[1:], strict=False):
-        error = math.hypot(_binomial_error(before), _binomial_error(after))
-        count += before["accuracy"] - after["accuracy"] > 2.0 * error
-    return count
-
-
-def _binomial_error(evaluation: dict[str, Any]) -> float:
-    p, n = evaluation["accuracy"], evaluation["n"]
-    return math.sqrt(p * (1.0 - p) / n)
+    (the untrained evaluation first; ``held_out_drops``)."""
+    return held_out_drops([run["untrained"]] + [s["eval"] for s in run["stages"] if "eval" in s])
 
 
 def rerecord(methods: list[str], results: Path, runs: Path) -> None:

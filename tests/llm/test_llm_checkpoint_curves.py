@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from llm.interface.cli import main as teamtr_main
-from studies.llm.checkpoint_curves import main, regressions
+from studies.llm.checkpoint_curves import main
+from studies.llm.run_records import held_out_drops as regressions
 
 REPO = Path(__file__).resolve().parents[2]
 
