@@ -275,22 +275,22 @@ def generate_messages(
         )
     sequences = output.sequences if record else output
     messages = []
-    for row, tokens in enumerate(sequences[:, width:].tolist()):
+    new_tokens = sequences[:, width:]
+    if sampled_logps is not None:
+        # ``scores`` are the processed logits each token was drawn from: logits / T here
+        # (top-k 0 and top-p 1 add no other processor). (rows, steps) after the gather.
+        drawn = torch.stack(
+            [
+                torch.log_softmax(scores.float(), dim=-1).gather(-1, new_tokens[:, [step]])[:, 0]
+                for step, scores in enumerate(output.scores)
+            ],
+            dim=1,
+        ).cpu()
+    for row, tokens in enumerate(new_tokens.tolist()):
         cut = tokens.index(chat.stop_id) + 1 if chat.stop_id in tokens else len(tokens)
         messages.append(tuple(tokens[:cut]))
         if sampled_logps is not None:
-            # ``scores`` are the processed logits each token was drawn from: logits / T here
-            # (top-k 0 and top-p 1 add no other processor).
-            sampled_logps.append(
-                torch.stack(
-                    [
-                        torch.log_softmax(output.scores[step][row].float(), dim=-1)[tokens[step]]
-                        for step in range(cut)
-                    ]
-                ).cpu()
-                if cut
-                else torch.zeros(0)
-            )
+            sampled_logps.append(drawn[row, :cut])
     profiling.count("generated tokens", sum(len(m) for m in messages))
     profiling.count("generation steps", sequences.shape[1] - width)
     profiling.count("generation rows", rows)
