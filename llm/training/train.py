@@ -79,7 +79,9 @@ from teamtr.reports import StageReport, UpdateRecord
 from teamtr.stage import run_stage
 
 
-def stage_metrics(stage: int, report: StageReport, seconds: float) -> dict[str, Any]:
+def stage_metrics(
+    stage: int, report: StageReport, seconds: float, cpu_seconds: float
+) -> dict[str, Any]:
     calls: tuple[DialogueRollouts, ...] = report.sampled_rollouts
     first = calls[0] if calls else None
     return {
@@ -100,6 +102,9 @@ def stage_metrics(stage: int, report: StageReport, seconds: float) -> dict[str, 
         "batch_signal_groups": [c.held_signal_groups for c in calls],
         "sampling_seconds": sum(c.wall_seconds for c in calls),
         "wall_seconds": seconds,
+        # This process's CPU time for the stage (sampling and updates; the held-out evaluation
+        # after it is not counted): the x axis of a learning curve against training compute.
+        "cpu_seconds": cpu_seconds,
         "updates": [
             {
                 "agent": r.agent,
@@ -352,6 +357,7 @@ def _run(parts: Components, run_dir: Path, start: ResumePoint, progress: bool) -
                     require_run_directory()
                 position.update(stage=stage, updates_done=0)
                 started = time.perf_counter()
+                cpu_started = time.process_time()
                 # Exclusive of the sampler's and updater's own sections: the certificate
                 # (Thm 3.4/3.6 arithmetic on the updates' measurements) and the loop's bookkeeping.
                 with profiling.section("certificate and stage loop"):
@@ -365,7 +371,12 @@ def _run(parts: Components, run_dir: Path, start: ResumePoint, progress: bool) -
                         on_update=note_update,
                     )
                 with profiling.section("logging"):
-                    record = stage_metrics(stage, report, time.perf_counter() - started)
+                    record = stage_metrics(
+                        stage,
+                        report,
+                        time.perf_counter() - started,
+                        time.process_time() - cpu_started,
+                    )
                 elapsed = clock() - run_started
                 out_of_time = budget_seconds > 0 and elapsed >= budget_seconds
                 if together is not None:  # rank 0's clock decides for every rank

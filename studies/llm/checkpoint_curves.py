@@ -52,6 +52,20 @@ def stage_minutes(run_dir: Path) -> list[float]:
     return stage_ends_minutes({"stages": stages, "budget_clock_minutes_used": used})
 
 
+def training_cpu_minutes(run_dir: Path) -> list[float | None]:
+    """Each stage's end in this run's training CPU minutes: the stages' own ``cpu_seconds``
+    summed (sampling and updates; evaluations and model loading excluded). None for stages of
+    runs recorded before stages kept their CPU time."""
+    stages = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    ends: list[float | None] = []
+    total: float | None = 0.0
+    for stage in stages:
+        seconds = stage.get("cpu_seconds")
+        total = None if total is None or seconds is None else total + seconds
+        ends.append(None if total is None else total / 60.0)
+    return ends
+
+
 def evaluate_checkpoints(run_dir: Path, progress: bool) -> dict[str, Any]:
     """Every stage checkpoint of ``run_dir`` evaluated greedily on the run's held-out set."""
     from llm.common.config import load_config
@@ -64,6 +78,7 @@ def evaluate_checkpoints(run_dir: Path, progress: bool) -> dict[str, Any]:
     problems = problem_sources(config)[1]
     parts = build(config, progress=progress)
     minutes = stage_minutes(run_dir)
+    cpu_minutes = training_cpu_minutes(run_dir)
     curve = []
     for directory in stage_directories(run_dir):
         stage = int(directory.name.rsplit("_", 1)[1])
@@ -75,6 +90,9 @@ def evaluate_checkpoints(run_dir: Path, progress: bool) -> dict[str, Any]:
             {
                 "stages_trained": stage,
                 "budget_minutes": minutes[stage - 1] if 0 < stage <= len(minutes) else None,
+                "training_cpu_minutes": (
+                    cpu_minutes[stage - 1] if 0 < stage <= len(cpu_minutes) else None
+                ),
                 "eval_cpu_seconds": time.process_time() - started,
                 "metrics": metrics,
             }
