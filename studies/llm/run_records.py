@@ -140,6 +140,20 @@ def summarise(spec: RunSpec) -> dict[str, Any]:
                 "stage": s["stage"],
                 "train_reward": s["train_reward"],
                 "wall_seconds": s["wall_seconds"],
+                # What sampling cost and found (absent from runs recorded before them):
+                # training CPU of the stage, tokens generated, groups played (dynamic
+                # sampling's discarded ones included) and each agent batch's groups with
+                # differing rewards, the stage-start batch first.
+                **{
+                    key: s[key]
+                    for key in (
+                        "cpu_seconds",
+                        "generated_tokens",
+                        "groups_drawn",
+                        "batch_signal_groups",
+                    )
+                    if key in s
+                },
                 "certificate_proxy": s["certificate"],
                 "updates": [
                     {k: u[k] for k in ("agent", "kept", "kl", "surrogate", "backtracks")}

@@ -212,6 +212,11 @@ def aggregate(methods: list[str], results: Path) -> dict[str, Any]:
                 [float(sum(len(s["updates"]) for s in r["stages"])) for r in records]
             )
             entry["regressions"] = mean_and_error([float(regressions(r)) for r in records])
+            if all(sampling_recorded(r) for r in records):
+                entry["sampling"] = {
+                    key: mean_and_error([sampling_costs(r)[key] for r in records])
+                    for key in SAMPLING_COSTS
+                }
             entry["per_seed"] = [
                 {
                     "seed": r["seed"],
@@ -224,6 +229,39 @@ def aggregate(methods: list[str], results: Path) -> dict[str, Any]:
             ]
         summary["methods"][method] = entry
     return summary
+
+
+SAMPLING_COSTS = {
+    "stage_start_signal": "share of stages whose first batch held a group with differing rewards",
+    "batch_signal": "share of all agent batches (TeamTR resamples: one per update) with one",
+    "groups_per_batch": "groups played per batch, dynamic sampling's discarded ones included",
+    "tokens_per_stage": "tokens generated per stage (looking for a signal included)",
+    "cpu_seconds_per_stage": "training CPU seconds per stage (evaluations excluded)",
+}
+"""What a run's sampling cost and found, per run (``sampling_costs``); the aggregate gives the
+mean ± standard error over seeds of each."""
+
+
+def sampling_recorded(run: dict[str, Any]) -> bool:
+    """Whether the run's record keeps its stages' sampling (runs recorded since it is kept)."""
+    keys = ("cpu_seconds", "generated_tokens", "groups_drawn", "batch_signal_groups")
+    return bool(run["stages"]) and all(
+        s.get(key) is not None for s in run["stages"] for key in keys
+    )
+
+
+def sampling_costs(run: dict[str, Any]) -> dict[str, float]:
+    """``SAMPLING_COSTS`` of one run record: so that a scheme or a way of drawing batches that
+    spends more tokens looking for a reward signal shows it beside its accuracy."""
+    stages = run["stages"]
+    batches = [groups for s in stages for groups in s["batch_signal_groups"]]
+    return {
+        "stage_start_signal": sum(s["batch_signal_groups"][0] > 0 for s in stages) / len(stages),
+        "batch_signal": sum(groups > 0 for groups in batches) / len(batches),
+        "groups_per_batch": sum(s["groups_drawn"] for s in stages) / len(batches),
+        "tokens_per_stage": sum(s["generated_tokens"] for s in stages) / len(stages),
+        "cpu_seconds_per_stage": sum(s["cpu_seconds"] for s in stages) / len(stages),
+    }
 
 
 def regressions(run: dict[str, Any]) -> int:
@@ -252,15 +290,17 @@ def report(methods: list[str], results: Path, figure: Path | None) -> dict[str, 
     return summary
 
 
+def cell(entry: dict[str, Any] | None, scale: float = 100.0, digits: int = 1) -> str:
+    """``mean ± standard error`` of an aggregate entry, scaled (100: percent); "–" if none."""
+    if not entry:
+        return "–"
+    error = entry["standard_error"]
+    shown = f"{scale * entry['mean']:.{digits}f}"
+    return shown if error is None else f"{shown} ± {scale * error:.{digits}f}"
+
+
 def markdown(summary: dict[str, Any]) -> str:
     """The aggregate as a markdown table (percent; mean ± standard error over seeds)."""
-
-    def cell(entry: dict[str, Any] | None, scale: float = 100.0, digits: int = 1) -> str:
-        if not entry:
-            return "–"
-        error = entry["standard_error"]
-        shown = f"{scale * entry['mean']:.{digits}f}"
-        return shown if error is None else f"{shown} ± {scale * error:.{digits}f}"
 
     lines = [
         "| method | untrained (%) | trained (%) | gain (points) | trained, eval-only templates (%) "
@@ -275,6 +315,28 @@ def markdown(summary: dict[str, Any]) -> str:
             f"{cell(entry.get('eval_only_template_accuracy'))} | "
             f"{cell(entry.get('stages'), 1.0)} | {cell(entry.get('agent_updates'), 1.0)} | "
             f"{len(entry['seeds'])} |"
+        )
+    return "\n".join(lines)
+
+
+def sampling_markdown(summary: dict[str, Any]) -> str:
+    """What each method's sampling cost and found (``SAMPLING_COSTS``), for methods whose
+    records keep it; empty when none does."""
+    rows = {m: e["sampling"] for m, e in summary["methods"].items() if "sampling" in e}
+    if not rows:
+        return ""
+
+    lines = [
+        "| method | stage-start batches with a signal (%) | agent batches with a signal (%) "
+        "| groups played per batch | generated tokens per stage | CPU seconds per stage |",
+        "|---|---|---|---|---|---|",
+    ]
+    for method, costs in rows.items():
+        lines.append(
+            f"| {method} | {cell(costs['stage_start_signal'], 100.0, 0)} | "
+            f"{cell(costs['batch_signal'], 100.0, 0)} | {cell(costs['groups_per_batch'], 1.0, 1)} | "
+            f"{cell(costs['tokens_per_stage'], 1.0, 0)} | "
+            f"{cell(costs['cpu_seconds_per_stage'], 1.0, 0)} |"
         )
     return "\n".join(lines)
 
@@ -375,7 +437,10 @@ def run(args: argparse.Namespace) -> int:
         if failed:
             print(f"{failed} job(s) failed; run the same command again to retry them")
     summary = report(names, args.results, args.plot)
-    print(markdown(summary) if args.markdown else json.dumps(summary["methods"], indent=1))
+    if args.markdown:
+        print("\n\n".join(text for text in (markdown(summary), sampling_markdown(summary)) if text))
+    else:
+        print(json.dumps(summary["methods"], indent=1))
     return 0
 
 

@@ -35,6 +35,13 @@ def test_every_checkpoint_is_evaluated_as_the_run_evaluated_it(tmp_path, capsys)
         assert point["budget_minutes"] is not None and point["budget_minutes"] > 0
     minutes = [point["budget_minutes"] for point in curve["curve"]]
     assert minutes == sorted(minutes)
+    # Training CPU: the stages' own CPU seconds summed, the evaluations between them left out.
+    cpu = [point["training_cpu_minutes"] for point in curve["curve"]]
+    assert all(s["cpu_seconds"] > 0 for s in logged)
+    assert cpu == pytest.approx(
+        [logged[0]["cpu_seconds"] / 60, (logged[0]["cpu_seconds"] + logged[1]["cpu_seconds"]) / 60],
+        rel=1e-12,
+    )
     # The summary reads what the stages cost from the run directory.
     summary_file = tmp_path / "summary.json"
     arguments = ["--summarise-only", "--results", str(results), "--runs", str(runs),

@@ -15,6 +15,8 @@ from studies.llm.seed_study import (
     main,
     markdown,
     mean_and_error,
+    sampling_costs,
+    sampling_markdown,
     share_untrained,
 )
 
@@ -66,6 +68,18 @@ def test_a_study_of_two_methods_and_two_seeds(tmp_path):
     assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     table = markdown(json.loads((tmp_path / "study.json").read_text()))
     assert table.splitlines()[2].startswith("| teamtr | ") and table.count("\n") == 3
+    # What sampling cost and found, read from the runs' own stage records.
+    logged = json.loads((runs / "teamtr-s0" / "metrics.jsonl").read_text().splitlines()[0])
+    costs = sampling_costs(json.loads((results / "teamtr-s0.json").read_text()))
+    signal = [groups > 0 for groups in logged["batch_signal_groups"]]
+    assert costs["stage_start_signal"] == float(signal[0])
+    assert costs["batch_signal"] == pytest.approx(sum(signal) / len(signal), abs=1e-12)
+    assert costs["groups_per_batch"] == logged["groups_drawn"] / len(signal)
+    assert costs["tokens_per_stage"] == logged["generated_tokens"]
+    assert costs["cpu_seconds_per_stage"] == logged["cpu_seconds"] > 0
+    assert summary["shared"]["sampling"]["tokens_per_stage"]["seeds"] == 2.0
+    rows = sampling_markdown(json.loads((tmp_path / "study.json").read_text())).splitlines()
+    assert [row.split(" | ")[0] for row in rows[2:]] == ["| teamtr", "| shared"]
     # Running it again finds everything done and trains nothing.
     before = {p: p.stat().st_mtime_ns for p in results.glob("*-s*.json")}
     assert main(arguments) == 0
