@@ -103,6 +103,14 @@ class SamplerSettings:
     one extra base model of memory. False generates through the PEFT model (LoRA applied as
     an extra low-rank product in every adapted layer). Training log-probs are computed by the
     PEFT model either way."""
+    behaviour_logps: Literal["sampled", "scored"] = "sampled"
+    """Where the updater's on-policy check (``[updater] ratio_tolerance``) reads the behaviour
+    log-probs from. "sampled": those the generating model drew each token with, recorded while
+    sampling, which saves one forward pass over the batch per update; only where the model
+    computes in float32 (their measured gap from the training pass, ~4e-5 a token on SmolLM2,
+    is float32 rounding of two computations; docs/stage_cost.md), elsewhere the pass runs.
+    "scored": always that training forward pass. What the update computes is the same either
+    way: the ratio's denominator is the pre-update pass, which the check compares against."""
     seed: int = 0
 
     def __post_init__(self) -> None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+import torch
 from transformers import PreTrainedTokenizerBase
 
 from llm.common.settings import DEFAULT_SYSTEM_PROMPT
@@ -34,6 +35,11 @@ class Turn:
 
     agent: int
     message: tuple[int, ...]
+    sampled_logps: torch.Tensor | None = field(default=None, compare=False, repr=False)
+    """The log-probability of each message token under the distribution it was drawn from,
+    as the generating model computed it (``[sampler] behaviour_logps = "sampled"``); None when
+    not recorded. Not part of the turn's identity: a turn is its speaker and its tokens. It
+    travels with the turn, so reused prefixes and kept groups carry their own."""
 
 
 @dataclass(frozen=True)

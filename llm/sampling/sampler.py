@@ -102,6 +102,23 @@ class BehaviourLogps(Sequence[Sequence[torch.Tensor]]):
         return _EpisodeLogps(self, episode)
 
 
+def recorded_logps(
+    rollouts: DialogueRollouts, agent: int, policy: Callable[[int], int]
+) -> dict[tuple[int, int], torch.Tensor] | None:
+    """The log-probs the sampler recorded for policy ``agent``'s messages (``Turn.sampled_logps``),
+    keyed by (episode, turn), or None when any of them lacks its own: then the behaviour pass
+    (``rollouts.old_logps``) gives them. ``policy`` maps a speaker to its policy."""
+    found = {}
+    for e, episode in enumerate(rollouts.episodes):
+        for t, turn in enumerate(episode.turns):
+            if policy(turn.agent) != agent or not turn.message:
+                continue
+            if turn.sampled_logps is None:
+                return None
+            found[(e, t)] = turn.sampled_logps
+    return found
+
+
 def prepare_logps(rollouts: DialogueRollouts, agent: int) -> None:
     """Compute ``agent``'s behaviour log-probs now, if they are computed lazily: that loads the
     behaviour team into the backbone, which must happen before the caller loads another team."""
@@ -439,6 +456,9 @@ class DialogueSampler:
                 lengths = [len(episodes[i].prompt) for i in indices]
                 # Whole contexts when prompts are not shared (a one-token prompt shares nothing).
                 prompt_lengths = lengths if self.reuse_work and min(lengths) >= 2 else None
+                recorded: list[torch.Tensor] | None = (
+                    [] if self.records_logps(model, temperature) else None
+                )
                 with profiling.section(f"sampling turn {len(episodes[indices[0]].turns) + 1}"):
                     messages = generate_messages(
                         model,
@@ -447,13 +467,26 @@ class DialogueSampler:
                         s.max_tokens_of(agent),
                         temperature,
                         prompt_lengths,
+                        sampled_logps=recorded,
                     )
-                for index, message in zip(indices, messages, strict=True):
+                for k, (index, message) in enumerate(zip(indices, messages, strict=True)):
                     episode = episodes[index]
-                    episodes[index] = episode.with_turns([*episode.turns, Turn(agent, message)])
+                    turn = Turn(agent, message, None if recorded is None else recorded[k])
+                    episodes[index] = episode.with_turns([*episode.turns, turn])
                     generated += len(message)
                 if on_messages is not None:
                     on_messages(len(messages))
+
+    def records_logps(self, model: torch.nn.Module, temperature: float) -> bool:
+        """Whether sampling with ``model`` records each token's log-prob on its turn
+        (``[sampler] behaviour_logps``): "sampled", a sampling temperature, a float32 model
+        (the check's tolerance is float32 rounding) and the default path (``reuse_work``)."""
+        return (
+            self.settings.behaviour_logps == "sampled"
+            and temperature > 0
+            and self.reuse_work
+            and all(p.dtype == torch.float32 for p in model.parameters() if p.is_floating_point())
+        )
 
     def behaviour_logps(
         self, team: LoraTeam, episodes: Sequence[Episode]

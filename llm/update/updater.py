@@ -48,7 +48,7 @@ from llm.logprobs.losses import (
 )
 from llm.logprobs.scoring import MessageBatch, message_logits, message_tokens, score_chunks
 from llm.models.agents import LoraTeam
-from llm.sampling.sampler import DialogueRollouts, prepare_logps
+from llm.sampling.sampler import DialogueRollouts, prepare_logps, recorded_logps
 from llm.update.backtracking import ParameterSnapshot, backtracked_step
 from teamtr.reports import AgentUpdate
 from teamtr.trust_region import TrustRegion, statistic_of
@@ -220,7 +220,9 @@ class TrustRegionUpdater:
         policy is the reference itself, so the first step's training forward pass would repeat
         this one exactly. That gradient is returned, not left behind in ``.grad``.
         """
-        prepare_logps(rollouts, agent)  # before ``team`` is loaded into the backbone
+        sampled = recorded_logps(rollouts, agent, self.chat.policy)
+        if sampled is None:
+            prepare_logps(rollouts, agent)  # before ``team`` is loaded into the backbone
         model = team.use(agent)
         weights = rollouts.episode_weights()
         with_gradient = self.reuse_work and n_tokens > 0
@@ -240,8 +242,9 @@ class TrustRegionUpdater:
                 log_probs = batch.log_probs()
                 logps = batch.token_logps(log_probs)
                 for row, (e, t) in enumerate(batch.refs):
-                    recorded = rollouts.old_logps[e][t]
-                    gap = float((logps[row][batch.mask[row]].detach() - recorded).abs().max())
+                    recorded = rollouts.old_logps[e][t] if sampled is None else sampled[(e, t)]
+                    now = logps[row][batch.mask[row]].detach()
+                    gap = float((now - recorded.to(now.device)).abs().max())
                     if math.isnan(gap):  # NaN > tolerance is False: count it as infinitely far
                         gap = math.inf
                     if gap > worst[0]:

@@ -57,6 +57,17 @@ def with_rewards(rollouts: DialogueRollouts, rewards: list[float]) -> DialogueRo
     return dataclasses.replace(rollouts, rewards=r, advantages=advantages)
 
 
+def with_sampled_logps(
+    rollouts: DialogueRollouts, episode: int, turn: int, logps: torch.Tensor
+) -> DialogueRollouts:
+    """The same rollouts with one turn's recorded sampling log-probs replaced."""
+    turns = list(rollouts.episodes[episode].turns)
+    turns[turn] = dataclasses.replace(turns[turn], sampled_logps=logps)
+    episodes = list(rollouts.episodes)
+    episodes[episode] = episodes[episode].with_turns(turns)
+    return dataclasses.replace(rollouts, episodes=tuple(episodes))
+
+
 class AlternatingRewards:
     """Wraps a sampler: its real rollouts graded 1, 0, 1, 0, ... so that every batch has reward
     variance (a tiny random model never solves a problem, and a batch without variance gives

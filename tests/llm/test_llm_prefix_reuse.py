@@ -110,6 +110,11 @@ def test_prefix_reuse_matches_full_resampling():
         a.turns[0] == b.turns[0] for a, b in zip(previous.episodes, reused.episodes, strict=True)
     )
     assert reused.generated_tokens == 2 * EPISODES and fresh.generated_tokens == 3 * EPISODES
+    # A kept turn keeps the log-probs it was drawn with (the check's behaviour log-probs, exact
+    # for it: agent 0 did not change); the regenerated turns carry their own, drawn anew.
+    for a, b in zip(previous.episodes, reused.episodes, strict=True):
+        assert b.turns[0].sampled_logps is a.turns[0].sampled_logps is not None
+        assert all(turn.sampled_logps is not None for turn in b.turns)
 
     distribution = exact_distribution(sampler, new_team, previous.episodes[0].prompt)
     assert goodness_of_fit(fresh.episodes, distribution) > 1e-3

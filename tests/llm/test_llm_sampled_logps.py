@@ -4,6 +4,8 @@ up to float32 rounding (the measurement behind ``bench/behaviour_logp_gap.py``).
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from llm_test_support import (
@@ -61,3 +63,16 @@ def test_greedy_decoding_has_no_sampling_distribution_to_record(char_chat, char_
     contexts = [char_chat.context(e, 0) for e in sampler.new_episodes()]
     with pytest.raises(ValueError, match="sampling"):
         generate_messages(char_team.use(0), contexts, char_chat, 4, 0.0, sampled_logps=[])
+
+
+def test_only_float32_sampling_records_its_logps(char_chat, char_team):
+    """The check's tolerance is float32 rounding: a half-precision model is scored instead,
+    and greedy decoding (evaluation) records nothing."""
+    sampler = arithmetic_sampler(char_chat, n_agents=3)
+    model = sampler.speaker_model(char_team, 0)
+    assert sampler.records_logps(model, 0.7)
+    assert not sampler.records_logps(model, 0.0)
+    half = copy.deepcopy(model).to(torch.bfloat16)
+    assert not sampler.records_logps(half, 0.7)
+    scored = arithmetic_sampler(char_chat, n_agents=3, behaviour_logps="scored")
+    assert not scored.records_logps(model, 0.7)

@@ -7,8 +7,9 @@ import dataclasses
 
 import pytest
 import torch
-from llm_test_support import arithmetic_sampler, with_rewards
+from llm_test_support import arithmetic_sampler, with_rewards, with_sampled_logps
 
+from llm.common import profiling
 from llm.update.updater import STEP_SCALE_KEY, RatioCheckError, TrustRegionUpdater, UpdaterSettings
 
 REWARDS = [1.0, 0.0, 0.0, 1.0]
@@ -36,7 +37,11 @@ def test_update_changes_only_the_updated_agent(char_team, char_chat, rollouts):
         assert char_team.agent(k).equal(char_team.with_agent(1, update.policy).agent(k))
 
 
-def test_ratio_is_one_before_the_update_and_stale_logps_are_refused(char_team, char_chat, rollouts):
+def test_ratio_is_one_before_the_update_and_stale_logps_are_refused(char_team, char_chat):
+    torch.manual_seed(0)
+    sampler = arithmetic_sampler(char_chat, behaviour_logps="scored")
+    rollouts = with_rewards(sampler.sample(char_team), REWARDS)
+    assert all(turn.sampled_logps is None for e in rollouts.episodes for turn in e.turns)
     updater = TrustRegionUpdater(char_chat, UpdaterSettings())
     references = updater._reference_pass(char_team, 0, rollouts).chunks
     assert sum(int(r.batch.mask.sum()) for r in references) > 0
@@ -49,6 +54,39 @@ def test_ratio_is_one_before_the_update_and_stale_logps_are_refused(char_team, c
     bad = dataclasses.replace(rollouts, old_logps=tuple(tuple(t) for t in corrupted))
     with pytest.raises(RatioCheckError, match="ratio must be 1"):
         updater.update(char_team, 0, bad, radius=0.1)
+
+
+def test_the_check_reads_the_sampled_logps_and_refuses_a_wrong_one(char_team, char_chat):
+    """``behaviour_logps = "sampled"`` (the default): every turn carries the log-probs it was
+    drawn with, the check compares the pre-update pass with them and runs no behaviour pass,
+    and the update is the one the scoring pass's check admits, bit for bit."""
+    updates = {}
+    for source in ("scored", "sampled"):
+        torch.manual_seed(0)
+        sampler = arithmetic_sampler(char_chat, behaviour_logps=source)
+        rollouts = with_rewards(sampler.sample(char_team), REWARDS)
+        turns = [turn for e in rollouts.episodes for turn in e.turns if turn.message]
+        assert all((turn.sampled_logps is None) == (source == "scored") for turn in turns)
+        updater = TrustRegionUpdater(char_chat, UpdaterSettings(learning_rate=1e-2, steps=2))
+        with profiling.recording() as profile:
+            updates[source] = updater.update(char_team, 0, rollouts, radius=0.5)
+        behaviour_pass = profile.calls.get("behaviour log-probs", 0) > 0
+        assert behaviour_pass == (source == "scored")
+    scored, sampled = updates["scored"], updates["sampled"]
+    assert sampled.kl == scored.kl and sampled.surrogate == scored.surrogate
+    assert sampled.policy.equal(scored.policy)
+    # A recorded log-prob off by more than ratio_tolerance is refused like a stale one.
+    torch.manual_seed(0)
+    rollouts = with_rewards(arithmetic_sampler(char_chat).sample(char_team), REWARDS)
+    e, t = next(
+        (e, t)
+        for e, episode in enumerate(rollouts.episodes)
+        for t, turn in enumerate(episode.turns)
+        if turn.agent == 0 and turn.message
+    )
+    bad = with_sampled_logps(rollouts, e, t, rollouts.episodes[e].turns[t].sampled_logps + 1e-3)
+    with pytest.raises(RatioCheckError, match="ratio must be 1"):
+        TrustRegionUpdater(char_chat, UpdaterSettings()).update(char_team, 0, bad, radius=0.1)
 
 
 def test_backtracking_restores_parameters_and_optimiser_state_bit_identically(
