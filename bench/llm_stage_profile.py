@@ -22,7 +22,9 @@ with each group's prompt run once (``prompt_lengths``, the ``after`` path), the 
 a static key/value cache (no sampling, no generation loop machinery), and one teacher-forced
 forward pass over the same tokens (the floor: every token's compute in one batched call).
 
-Usage: ``OMP_NUM_THREADS=1 .venv/bin/python bench/llm_stage_profile.py [--quick] [--json OUT]``;
+Usage: ``OMP_NUM_THREADS=1 .venv/bin/python bench/llm_stage_profile.py [--quick] [--json OUT]``
+(``--signal-every-update``: the real model's rollouts graded 1, 0, 1, 0, ... as in ``--quick``,
+so that the stages compared all do three updates' work, whatever the draw held);
 ``--table OUT`` prints a written report's tables again (markdown). ``--quick`` runs
 the tiny random model on a smaller batch (seconds; ``make test`` runs it): a random model never
 answers right, so its rollouts are graded 1, 0, 1, 0, ... to give every update a signal.
@@ -77,8 +79,9 @@ GROUPS = {
 
 
 class AlternatingRewards(DialogueSampler):
-    """The tiny model's real rollouts graded 1, 0, 1, 0, ... (``--quick`` only): a random model
-    never answers right, and a batch without reward variance is skipped without any update."""
+    """Real rollouts graded 1, 0, 1, 0, ... (``--quick``, or ``--signal-every-update``): a
+    random model never answers right, and a batch without reward variance is skipped without
+    any update; so every update of every case carries a signal and does its full work."""
 
     def finish(self, team, episodes, generated, reused, started) -> DialogueRollouts:
         rollouts = super().finish(team, episodes, generated, reused, started)
@@ -136,12 +139,18 @@ def grouped(parts: dict[str, dict[str, float]]) -> dict[str, float]:
 
 
 def profile_stage(
-    case: str, path: str, source: str, quick: bool, scratch: Path, seed: int | None = None
+    case: str,
+    path: str,
+    source: str,
+    quick: bool,
+    scratch: Path,
+    seed: int | None = None,
+    alternating: bool = False,
 ) -> dict[str, Any]:
     config = case_config(case, source, quick, scratch, path, seed)
     parts: Components = build(config)
     reuse = path == "after"
-    if quick:
+    if quick or alternating:
         parts.sampler = AlternatingRewards(
             parts.chat, parts.sampler.router, parts.sampler.problems, parts.sampler.settings
         )
@@ -311,6 +320,11 @@ def main() -> None:
     parser.add_argument(
         "--seed", type=int, help="run and sampler seed instead of the configs' (other problems)"
     )
+    parser.add_argument(
+        "--signal-every-update",
+        action="store_true",
+        help="grade the real rollouts 1, 0, 1, 0, ... so that every update carries a signal",
+    )
     parser.add_argument("--json", default=None, help="write the report here (after every case)")
     parser.add_argument("--table", metavar="JSON", help="only print the tables of a report")
     args = parser.parse_args()
@@ -327,6 +341,7 @@ def main() -> None:
         "quick": args.quick,
         "threads": torch.get_num_threads(),
         "seed": args.seed,
+        "signal_every_update": args.quick or args.signal_every_update,
         "command": " ".join(["bench/llm_stage_profile.py", *sys.argv[1:]]),
         "cases": {},
     }
@@ -344,7 +359,15 @@ def main() -> None:
         for case in args.cases:
             for path in args.paths:
                 print(f"profiling {case} ({path}) ...", file=sys.stderr, flush=True)
-                result = profile_stage(case, path, source, args.quick, Path(scratch), args.seed)
+                result = profile_stage(
+                    case,
+                    path,
+                    source,
+                    args.quick,
+                    Path(scratch),
+                    args.seed,
+                    args.signal_every_update,
+                )
                 report["cases"].setdefault(case, {})[path] = result
                 save()
     print_table(report)
