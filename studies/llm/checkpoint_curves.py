@@ -124,19 +124,37 @@ def stage_costs(run_dir: Path) -> dict[str, float]:
     }
 
 
+def training_clock(curves: list[dict[str, Any]]) -> str:
+    """The x axis of the curves: each checkpoint's training CPU minutes when every checkpoint
+    has them (runs whose stages record their CPU time), else its end on the budget clock."""
+    points = [p for curve in curves for p in curve["curve"]]
+    if all(p.get("training_cpu_minutes") is not None for p in points):
+        return "training_cpu_minutes"
+    return "budget_minutes"
+
+
+def minutes_to_reach(curve: list[dict[str, Any]], metric: str, level: float, clock: str):
+    """The ``clock`` minutes of the first checkpoint whose ``metric`` is at least ``level``
+    (None when no checkpoint reaches it)."""
+    return next((p[clock] for p in curve if p["metrics"][metric] >= level), None)
+
+
 def summarise(
     curves: list[dict[str, Any]],
     metric: str,
     untrained: dict[str, float] | None,
     runs_dir: Path | None = None,
+    reach: float | None = None,
 ) -> dict[str, Any]:
     """Per method: the last checkpoint's ``metric`` (mean ± s.e. over runs), its accuracy, the
-    regressions of every run, and the mean curve against the budget clock; with ``runs_dir`` (the
-    run directories, where still present) also what the stages cost (``stage_costs``)."""
+    regressions of every run, and every run's curve against ``training_clock``; with
+    ``runs_dir`` (the run directories, where still present) also what the stages cost
+    (``stage_costs``); with ``reach``, the minutes each run took to reach that ``metric``."""
     methods: dict[str, list[dict[str, Any]]] = {}
     for curve in curves:
         methods.setdefault(method_of(curve["run"]), []).append(curve)
-    summary: dict[str, Any] = {"metric": metric, "methods": {}}
+    clock = training_clock(curves)
+    summary: dict[str, Any] = {"metric": metric, "clock": clock, "methods": {}}
     if untrained is not None:
         summary["untrained"] = {metric: untrained[metric], "accuracy": untrained["accuracy"]}
     for method, runs in sorted(methods.items()):
@@ -153,10 +171,16 @@ def summarise(
             "regressions": [
                 held_out_drops(start + [p["metrics"] for p in run["curve"]], metric) for run in runs
             ],
-            "curves": [
-                [(p["budget_minutes"], p["metrics"][metric]) for p in run["curve"]] for run in runs
-            ],
+            "curves": [[(p[clock], p["metrics"][metric]) for p in run["curve"]] for run in runs],
         }
+        if reach is not None:
+            reached = [minutes_to_reach(run["curve"], metric, reach, clock) for run in runs]
+            summary["methods"][method]["reach"] = {
+                "level": reach,
+                "minutes": reached,
+                # Over seeds only when every run got there (a run that did not is no time).
+                "mean": mean_and_error(reached) if None not in reached else None,
+            }
         present = [] if runs_dir is None else [runs_dir / run["run"] for run in runs]
         if present and all((d / "metrics.jsonl").is_file() for d in present):
             costs = [stage_costs(d) for d in present]
@@ -177,19 +201,24 @@ def _with_error(
 def markdown(summary: dict[str, Any]) -> str:
     metric = summary["metric"]
     costs = all("costs" in row for row in summary["methods"].values())
+    reach = all("reach" in row for row in summary["methods"].values()) and summary["methods"]
     extra = (
         " tokens per stage | agent batches with a signal | updates that moved |" if costs else ""
     )
+    if reach:
+        level = next(iter(summary["methods"].values()))["reach"]["level"]
+        extra += f" minutes to {metric} {level:g}, per run |"
     lines = [
         f"| method | final {metric} (mean ± s.e.) | final accuracy | checkpoints | regressions |"
         + extra,
-        "|---|---|---|---|---|" + "---|---|---|" * costs,
+        "|---|---|---|---|---|" + "---|---|---|" * costs + "---|" * bool(reach),
     ]
     if "untrained" in summary:
         untrained = summary["untrained"]
         lines.append(
             f"| untrained | {untrained[metric]:.3f} | {100 * untrained['accuracy']:.1f}% | 0 | — |"
             + " — | — | — |" * costs
+            + " — |" * bool(reach)
         )
     for method, row in summary["methods"].items():
         lines.append(
@@ -204,8 +233,13 @@ def markdown(summary: dict[str, Any]) -> str:
                 if costs
                 else ""
             )
+            + (f" {_reached(row['reach']['minutes'])} |" if reach else "")
         )
     return "\n".join(lines)
+
+
+def _reached(minutes: list[float | None]) -> str:
+    return ", ".join("never" if m is None else f"{m:.1f}" for m in minutes)
 
 
 def plot(summary: dict[str, Any], destination: Path) -> None:
@@ -223,7 +257,11 @@ def plot(summary: dict[str, Any], destination: Path) -> None:
             xs = [0.0] * (start is not None) + [x for x, _ in curve]
             ys = [start] * (start is not None) + [y for _, y in curve]
             axes.plot(xs, ys, "o-", color=colour, alpha=0.8, label=method if index == 0 else None)
-    axes.set_xlabel("budget clock (CPU minutes)")
+    axes.set_xlabel(
+        "training CPU minutes (evaluations excluded)"
+        if summary.get("clock") == "training_cpu_minutes"
+        else "budget clock (minutes)"
+    )
     axes.set_ylabel(f"held-out {summary['metric']}")
     axes.set_title("held-out curve of every run, from its checkpoints")
     axes.grid(alpha=0.3)
@@ -250,6 +288,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--json", type=Path, help="write the summary here")
     parser.add_argument("--plot", type=Path, help="draw every run's curve here (PNG)")
     parser.add_argument("--markdown", action="store_true", help="print the summary as a table")
+    parser.add_argument(
+        "--reach", type=float, help="also report the minutes each run took to reach this metric"
+    )
     return parser
 
 
@@ -274,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
         where = ", ".join(missing) or str(args.untrained)
         print(f"error: --metric {args.metric}: not in the evaluations of {where}", file=sys.stderr)
         return 2
-    summary = summarise(curves, args.metric, untrained, args.runs)
+    summary = summarise(curves, args.metric, untrained, args.runs, args.reach)
     if args.json is not None:
         args.json.write_text(json.dumps(summary, indent=1) + "\n")
     if args.plot is not None:

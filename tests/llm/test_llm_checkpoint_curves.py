@@ -106,3 +106,16 @@ def test_the_summary_groups_runs_by_method_and_draws_every_curve(tmp_path, capsy
     assert "| teamtr | 0.500 ± 0.100 |" in capsys.readouterr().out
     assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert main([*arguments[:-1], "--metric", "nothing"]) == 2
+    # Time to a level: the first checkpoint at or above it, on the budget clock here (these
+    # curves have no training CPU minutes); the mean only where every run got there.
+    assert main([*arguments, "--reach", "0.4"]) == 0
+    summary = json.loads(summary_file.read_text())
+    assert summary["clock"] == "budget_minutes"
+    assert summary["methods"]["teamtr"]["reach"]["minutes"] == [4.0, 4.0]
+    assert summary["methods"]["teamtr"]["reach"]["mean"]["mean"] == 4.0
+    assert summary["methods"]["stale"]["reach"] == {
+        "level": 0.4,
+        "minutes": [None, None],
+        "mean": None,
+    }
+    assert "| 4.0, 4.0 |" in capsys.readouterr().out
