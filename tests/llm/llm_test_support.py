@@ -57,6 +57,10 @@ def with_rewards(rollouts: DialogueRollouts, rewards: list[float]) -> DialogueRo
     return dataclasses.replace(rollouts, rewards=r, advantages=advantages)
 
 
+TIMING_KEYS = ("wall_seconds", "sampling_seconds", "cpu_seconds")
+"""A stage record's measured times: what two runs of the same computation need not share."""
+
+
 def with_sampled_logps(
     rollouts: DialogueRollouts, episode: int, turn: int, logps: torch.Tensor
 ) -> DialogueRollouts:

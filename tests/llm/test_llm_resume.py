@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from llm_test_support import arithmetic_sampler, make_team, with_rewards
+from llm_test_support import TIMING_KEYS, arithmetic_sampler, make_team, with_rewards
 from safetensors.torch import load_file
 
 from llm.interface.cli import main
@@ -29,7 +29,6 @@ from llm.training.checkpoint import FORMAT_VERSION, RUN_MARKER, latest_checkpoin
 from llm.update.updater import TrustRegionUpdater, UpdaterSettings
 
 REPO = Path(__file__).resolve().parents[2]
-TIMING_KEYS = ("wall_seconds", "sampling_seconds")
 STAGES = 2
 N_AGENTS = 2
 

@@ -11,6 +11,7 @@ import pytest
 import torch
 from llm_test_support import (
     SHORT_SYSTEM_PROMPT,
+    TIMING_KEYS,
     arithmetic_sampler,
     log_prob_resolution,
     perturb_agent,
@@ -176,8 +177,8 @@ def heterogeneous_config(tmp_path: Path, sources: str) -> Path:
 def without_timings(run_dir: Path) -> list[dict]:
     records = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     for record in records:
-        record.pop("wall_seconds")
-        record.pop("sampling_seconds")
+        for key in TIMING_KEYS:
+            record.pop(key)
     return records
 
 
