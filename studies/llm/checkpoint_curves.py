@@ -37,6 +37,7 @@ from studies.llm.run_records import (
     held_out_drops,
     mean_and_error,
     stage_ends_minutes,
+    training_cpu_ends,
 )
 
 
@@ -53,17 +54,11 @@ def stage_minutes(run_dir: Path) -> list[float]:
 
 
 def training_cpu_minutes(run_dir: Path) -> list[float | None]:
-    """Each stage's end in this run's training CPU minutes: the stages' own ``cpu_seconds``
-    summed (sampling and updates; evaluations and model loading excluded). None for stages of
-    runs recorded before stages kept their CPU time."""
+    """Each stage's end in this run's training CPU minutes (``training_cpu_ends``), None for
+    every stage of a run recorded before stages kept their CPU time."""
     stages = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    ends: list[float | None] = []
-    total: float | None = 0.0
-    for stage in stages:
-        seconds = stage.get("cpu_seconds")
-        total = None if total is None or seconds is None else total + seconds
-        ends.append(None if total is None else total / 60.0)
-    return ends
+    ends = training_cpu_ends({"stages": stages})
+    return [None] * len(stages) if ends is None else list(ends)
 
 
 def evaluate_checkpoints(run_dir: Path, progress: bool) -> dict[str, Any]:

@@ -167,6 +167,16 @@ def summarise(spec: RunSpec) -> dict[str, Any]:
     }
 
 
+def training_cpu_ends(run: dict[str, Any]) -> list[float] | None:
+    """Each stage's end in training CPU minutes: the stages' own ``cpu_seconds`` summed
+    (sampling and updates; evaluations, checkpoints and model loading excluded). None for runs
+    recorded before stages kept their CPU time."""
+    seconds = [stage.get("cpu_seconds") for stage in run["stages"]]
+    if not seconds or any(s is None for s in seconds):
+        return None
+    return [total / 60.0 for total in itertools.accumulate(seconds)]
+
+
 def stage_ends_minutes(run: dict[str, Any]) -> list[float]:
     """Each stage's end on the run's budget clock: the run's total clock time shared out in
     proportion to the stages' wall times (metrics.jsonl records wall time per stage only)."""

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from studies.figures import plt, save_figure
-from studies.llm.run_records import held_out_curve, stage_ends_minutes
+from studies.llm.run_records import held_out_curve, stage_ends_minutes, training_cpu_ends
 
 
 def plot(summary: dict[str, Any], results: Path, out: Path) -> Path:
@@ -21,18 +21,22 @@ def plot(summary: dict[str, Any], results: Path, out: Path) -> Path:
     }
     # Runs that evaluated during training ([run] eval_every) get a held-out learning curve.
     with_curve = any(len(held_out_curve(run)) > 1 for group in runs.values() for run in group)
+    # Against training CPU where every run records its stages' CPU time (evaluations
+    # excluded), else against the budget clock and stages trained.
+    on_cpu = all(training_cpu_ends(run) for group in runs.values() for run in group)
     figure, axes = plt.subplots(1, 3 if with_curve else 2, figsize=(16 if with_curve else 11, 4.2))
     left, right = axes[0], axes[-1]
     for index, method in enumerate(methods):
         colour = f"C{index}"
         for number, run in enumerate(runs[method]):
-            ends = stage_ends_minutes(run)
+            ends = training_cpu_ends(run) if on_cpu else stage_ends_minutes(run)
             rewards = [s["train_reward"] for s in run["stages"]]
             label = method if number == 0 else None
             left.plot(ends, rewards, color=colour, alpha=0.6, linewidth=1, label=label)
             if with_curve:
                 curve = [(0, 100 * run["untrained"]["accuracy"])] + [
-                    (stage, 100 * accuracy) for stage, accuracy in held_out_curve(run)
+                    (ends[stage - 1] if on_cpu else stage, 100 * accuracy)
+                    for stage, accuracy in held_out_curve(run)
                 ]
                 stages, accuracies = zip(*curve, strict=True)
                 axes[1].plot(
@@ -64,13 +68,14 @@ def plot(summary: dict[str, Any], results: Path, out: Path) -> Path:
                 right.plot(index + 0.18, 100 * run["trained"], "k.", markersize=4)
             value = 100 * trained["mean"]
             right.annotate(f"{value:.0f}", (index + 0.18, value), ha="center", va="bottom")
-    left.set_xlabel("budget clock at the stage's end (minutes)")
+    clock = "training CPU minutes (evaluations excluded)"
+    left.set_xlabel(clock if on_cpu else "budget clock at the stage's end (minutes)")
     left.set_ylabel("training reward (stage-start rollouts)")
     left.set_title("training, one line per seed")
     if left.get_legend_handles_labels()[0]:
         left.legend()
     if with_curve:
-        axes[1].set_xlabel("stages trained")
+        axes[1].set_xlabel(clock if on_cpu else "stages trained")
         axes[1].set_ylabel("greedy held-out accuracy (%)")
         axes[1].set_ylim(0, 105)
         axes[1].set_title("held-out accuracy during training, one line per seed")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from studies.llm.run_records import held_out_curve
+from studies.llm.run_records import held_out_curve, training_cpu_ends
 from studies.llm.seed_study import (
     Method,
     eval_only_accuracy,
@@ -100,6 +100,12 @@ def test_evaluations_during_training_are_kept_and_drawn_as_a_curve(tmp_path):
         (2, logged[1]["eval"]["accuracy"]),
     ]
     assert record["stages"][1]["eval"]["n"] == logged[1]["eval"]["n"]
+    # The curve's x axis: training CPU, the stages' own CPU seconds summed.
+    first, second = (stage["cpu_seconds"] for stage in logged)
+    assert training_cpu_ends(record) == pytest.approx(
+        [first / 60, (first + second) / 60], rel=1e-12
+    )
+    assert training_cpu_ends({"stages": [{"cpu_seconds": None}]}) is None
     # Three panels (training reward, the held-out curve, the bars): a wider PNG (IHDR width).
     width = int.from_bytes(figure.read_bytes()[16:20], "big")
     assert width > 1600
