@@ -16,13 +16,21 @@ from pathlib import Path
 import pytest
 
 from studies.llm.run_records import held_out_curve
-from studies.llm.seed_study import aggregate, eval_only_accuracy, markdown
+from studies.llm.seed_study import aggregate, eval_only_accuracy, markdown, sampling_markdown
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"
 README = (ROOT / "README.md").read_text()
 
-STUDIES = ("default", "study_notes", "study_notes_g4", "study_arith")
+STUDIES = (
+    "default",
+    "study_notes",
+    "study_notes_g4",
+    "study_arith",
+    "sum3",
+    "sum3_both",
+    "study_arith_both",
+)
 """Seed studies whose summary (``results/<name>.json``) and per-run files the README cites."""
 
 
@@ -37,7 +45,7 @@ def recomputed(study: str) -> dict:
 
 def table_rows(text: str) -> list[str]:
     """The README's markdown table rows, whitespace-normalised."""
-    return [" ".join(line.split()) for line in text.splitlines() if line.startswith("|")]
+    return [" ".join(line.split()) for line in text.splitlines() if line.lstrip().startswith("|")]
 
 
 def runs_of(study: str, method: str) -> list[dict]:
@@ -73,6 +81,22 @@ def test_the_readme_prints_each_studys_table_rows(study):
     # ...as one table: header, rule and the methods' rows in order, nothing between them
     start = readme_rows.index(rows[2])
     assert readme_rows[start - 2 : start + len(rows) - 2] == rows, study
+
+
+@pytest.mark.parametrize("study", ["default", "sum3", "study_arith_both"])
+def test_the_sampling_tables_are_the_committed_runs(study):
+    """What sampling cost and found (``sampling_markdown``) and the accuracy table as
+    docs/teams_that_learn.md prints them; the README prints the accuracy table of the sum and
+    the arithmetic study, and the sum's sampling table."""
+    summary = recomputed(study)
+    docs = table_rows((ROOT / "docs" / "teams_that_learn.md").read_text())
+    readme = table_rows(README)
+    sampling, accuracy = table_rows(sampling_markdown(summary)), table_rows(markdown(summary))
+    for row in sampling + accuracy:
+        assert row in docs, (study, row)
+    in_readme = {"default": [], "sum3": sampling + accuracy, "study_arith_both": accuracy}
+    for row in in_readme[study]:
+        assert row in readme, (study, row)
 
 
 def test_the_readme_headline_is_the_default_runs_accuracy():
