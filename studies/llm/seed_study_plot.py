@@ -29,13 +29,14 @@ def plot(summary: dict[str, Any], results: Path, out: Path) -> Path:
     for index, method in enumerate(methods):
         colour = f"C{index}"
         for number, run in enumerate(runs[method]):
-            ends = training_cpu_ends(run) if on_cpu else stage_ends_minutes(run)
+            ends = (training_cpu_ends(run) if on_cpu else None) or stage_ends_minutes(run)
             rewards = [s["train_reward"] for s in run["stages"]]
             label = method if number == 0 else None
             left.plot(ends, rewards, color=colour, alpha=0.6, linewidth=1, label=label)
             if with_curve:
-                curve = [(0, 100 * run["untrained"]["accuracy"])] + [
-                    (ends[stage - 1] if on_cpu else stage, 100 * accuracy)
+                curve: list[tuple[float, float]] = [(0.0, 100 * run["untrained"]["accuracy"])]
+                curve += [
+                    (ends[stage - 1] if on_cpu else float(stage), 100 * accuracy)
                     for stage, accuracy in held_out_curve(run)
                 ]
                 stages, accuracies = zip(*curve, strict=True)
