@@ -46,17 +46,20 @@ def run_directories(runs: Path) -> list[Path]:
     return sorted(p for p in runs.iterdir() if (p / "config.json").is_file())
 
 
-def stage_minutes(run_dir: Path) -> list[float]:
-    """Each stage's end on the run's budget clock, from ``metrics.jsonl`` and the run record."""
-    stages = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+def logged_stages(run_dir: Path) -> list[dict[str, Any]]:
+    """The run's stage records, one per line of its ``metrics.jsonl``."""
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def stage_minutes(run_dir: Path, stages: list[dict[str, Any]]) -> list[float]:
+    """Each stage's end on the run's budget clock, from its ``stages`` and the run record."""
     used = budget_clock_minutes(run_dir)
     return stage_ends_minutes({"stages": stages, "budget_clock_minutes_used": used})
 
 
-def training_cpu_minutes(run_dir: Path) -> list[float | None]:
-    """Each stage's end in this run's training CPU minutes (``training_cpu_ends``), None for
-    every stage of a run recorded before stages kept their CPU time."""
-    stages = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+def training_cpu_minutes(stages: list[dict[str, Any]]) -> list[float | None]:
+    """Each stage's end in training CPU minutes (``training_cpu_ends``), None for every stage
+    of a run recorded before stages kept their CPU time."""
     ends = training_cpu_ends({"stages": stages})
     return [None] * len(stages) if ends is None else list(ends)
 
@@ -72,8 +75,9 @@ def evaluate_checkpoints(run_dir: Path, progress: bool) -> dict[str, Any]:
     config = load_config(run_dir / "config.json")
     problems = problem_sources(config)[1]
     parts = build(config, progress=progress)
-    minutes = stage_minutes(run_dir)
-    cpu_minutes = training_cpu_minutes(run_dir)
+    stages = logged_stages(run_dir)
+    minutes = stage_minutes(run_dir, stages)
+    cpu_minutes = training_cpu_minutes(stages)
     curve = []
     for directory in stage_directories(run_dir):
         stage = int(directory.name.rsplit("_", 1)[1])
@@ -106,7 +110,7 @@ def stage_costs(run_dir: Path) -> dict[str, float]:
     its ``metrics.jsonl``: generated tokens per stage, the share of agent updates whose batch
     held a group with differing rewards (``batch_signal_groups``), and the updates that moved
     the policy (kept, with a KL above 0)."""
-    stages = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    stages = logged_stages(run_dir)
     batches = [groups for stage in stages for groups in stage.get("batch_signal_groups", [])]
     updates = [update for stage in stages for update in stage["updates"]]
     return {
