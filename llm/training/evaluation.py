@@ -89,12 +89,16 @@ def _evaluate(
     if samples < 1:
         raise ValueError(f"samples must be >= 1, got {samples}")
     temperature = 0.0 if samples == 1 else sampler.settings.temperature
+    # The evaluation's own generator, never the sampler's: evaluating a team must not change
+    # how it trains afterwards (a run that evaluates every stage trains as one that never
+    # does), and the same team evaluated twice gets the same dialogues, sampled ones included.
     rng = np.random.default_rng(0)
     episodes = [
         Episode(p, tuple(sampler.chat.encode_prompt(p.question)), int(rng.integers(2**31)))
         for p in problems
         for _ in range(samples)
     ]
+    seeds = [int(rng.integers(2**31)) for _ in range(0, len(episodes), batch_size)]
     # Progress is counted in messages, advanced after every generated batch of one turn: even
     # a single batch of questions moves the bar H times, with an ETA.
     if collective is None:
@@ -107,11 +111,12 @@ def _evaluate(
     finished: list[Episode] = []
     if collective is None:
         tokens = 0
-        for start in range(0, len(episodes), batch_size):
+        for batch, start in enumerate(range(0, len(episodes), batch_size)):
             done, generated = sampler.play(
                 team,
                 episodes[start : start + batch_size],
                 temperature=temperature,
+                seed=seeds[batch],
                 on_messages=bar.advance,
             )
             finished.extend(done)
@@ -122,7 +127,7 @@ def _evaluate(
         ]
     else:
         grades, credits, tokens = _evaluate_share(
-            team, sampler, problems, episodes, samples, batch_size, collective, bar.advance
+            team, sampler, problems, episodes, seeds, samples, batch_size, collective, bar.advance
         )
         grades = [g for share in collective.gather(grades) for g in share]
         credits = [c for share in collective.gather(credits) for c in share]
@@ -239,6 +244,7 @@ def _evaluate_share(
     sampler: DialogueSampler,
     problems: Sequence[Problem],
     episodes: list[Episode],
+    seeds: Sequence[int],
     samples: int,
     batch_size: int,
     collective: Collective,
@@ -247,11 +253,10 @@ def _evaluate_share(
     """This rank's contiguous share of the problems, played and graded (final answers, and each
     dialogue's reward without format bonus: ``llm.sampling.sampler.episode_reward``).
 
-    The sampler's generator advances by one seed per batch of the whole set, as in one process,
-    so that training goes on from the same generator state whatever the number of ranks.
+    ``seeds`` holds one generation seed per batch of the whole set (``_evaluate``'s own
+    generator); this rank's batches take theirs in order.
     """
     first, last = _share_of(len(problems), collective)
-    seeds = [int(sampler.rng.integers(2**31)) for _ in range(0, len(episodes), batch_size)]
     temperature = 0.0 if samples == 1 else sampler.settings.temperature
     share = episodes[first * samples : last * samples]
     grades: list[Grade] = []
