@@ -194,3 +194,16 @@ def test_the_chain_training_table_is_the_committed_checkpoint_curves_summary():
     for text in (README, docs):
         present = table_rows(text)
         assert all(row in present for row in rows), [r for r in rows if r not in present]
+
+
+def test_the_sum_probe_table_is_the_committed_probe():
+    """The role-by-role probe of the 3-agent sum (docs/teams_that_learn.md and the README) is
+    ``studies.llm.sum_probe.markdown`` of ``results/sum3_probe.json``."""
+    from studies.llm.sum_probe import markdown as probe_markdown
+
+    result = json.loads((RESULTS / "sum3_probe.json").read_text())
+    assert "untrained" in result["teams"] and len(result["teams"]) >= 2
+    rows = table_rows(probe_markdown(result))
+    docs = table_rows((ROOT / "docs" / "teams_that_learn.md").read_text())
+    for text in (docs, table_rows(README)):
+        assert all(row in text for row in rows), [r for r in rows if r not in text]
