@@ -51,6 +51,10 @@ prompts_per_batch = 4
 group_size = 4
 turns = 3
 max_new_tokens = 20
+# Dynamic sampling: further groups until one holds differing rewards, so that the updates of
+# both stages have a signal whatever the draws (the comparisons need adapters that moved).
+signal_groups = 1
+max_draws = 8
 [updater]
 learning_rate = 1e-2
 steps = 2
