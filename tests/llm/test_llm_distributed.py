@@ -60,6 +60,8 @@ def write_config(directory: Path, extra: str = "") -> Path:
     if "device" not in extra:
         extra = 'device = "cpu"\n' + extra
     text = CONFIG.format(data=data, runs=directory / "runs", extra=extra)
+    # Plain batches: sharded rollouts do not draw further groups (dynamic sampling).
+    text = text.replace("signal_groups = 1", "signal_groups = 0")
     path.write_text(text.replace("max_new_tokens = 20", "max_new_tokens = 20\nscore_chunk = 4"))
     return path
 
