@@ -74,8 +74,8 @@ def probe_team(team, sampler, encode, problems: Sequence[Any], samples: int) -> 
 
     def play(episodes, temperature: float):
         done = []
-        for start in range(0, len(episodes), BATCH):
-            batch = episodes[start : start + BATCH]
+        for first in range(0, len(episodes), BATCH):
+            batch = episodes[first : first + BATCH]
             done.extend(sampler.play(team, batch, temperature=temperature, seed=PROBE_SEED)[0])
         return done
 
