@@ -152,7 +152,7 @@ def profile_stage(
     reuse = path == "after"
     if quick or alternating:
         parts.sampler = AlternatingRewards(
-            parts.chat, parts.sampler.router, parts.sampler.problems, parts.sampler.settings
+            parts.chat, parts.sampler.router, parts.sampler.task, parts.sampler.settings
         )
     parts.sampler.reuse_work = reuse
     parts.updater.reuse_work = reuse

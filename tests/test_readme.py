@@ -1,14 +1,23 @@
 """The README's Python snippets run as printed: the tabular stage prints exactly the line shown
-under it, and the language-model stage (tiny model) runs through the same ``run_stage`` call."""
+under it, and the language-model stage (tiny model) runs through the same ``run_stage`` call.
+
+The README's ```python blocks are the two quick-start snippets, and both run here. The section
+"Train a team on your own task" shows its Python files as ```py blocks: they must compile, its
+TOML must parse, and, in a version whose ``llm`` has the task API, the names it uses must exist
+and its config, data and reward must pass ``teamtr train --check``. Links from the README into
+docs/results.md name headings that exist there.
+"""
 
 from __future__ import annotations
 
 import ast
+import json
 import math
 import os
 import re
 import subprocess
 import sys
+import unicodedata
 from pathlib import Path
 
 import pytest
@@ -17,7 +26,35 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def python_snippets() -> list[str]:
-    return re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.DOTALL)
+    return blocks("python")
+
+
+def blocks(language: str, text: str | None = None) -> list[str]:
+    """The README's fenced blocks of one language (```python, ```py, ```toml), in order."""
+    text = (ROOT / "README.md").read_text() if text is None else text
+    return re.findall(rf"```{language}\n(.*?)```", text, re.DOTALL)
+
+
+def own_task_section() -> str:
+    text = (ROOT / "README.md").read_text()
+    start = text.index("## Train a team on your own task")
+    return text[start : text.index("\n## ", start + 1)]
+
+
+def github_anchor(heading: str) -> str:
+    """The fragment GitHub gives a heading: lower case; letters, decimal digits, marks, ``-``
+    and ``_`` kept, other characters dropped (``²`` and ``→`` too); each space a hyphen
+    (``"Training at n = 4: where"`` -> ``"training-at-n--4-where"``)."""
+    kept = "".join(
+        c
+        for c in heading.lower()
+        if c in " -_" or unicodedata.category(c)[0] == "L" or unicodedata.category(c) in KEPT
+    )
+    return kept.replace(" ", "-")
+
+
+KEPT = {"Nd", "Mn", "Mc"}
+"""Unicode categories besides letters that a GitHub heading fragment keeps."""
 
 
 def run_snippet(code: str) -> str:
@@ -81,7 +118,7 @@ def test_the_smollm2_line_of_the_snippet_names_valid_settings():
 
 
 @pytest.mark.parametrize(
-    "page", ["ARCHITECTURE.md", "docs/tabular_results.md", "docs/llm_results.md"]
+    "page", ["ARCHITECTURE.md", "docs/results.md", "docs/tabular_results.md", "docs/llm_results.md"]
 )
 def test_every_local_link_and_figure_of_the_front_door_exists(page):
     for document in ("README.md", page):
@@ -92,3 +129,82 @@ def test_every_local_link_and_figure_of_the_front_door_exists(page):
                     document,
                     target,
                 )
+
+
+def test_every_link_into_the_results_page_names_one_of_its_headings():
+    readme = (ROOT / "README.md").read_text()
+    page = (ROOT / "docs" / "results.md").read_text()
+    headings = re.findall(r"^#{1,6} (.+)$", page, re.MULTILINE)
+    anchors = {github_anchor(heading) for heading in headings}
+    assert (
+        "the-n-versus-n-drift-thm-37-exact" in anchors
+    )  # "The n² versus n drift (Thm 3.7), exact"
+    linked = re.findall(r"\]\(docs/results\.md#([^)]+)\)", readme)
+    assert len(linked) >= 10
+    assert set(linked) <= anchors, set(linked) - anchors
+
+
+def test_the_own_task_section_shows_a_config_a_reward_and_the_python_api():
+    import tomllib
+
+    section = own_task_section()
+    (config,) = blocks("toml", section)
+    settings = tomllib.loads(config)
+    assert settings["team"]["n_agents"] == len(settings["team"]["role_prompts"]) == 2
+    task = settings["task"]
+    assert task["kind"] == "dataset" and task["reward"] == "my_reward:score"
+    assert {"train_file", "test_file", "question_column", "answer_column"} <= task.keys()
+    reward, program = blocks("py", section)
+    for code in (reward, program):
+        compile(code, "README.md", "exec")
+    assert "def score(dialogue" in reward
+    for name in ("llm.Task(", "llm.Problem(", "llm.check_task(", "llm.build_team(", "run_stage("):
+        assert name in program, name
+    assert "teamtr train --config my_team.toml --check" in section
+
+
+def own_task_api():
+    import llm
+
+    try:
+        return llm.Task, llm.Problem, llm.Dialogue, llm.check_task
+    except AttributeError:
+        pytest.skip("this version of llm has no task API (llm.Task, llm.check_task)")
+
+
+def test_the_names_of_the_own_task_section_exist():
+    import inspect
+
+    _, problem_type, dialogue_type, _ = own_task_api()
+    problem = problem_type("What is 2 + 3?", "5")
+    assert (problem.question, problem.answer) == ("What is 2 + 3?", "5")
+    assert hasattr(problem, "notes") and hasattr(problem, "metadata")
+    fields = inspect.signature(dialogue_type).parameters
+    assert {"problem", "messages", "speakers"} <= fields.keys(), fields
+    assert hasattr(dialogue_type, "final")
+
+
+def test_the_own_task_config_and_reward_pass_the_check(tmp_path):
+    """The README's ``my_team.toml`` and ``my_reward.py``, with a small data set, pass
+    ``teamtr train --config my_team.toml --check``."""
+    own_task_api()
+    section = own_task_section()
+    (config,) = blocks("toml", section)
+    reward = blocks("py", section)[0]
+    (tmp_path / "my_team.toml").write_text(config)
+    (tmp_path / "my_reward.py").write_text(reward)
+    for name, numbers in (("train.jsonl", range(1, 21)), ("test.jsonl", range(21, 31))):
+        lines = [
+            json.dumps({"question": f"What is {n} + 1?", "answer": str(n + 1)}) for n in numbers
+        ]
+        (tmp_path / name).write_text("\n".join(lines) + "\n")
+    environment = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    out = subprocess.run(
+        [sys.executable, "-m", "teamtr", "train", "--config", "my_team.toml", "--check"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=environment,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]

@@ -1,10 +1,11 @@
-"""The README's language-model numbers are those of the committed results files.
+"""The language-model numbers of docs/results.md (and of the README's summary of it) are those
+of the committed results files.
 
 Each number is recomputed from the per-run files under ``results/`` by the code that wrote the
-README's tables (``studies.llm.seed_study.aggregate``, ``markdown`` and ``eval_only_accuracy``,
-``studies.llm.run_records.held_out_curve``), rounded as the README rounds it, and looked up in
-README.md: a rerun whose results are committed without its table (or a table edited by hand)
-fails here.
+tables (``studies.llm.seed_study.aggregate``, ``markdown`` and ``eval_only_accuracy``,
+``studies.llm.run_records.held_out_curve``), rounded as docs/results.md rounds it, and looked up
+there: a rerun whose results are committed without its table (or a table edited by hand) fails
+here. Every number of the README's table of headline results is one of docs/results.md.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from studies.llm.seed_study import aggregate, eval_only_accuracy, markdown, samp
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"
 README = (ROOT / "README.md").read_text()
+RESULTS_PAGE = (ROOT / "docs" / "results.md").read_text()
+"""docs/results.md: the headline results, with their commands and tables."""
 
 STUDIES = (
     "default",
@@ -33,11 +36,11 @@ STUDIES = (
     "study_arith_dynamic",
     "study_arith_format",
 )
-"""Seed studies whose summary (``results/<name>.json``) and per-run files the README cites."""
+"""Seed studies whose summary (``results/<name>.json``) and per-run files docs/results.md cites."""
 
 
 def methods_of(study: str) -> list[str]:
-    """The methods in the committed summary, in its order (the order of the README's rows)."""
+    """The methods in the committed summary, in its order (the order of the tables' rows)."""
     return list(json.loads((RESULTS / f"{study}.json").read_text())["methods"])
 
 
@@ -46,7 +49,7 @@ def recomputed(study: str) -> dict:
 
 
 def table_rows(text: str) -> list[str]:
-    """The README's markdown table rows, whitespace-normalised."""
+    """A page's markdown table rows, whitespace-normalised."""
     return [" ".join(line.split()) for line in text.splitlines() if line.lstrip().startswith("|")]
 
 
@@ -73,16 +76,16 @@ def test_the_committed_summary_is_the_aggregate_of_the_per_run_files(study):
 
 
 @pytest.mark.parametrize("study", ["study_notes", "study_notes_g4", "study_arith"])
-def test_the_readme_prints_each_studys_table_rows(study):
-    """Every row of ``seed_study --markdown`` on the committed files is a row of the README."""
+def test_the_results_page_prints_each_studys_table_rows(study):
+    """Every row of ``seed_study --markdown`` on the committed files is a row of docs/results.md."""
     rows = table_rows(markdown(recomputed(study)))
     assert len(rows) == 2 + len(methods_of(study)) and len(methods_of(study)) >= 3
-    readme_rows = table_rows(README)
+    page_rows = table_rows(RESULTS_PAGE)
     for row in rows:
-        assert row in readme_rows, (study, row)
+        assert row in page_rows, (study, row)
     # ...as one table: header, rule and the methods' rows in order, nothing between them
-    start = readme_rows.index(rows[2])
-    assert readme_rows[start - 2 : start + len(rows) - 2] == rows, study
+    start = page_rows.index(rows[2])
+    assert page_rows[start - 2 : start + len(rows) - 2] == rows, study
 
 
 @pytest.mark.parametrize(
@@ -98,42 +101,45 @@ def test_the_readme_prints_each_studys_table_rows(study):
 )
 def test_the_sampling_tables_are_the_committed_runs(study):
     """What sampling cost and found (``sampling_markdown``) and the accuracy table as
-    docs/teams_that_learn.md prints them; the README prints the accuracy tables of the sum and
-    the arithmetic studies, and the sum's sampling table."""
+    docs/teams_that_learn.md prints them; docs/results.md prints the accuracy tables of the sum
+    and the arithmetic studies, and the sum's sampling table."""
     summary = recomputed(study)
     docs = table_rows((ROOT / "docs" / "teams_that_learn.md").read_text())
-    readme = table_rows(README)
+    page = table_rows(RESULTS_PAGE)
     sampling, accuracy = table_rows(sampling_markdown(summary)), table_rows(markdown(summary))
     for row in sampling + accuracy:
         assert row in docs, (study, row)
-    in_readme = {"default": [], "sum3": sampling + accuracy, "sum3_both": []}
-    for row in in_readme.get(study, accuracy):
-        assert row in readme, (study, row)
+    on_the_page = {"default": [], "sum3": sampling + accuracy, "sum3_both": []}
+    for row in on_the_page.get(study, accuracy):
+        assert row in page, (study, row)
 
 
-def test_the_readme_headline_is_the_default_runs_accuracy():
-    """ "**0% → 99.7% ± 0.3** (mean ± s.e. over 3 seeds ...)": untrained greedy accuracy, then
-    the trained mean and its standard error over the seeds, in percent."""
+def test_the_default_runs_headline_is_its_accuracy():
+    """ "**0% → 99.7% ± 0.3** (mean ± s.e. over 3 seeds ...)" in docs/results.md: untrained
+    greedy accuracy, then the trained mean and its standard error over the seeds, in percent;
+    the README's table of headline results states the same."""
     entry = recomputed("default")["methods"]["teamtr"]
     trained = entry["trained_accuracy"]
     headline = (
         f"**{percent(entry['untrained_accuracy'])}% → {percent(trained['mean'], 1)}% ± "
         f"{percent(trained['standard_error'], 1)}** (mean ± s.e. over {len(entry['seeds'])} seeds"
     )
-    assert headline in " ".join(README.split()), headline
+    assert headline in " ".join(RESULTS_PAGE.split()), headline
+    summary = headline.removesuffix(f" (mean ± s.e. over {len(entry['seeds'])} seeds")
+    assert f"| {summary.replace('**', '')} |" in " ".join(README.split()), summary
 
 
-def test_the_readme_per_seed_table_is_each_default_runs_curve():
+def test_the_per_seed_table_is_each_default_runs_curve():
     """The default run's table: per seed, untrained accuracy, greedy held-out accuracy after
     every evaluated stage, and the trained team's accuracy on the eval-only template."""
     runs = runs_of("default", "teamtr")
     assert runs
-    header = next(row for row in table_rows(README) if row.startswith("| seed | untrained |"))
+    header = next(row for row in table_rows(RESULTS_PAGE) if row.startswith("| seed | untrained |"))
     evaluated = [stage for stage, _ in held_out_curve(runs[0])]
     # the header names the stages evaluated: "2 stages | 4 | 6 | 8 | 10 stages"
     named = [int(n) for n in re.findall(r"\| (\d+)(?: stages)?(?= \|)", header)]
     assert named == evaluated, header
-    readme_rows = table_rows(README)
+    page_rows = table_rows(RESULTS_PAGE)
     for run in runs:
         curve = held_out_curve(run)
         assert [stage for stage, _ in curve] == evaluated
@@ -143,16 +149,16 @@ def test_the_readme_per_seed_table_is_each_default_runs_curve():
         cells += [percent(accuracy) for _, accuracy in curve]
         cells.append(percent(held_out))
         row = f"| {run['seed']} | " + " | ".join(f"{c}%" for c in cells) + " |"
-        assert row in readme_rows, row
+        assert row in page_rows, row
         # the last evaluated stage is the trained team the headline averages
         assert curve[-1][1] == run["trained"]["accuracy"]
 
 
-def test_the_readme_arithmetic_paragraph_states_grpos_seeds_and_the_gap():
+def test_the_arithmetic_paragraph_states_grpos_seeds_and_the_gap():
     """ "one-turn GRPO gains 5.7 ± 4.1 points** (3, 17 and 9% on its three seeds)" and "missed
     by 0.4 points (teamtr 4.3%, GRPO 9.7%; the gap is 1.3 combined standard errors)"."""
     summary = recomputed("study_arith")["methods"]
-    text = " ".join(README.split())
+    text = " ".join(RESULTS_PAGE.split())
     gain = summary["grpo"]["gain"]
     seeds = [percent(run["trained"]["accuracy"]) for run in runs_of("study_arith", "grpo")]
     stated = f"gains {percent(gain['mean'], 1)} ± {percent(gain['standard_error'], 1)} points** ("
@@ -169,11 +175,11 @@ def test_the_readme_arithmetic_paragraph_states_grpos_seeds_and_the_gap():
     assert stated in text, stated
 
 
-def test_the_readme_private_notes_paragraph_states_the_g4_gap():
+def test_the_private_notes_paragraph_states_the_g4_gap():
     """ "At 22 agent updates stale still leads TeamTR, by 2.0 points (2.0 combined standard
     errors)" and the shared adapter's "(92.0% ± 0.6)"."""
     summary = recomputed("study_notes_g4")["methods"]
-    text = " ".join(README.split())
+    text = " ".join(RESULTS_PAGE.split())
     updates = summary["teamtr"]["agent_updates"]["mean"]
     teamtr, stale = summary["teamtr"]["trained_accuracy"], summary["stale"]["trained_accuracy"]
     gap = stale["mean"] - teamtr["mean"]
@@ -189,7 +195,7 @@ def test_the_readme_private_notes_paragraph_states_the_g4_gap():
 
 
 def test_the_chain_training_table_is_the_committed_checkpoint_curves_summary():
-    """The n = 4 chain table (README and docs/llm_scaling.md) is ``checkpoint_curves``'s
+    """The n = 4 chain table (docs/results.md and docs/llm_scaling.md) is ``checkpoint_curves``'s
     Markdown of ``results/chain4_curves.json``, whose final numbers are those of the per-run
     curve files (the cost columns came from the run directories, which are not committed)."""
     from studies.llm.checkpoint_curves import markdown, summarise
@@ -203,13 +209,13 @@ def test_the_chain_training_table_is_the_committed_checkpoint_curves_summary():
             assert summary["methods"][method][key] == row[key], (method, key)
     rows = table_rows(markdown(summary))
     docs = (ROOT / "docs" / "llm_scaling.md").read_text()
-    for text in (README, docs):
+    for text in (RESULTS_PAGE, docs):
         present = table_rows(text)
         assert all(row in present for row in rows), [r for r in rows if r not in present]
 
 
 def test_the_sum_probe_table_is_the_committed_probe():
-    """The role-by-role probe of the 3-agent sum (docs/teams_that_learn.md and the README) is
+    """The role-by-role probe of the 3-agent sum (docs/teams_that_learn.md and docs/results.md) is
     ``studies.llm.sum_probe.markdown`` of ``results/sum3_probe.json``."""
     from studies.llm.sum_probe import markdown as probe_markdown
 
@@ -217,11 +223,11 @@ def test_the_sum_probe_table_is_the_committed_probe():
     assert "untrained" in result["teams"] and len(result["teams"]) >= 2
     rows = table_rows(probe_markdown(result))
     docs = table_rows((ROOT / "docs" / "teams_that_learn.md").read_text())
-    for text in (docs, table_rows(README)):
+    for text in (docs, table_rows(RESULTS_PAGE)):
         assert all(row in text for row in rows), [r for r in rows if r not in text]
 
 
-def test_the_readme_states_the_arithmetic_gap_with_dynamic_sampling():
+def test_the_results_page_states_the_arithmetic_gap_with_dynamic_sampling():
     """ "Dynamic sampling alone ends at 7.0% ± 2.1, within 3 points of one-turn GRPO's 9.7 ± 4.1
     (goal met by the means; the gap, 2.7 points, is 0.6 combined standard errors, and the gain
     over plain TeamTR's 4.3 ± 0.9 is 1.2 of them)": from the arithmetic study and its dynamic-sampling
@@ -244,4 +250,17 @@ def test_the_readme_states_the_arithmetic_gap_with_dynamic_sampling():
         f"standard errors, and the gain over plain TeamTR's {percent(teamtr['mean'], 1)} ± "
         f"{percent(teamtr['standard_error'], 1)} is {gain / combined(dynamic, teamtr):.1f} of them)"
     )
-    assert stated in " ".join(README.replace("**", "").split()), stated
+    assert stated in " ".join(RESULTS_PAGE.replace("**", "").split()), stated
+
+
+def test_every_number_of_the_readmes_headline_table_is_a_number_of_the_results_page():
+    """The README summarises docs/results.md in one table: each number in its "number" column
+    (2.6, 98.7, 0.254, ...) is printed on the results page, which has the command behind it."""
+    lines = README[README.index("## Headline results") :].splitlines()
+    rows = [row for row in table_rows("\n".join(lines)) if row.count("|") == 4][2:]
+    assert len(rows) >= 10, rows
+    page = set(re.findall(r"\d+(?:\.\d+)?", RESULTS_PAGE))
+    for row in rows:
+        number = row.split("|")[2]
+        for value in re.findall(r"\d+(?:\.\d+)?", number):
+            assert value in page, (value, row)

@@ -100,12 +100,46 @@ class TeamSettings:
             )
 
 
+TASK_KINDS = ("arithmetic", "jsonl", "private_notes", "dataset", "python")
+FUNCTION_SPEC = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
+"""``module:function``, how a config names a factory, reward or metric."""
+
+
 @dataclass(frozen=True)
 class TaskSettings:
-    kind: Literal["arithmetic", "jsonl", "private_notes"] = "arithmetic"
-    """The built-in procedural arithmetic suite, a JSONL file of {"question", "answer"}, or
-    the private-notes task (``llm.problems.private_notes``): each of the ``[team] n_agents`` agents
-    sees a private number of its own, and the last speaker must state their sum."""
+    kind: Literal["arithmetic", "jsonl", "private_notes", "dataset", "python"] = "arithmetic"
+    """The built-in procedural arithmetic suite, a JSONL file of {"question", "answer"}, the
+    private-notes task (``llm.problems.private_notes``: each of the ``[team] n_agents`` agents
+    sees a private number of its own, and the last speaker must state their sum), a local data
+    file of one's own ("dataset": JSON, JSONL, CSV or Parquet through Hugging Face datasets),
+    or a task built by one's own code ("python": ``factory``). ``llm.problems.configured``."""
+    factory: str = ""
+    """For kind = "python": "module:function" returning an ``llm.Task``, called with the
+    ``[task.args]`` table as keyword arguments; the module is looked up in ``directory``
+    (the config file's folder), then on sys.path."""
+    args: dict[str, Any] = field(default_factory=dict)
+    """For kind = "python": the factory's keyword arguments (a ``[task.args]`` table)."""
+    reward: str = ""
+    """"module:function" scoring a finished ``llm.Dialogue``: one float, or one float per turn
+    (the dialogue's return is then their mean). Replaces the task's own reward (for a dataset
+    and the built-in tasks: 1 when math-verify finds the final message equal to the answer)."""
+    metric: str = ""
+    """"module:function" giving a held-out dialogue a score in [0, 1] (accuracy is its mean).
+    Default: math-verify accuracy where the problem's answer parses, else the reward."""
+    question_column: str = "question"
+    """For kind = "dataset": the column holding each question."""
+    answer_column: str = "answer"
+    """For kind = "dataset": the column holding each reference answer ("" = none: then give a
+    reward)."""
+    notes_columns: tuple[str, ...] = ()
+    """For kind = "dataset": one column per agent holding its private note (shown to that
+    agent only); () = no notes. Every other column goes into ``Problem.metadata``."""
+    data_format: Literal["", "json", "csv", "parquet"] = ""
+    """For kind = "dataset": the file format ("" = from the suffix: .json/.jsonl, .csv,
+    .parquet)."""
+    directory: str = ""
+    """Where ``factory``, ``reward`` and ``metric`` modules and relative data files are looked
+    up first: "" is filled in with the config file's folder when the file is read."""
     difficulty: int | tuple[int, ...] = 1
     """Arithmetic difficulty: 1 (a±b, up to 99), 2 (three operands), 3 ((a+b)*c-d); or a list
     of distinct ones, a mix in which each problem draws its difficulty uniformly."""
@@ -114,9 +148,9 @@ class TaskSettings:
     versions, draw for draw); "mixed" draws among several templates, plain expressions and
     word problems (``llm.problems.phrasings``), and holds some templates out for evaluation only."""
     train_file: str = ""
-    """For kind = "jsonl": training problems."""
+    """For kind = "jsonl" or "dataset": training problems."""
     test_file: str = ""
-    """For kind = "jsonl": held-out problems (default evaluation set)."""
+    """For kind = "jsonl" or "dataset": held-out problems (default evaluation set)."""
     note_max: int = 9
     """For kind = "private_notes": the private numbers are drawn uniformly from 1..note_max."""
     note_answer: Literal["sum", "first", "chain"] = "sum"
@@ -140,8 +174,16 @@ class TaskSettings:
     """Seed that fixes the arithmetic and private-notes test questions."""
 
     def __post_init__(self) -> None:
-        if self.kind == "jsonl" and not self.train_file:
-            raise ValueError('kind = "jsonl" needs train_file')
+        if self.kind in ("jsonl", "dataset") and not self.train_file:
+            raise ValueError(f'kind = "{self.kind}" needs train_file')
+        if self.kind == "python" and not self.factory:
+            raise ValueError('kind = "python" needs factory = "module:function"')
+        for name in ("factory", "reward", "metric"):
+            value = getattr(self, name)
+            if value and not FUNCTION_SPEC.fullmatch(value):
+                raise ValueError(f'{name} must be "module:function", got {value!r}')
+        if self.args and self.kind != "python":
+            raise ValueError(f'args must be empty unless kind = "python", got {self.args!r}')
         if self.eval_size < 1:
             raise ValueError(f"eval_size must be >= 1, got {self.eval_size}")
 
@@ -400,6 +442,16 @@ def _coerce(value: Any, annotation: Any, where: str) -> Any:
                 first_error = first_error or error
         assert first_error is not None
         raise first_error
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a table of keys, got {value!r}")
+        try:  # a run directory stores its config as JSON: the values must survive that
+            json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError):
+            raise ConfigError(
+                f"{where}: expected strings, numbers, booleans, lists and tables, got {value!r}"
+            ) from None
+        return dict(value)
     if origin is tuple:
         if not isinstance(value, list | tuple):
             raise ConfigError(f"{where}: expected a list, got {value!r}")
@@ -474,7 +526,14 @@ def _check_team(config: RunConfig, locate: Locator) -> None:
             f"{locate('model', 'sources')}: needs one model source per agent "
             f"({team.n_agents}), got {len(sources)}"
         )
-    if team.role_prompts and len(team.role_prompts) != team.n_agents:
+    # A Python task may bring its own roles (``llm.Task.roles``), which replace the defaults:
+    # the builder checks them again once the task is built.
+    roles_from_task = config.task.kind == "python"
+    if (
+        team.role_prompts
+        and len(team.role_prompts) != team.n_agents
+        and not (roles_from_task and team.role_prompts == DEFAULT_ROLE_PROMPTS)
+    ):
         raise ConfigError(
             f"{locate('team', 'role_prompts')}: needs one entry per agent "
             f"({team.n_agents}), got {len(team.role_prompts)}"
@@ -494,7 +553,11 @@ def _check_team(config: RunConfig, locate: Locator) -> None:
     if team.router != "fixed" and len(set(order)) != len(order):
         raise ConfigError(f"{where}: must not repeat an agent, got {list(order)}")
     tokens = config.sampler.max_new_tokens
-    if isinstance(tokens, tuple) and len(tokens) != team.n_agents:
+    if (
+        isinstance(tokens, tuple)
+        and len(tokens) != team.n_agents
+        and not (roles_from_task and tokens == DEFAULT_MESSAGE_TOKENS)
+    ):
         default = " (the default is the two-agent team's [40, 8])" * (
             tokens == DEFAULT_MESSAGE_TOKENS
         )
@@ -574,7 +637,7 @@ def _check_lengths(config: RunConfig, locate: Locator) -> None:
             f"supported model has ({MAX_POSITIONS}); lower max_new_tokens or [sampler] turns"
         )
     task = config.task
-    if task.kind != "jsonl" and task.eval_size > MAX_BUILTIN_TEST_SET:
+    if task.kind in ("arithmetic", "private_notes") and task.eval_size > MAX_BUILTIN_TEST_SET:
         raise ConfigError(
             f"{locate('task', 'eval_size')}: must be <= {MAX_BUILTIN_TEST_SET} for the "
             f"built-in tasks ({task.kind}), got {task.eval_size}"
@@ -720,6 +783,19 @@ def find_config(name: str | Path) -> Path:
     )
 
 
+def with_task_directory(config: RunConfig, path: Path) -> RunConfig:
+    """``config`` with ``[task] directory`` made absolute where the task reads code or data
+    files of its own: the folder of the config file ``path`` when unset, or the one it names
+    relative to that folder. A run directory's
+    config.json keeps it, so a resumed run finds the same modules and files."""
+    task = config.task
+    if not (task.kind in ("python", "dataset") or task.reward or task.metric):
+        return config  # a built-in task reads no code and no file of its own folder
+    folder = path.resolve().parent
+    directory = str((folder / config.task.directory).resolve())
+    return dataclasses.replace(config, task=dataclasses.replace(config.task, directory=directory))
+
+
 def load_config(path: str | Path) -> RunConfig:
     """Read and validate a TOML (or a run directory's resolved JSON) configuration.
 
@@ -732,6 +808,6 @@ def load_config(path: str | Path) -> RunConfig:
     if path.suffix != ".json":
         path = find_config(path)
         data, text = _read_toml_chain(path, (path.resolve(),))
-        return config_from_dict(data, str(path), text)
+        return with_task_directory(config_from_dict(data, str(path), text), path)
     text = _read_text(path)
     return config_from_dict(_parse(path, text), str(path), text)

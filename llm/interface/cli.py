@@ -31,7 +31,7 @@ from llm.common.config import ConfigError, check_run_name, load_config
 from llm.common.devices import DEVICE_CHOICES, DEVICE_PATTERN
 from llm.interface.cli_args import integer_at_least
 from llm.models.loading import IncompatibleTeamError, ModelNotAvailableError
-from llm.problems.tasks import TaskDataError, load_jsonl
+from llm.problems.tasks import TaskError, load_jsonl
 from llm.training.checkpoint import RunDirectoryError
 from llm.training.distributed import (
     DistributedSetupError,
@@ -190,10 +190,16 @@ def _train_config(args: argparse.Namespace, world_size: int):
 def _checked(args: argparse.Namespace, config) -> int:
     """``train --check``: what a new run checks before its model loads (a resumed run's
     checks were made by ``_train_config``)."""
+    from llm.training.builder import configured_task
+    from llm.training.task_check import check_task
     from llm.training.train import check_training
 
     if args.resume is None:
-        check_training(config, Path(args.config).stem)
+        check_training(config, Path(args.config).stem, task_check=False)
+        # The task played on a tiny random model: its reward and metric called on real
+        # dialogues, before the real model would load.
+        for line in check_task(configured_task(config), config).lines():
+            print(line)
     return 0
 
 
@@ -398,7 +404,7 @@ def _located(error: Exception, args: argparse.Namespace) -> str:
     made on the resolved config, after the file's own checks, e.g. "[task] eval_size: ...")."""
     message = str(error)
     config = getattr(args, "config", None)
-    if isinstance(error, ConfigError) and config and message.startswith("["):
+    if isinstance(error, ConfigError | TaskError) and config and message.startswith("["):
         return f"{config}: {message}"
     return message
 
@@ -420,7 +426,7 @@ def main(argv: list[str]) -> int:
         return run_swap(args)
     except (
         ConfigError,
-        TaskDataError,
+        TaskError,
         ModelNotAvailableError,
         IncompatibleTeamError,
         RunDirectoryError,

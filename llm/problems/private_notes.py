@@ -107,7 +107,7 @@ CHAIN_TEMPLATES: tuple[NotesTemplate, ...] = (
     ),
 )
 """``answer = "chain"``: a running sum passed along the team. Every speaker's message is graded
-(``Problem.credit = "running_sum"``): speaker k should state the sum of the numbers of the
+(the task's reward is ``llm.problems.rewards.running_sum_credits``): speaker k should state the sum of the numbers of the
 first k + 1 speakers, which it can only know from the message before it and its own note. The
 reward depends on every agent and is dense (partial credit per turn), so most batches carry a
 signal even when no team gets the final sum right."""
@@ -179,7 +179,6 @@ class PrivateNotesSuite:
             0,
             tuple(note_text(x) for x in numbers),
             tuple(numbers),
-            "running_sum" if self.answer == "chain" else "final",
         )
 
     def _draw(self, template: NotesTemplate, rng: np.random.Generator) -> Problem:

@@ -13,6 +13,7 @@ accepts any equal expression.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -44,8 +45,12 @@ class Grade:
         return self.parsed and not self.restated
 
 
+@functools.lru_cache(maxsize=65536)
 def grade(prediction: str, gold: str) -> Grade:
-    """Compare the last message of a dialogue with the reference answer."""
+    """Compare the last message of a dialogue with the reference answer.
+
+    Cached: a dialogue's final answer is graded for its reward, its format bonus and its parse
+    statistic, and math-verify (sympy) costs far more than the lookup. ``Grade`` is immutable."""
     try:
         extracted = parse(prediction)
         if not extracted:
@@ -62,26 +67,35 @@ def grade(prediction: str, gold: str) -> Grade:
     return Grade(correct=correct, parsed=True, extracted=str(extracted[-1]), restated=restated)
 
 
-def running_sum_reward(
+def running_sum_turns(
     messages: Sequence[str], speakers: Sequence[int], values: Sequence[int]
-) -> float:
-    """The chain task's dense reward: the share of turns that state the running sum.
+) -> tuple[float, ...]:
+    """The chain task's per-turn rewards: 1 for each turn that states the running sum.
 
     Turn t (spoken by ``speakers[t]``) should state the sum of the private numbers ``values``
     of every distinct speaker of turns 0..t: what the previous message said plus its own
     number. Each turn is graded like a final answer (``grade``: an unevaluated expression
-    earns nothing). The reward is the mean over turns, in {0, 1/H, ..., 1}: 1 exactly when
-    every speaker kept the total right, so the final answer is right too.
+    earns nothing).
     """
     if len(messages) != len(speakers) or not messages:
         raise ValueError(f"{len(messages)} messages for {len(speakers)} speakers")
     spoken: set[int] = set()
-    credit = 0
+    credits = []
     for message, speaker in zip(messages, speakers, strict=True):
         spoken.add(speaker)
         total = sum(values[k] for k in spoken if k < len(values))
-        credit += grade(message, str(total)).correct
-    return credit / len(messages)
+        credits.append(grade(message, str(total)).reward)
+    return tuple(credits)
+
+
+def running_sum_reward(
+    messages: Sequence[str], speakers: Sequence[int], values: Sequence[int]
+) -> float:
+    """The chain's dialogue reward: the share of turns that state the running sum
+    (``running_sum_turns``' mean), in {0, 1/H, ..., 1}: 1 exactly when every speaker kept the
+    total right, so the final answer is right too."""
+    credits = running_sum_turns(messages, speakers, values)
+    return sum(credits) / len(credits)
 
 
 def _is_number(parsed: list) -> bool:

@@ -13,10 +13,10 @@ import hashlib
 import itertools
 import json
 import math
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -29,7 +29,11 @@ PHRASINGS = ("plain", "mixed")
 TEST_FRACTION_PERCENT = 20
 
 
-class TaskDataError(ValueError):
+class TaskError(ValueError):
+    """A task's code or data is unusable; the message is one line that says where."""
+
+
+class TaskDataError(TaskError):
     """A problem file is malformed; the message names the file, the line and the field."""
 
 
@@ -47,10 +51,9 @@ class Problem:
     """One private note per agent (index k is shown to agent k only; "" = none); () = none."""
     values: tuple[int, ...] = ()
     """The private numbers behind ``notes`` (the private-notes task; () otherwise)."""
-    credit: Literal["final", "running_sum"] = "final"
-    """How a dialogue earns its reward: "final" grades the last message against ``answer``;
-    "running_sum" (the chain task, ``llm.problems.rewards.running_sum_reward``) gives every turn
-    credit for stating the sum of the numbers of everyone who has spoken so far."""
+    metadata: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    """Anything else a task's reward needs to know about the problem (its own keys; a
+    dataset's extra columns). Read by rewards only: no other part of a run looks at it."""
 
 
 def split_of(question: str) -> Split:

@@ -56,10 +56,8 @@ from llm.conversation.router import Router
 from llm.logprobs.losses import group_normalised_advantages
 from llm.logprobs.scoring import score_chunks
 from llm.models.agents import LoraTeam
-from llm.problems.rewards import Grade, grade, running_sum_reward
-from llm.problems.tasks import Problem
-
-ProblemSource = Callable[[np.random.Generator, int], list[Problem]]
+from llm.problems.rewards import Grade
+from llm.problems.task import Dialogue, ProblemSource, Task, verdict_of
 
 
 class BehaviourLogps(Sequence[Sequence[torch.Tensor]]):
@@ -192,22 +190,6 @@ class DialogueRollouts:
 
     def episode_weights(self) -> np.ndarray:
         return self.weights if self.weights.size else np.ones(len(self.episodes))
-
-
-def episode_reward(
-    chat: ChatFormat, episode: Episode, final: Grade, format_reward: float = 0.0
-) -> float:
-    """The reward of a finished dialogue: its final answer's (``final``), or, for a problem
-    with ``credit = "running_sum"``, the share of turns that kept the running sum; plus
-    ``format_reward`` when the final answer is well formed (``Grade.well_formed``)."""
-    bonus = format_reward if final.well_formed else 0.0
-    if episode.problem.credit == "running_sum":
-        return bonus + running_sum_reward(
-            [chat.message_text(turn) for turn in episode.turns],
-            [turn.agent for turn in episode.turns],
-            episode.problem.values,
-        )
-    return bonus + final.reward
 
 
 def group_signal(rewards: np.ndarray, group_size: int) -> np.ndarray:
@@ -368,19 +350,17 @@ class DialogueSampler:
         self,
         chat: ChatFormat,
         router: Router,
-        problems: ProblemSource,
+        task: Task | ProblemSource,
         settings: SamplerSettings,
         *,
         reuse_work: bool = True,
-        format_reward: float = 0.0,
     ) -> None:
         self.chat = chat
         self.router = router
-        self.problems = problems
+        self.task = task if isinstance(task, Task) else Task(task)
+        """Where problems come from and how finished dialogues are rewarded (a bare problem
+        source gets the default reward: the final answer, by math-verify)."""
         self.settings = settings
-        self.format_reward = format_reward
-        """Added to a dialogue's training reward when its final answer is well formed
-        (``[task] format_reward``); evaluation grades accuracy alone."""
         self.reuse_work = reuse_work
         """Score each group's prompt once (``llm.logprobs.scoring.message_logits``; the updater must do
         the same, so that its ratio check compares identical computations) and each agent's
@@ -395,7 +375,7 @@ class DialogueSampler:
         """Fresh problems (``count``, by default ``prompts_per_batch``, each repeated G times,
         contiguously) and routing seeds."""
         s = self.settings
-        problems = self.problems(self.rng, s.prompts_per_batch if count is None else count)
+        problems = self.task.draw(self.rng, s.prompts_per_batch if count is None else count)
         episodes = []
         for problem in problems:
             prompt = tuple(self.chat.encode_prompt(problem.question))
@@ -521,19 +501,21 @@ class DialogueSampler:
             share_prompt=self.reuse_work,
         )
 
+    def dialogue(self, episode: Episode) -> Dialogue:
+        """A finished episode as its task's reward sees it: the problem and each turn's text."""
+        return Dialogue(
+            episode.problem,
+            tuple(self.chat.message_text(turn) for turn in episode.turns),
+            tuple(turn.agent for turn in episode.turns),
+        )
+
     def graded(self, episodes: Sequence[Episode]) -> tuple[list[Grade], np.ndarray]:
-        """Each finished episode's final-answer grade and training reward."""
+        """Each finished episode's final-answer grade and training reward (the task's
+        ``training_reward``)."""
         with profiling.section("grading"):
-            grades = [
-                grade(self.chat.message_text(e.turns[-1]), e.problem.answer) for e in episodes
-            ]
-            rewards = np.array(
-                [
-                    episode_reward(self.chat, e, g, self.format_reward)
-                    for e, g in zip(episodes, grades, strict=True)
-                ],
-                dtype=float,
-            )
+            dialogues = [self.dialogue(e) for e in episodes]
+            grades = [verdict_of(d) for d in dialogues]
+            rewards = np.array([self.task.training_reward(d) for d in dialogues], dtype=float)
         return grades, rewards
 
     def finish(

@@ -58,8 +58,9 @@ from llm.models.loading import (
     load_tokenizer,
     require_shared_tokenizer,
 )
-from llm.problems.private_notes import PrivateNotesSuite
-from llm.problems.tasks import ArithmeticSuite, Problem, load_jsonl
+from llm.problems.configured import build_task
+from llm.problems.task import Task, TaskError
+from llm.problems.tasks import Problem
 from llm.sampling.sampler import DialogueSampler
 from llm.training.distributed import ShardedSampler, check_world, effective_shards
 from llm.training.preflight import require_context_fits
@@ -90,44 +91,59 @@ class Components:
         return self.collective is None or self.collective.is_main
 
 
-def problem_sources(config: RunConfig):
-    """How training problems are drawn, the held-out problems, and the training problems
-    known in advance (a JSONL file's; none for the procedural suites, whose questions are
-    as short as their held-out ones). The private-notes task gets one note per agent of
-    ``[team] n_agents``."""
+def configured_task(config: RunConfig) -> Task:
+    """The run's task (``llm.problems.configured``: a built-in one, a data file, or one's own
+    code); every data line is read and checked, every module imported."""
     task = config.task
-    if task.kind == "jsonl":
-        train = load_jsonl(task.train_file)
-        test = load_jsonl(task.test_file) if task.test_file else []
-
-        def draw(rng: np.random.Generator, count: int) -> list[Problem]:
-            return [train[int(i)] for i in rng.integers(len(train), size=count)]
-
-        return draw, test[: task.eval_size], train
-    suite: ArithmeticSuite | PrivateNotesSuite
-    if task.kind == "private_notes":
-        suite = PrivateNotesSuite(
-            task.note_holders or config.team.n_agents,
-            task.note_max,
-            task.phrasing,
-            task.note_answer,
-        )
-    else:
-        suite = ArithmeticSuite(task.difficulty, task.phrasing)
-    if task.eval_size > MAX_BUILTIN_TEST_SET:
+    if task.kind in ("arithmetic", "private_notes") and task.eval_size > MAX_BUILTIN_TEST_SET:
         raise ConfigError(
             f"[task] eval_size: must be <= {MAX_BUILTIN_TEST_SET} for the built-in tasks, "
             f"got {task.eval_size}"
         )
     try:
-        test = suite.fixed_set("test", task.eval_size, seed=task.eval_seed)
+        return build_task(task, config.team.n_agents)
+    except (ConfigError, TaskError):
+        raise
     except ValueError as error:
+        if task.kind not in ("arithmetic", "private_notes"):
+            raise
         # Few distinct problems exist when note_max ** n_agents is small.
         raise ConfigError(
             f"[task] eval_size: {task.eval_size} distinct held-out problems cannot be drawn "
             f"for this task ({task.kind}): {error}; lower eval_size or raise [task] note_max"
         ) from None
-    return lambda rng, count: suite.sample("train", count, rng), test, []
+
+
+def problem_sources(config: RunConfig):
+    """How training problems are drawn, the held-out problems, and the training problems
+    known in advance (a file's; none for the procedural tasks, whose questions are as short
+    as their held-out ones): the run's task (``configured_task``) taken apart."""
+    task = configured_task(config)
+    return task.draw, list(task.test), list(task.known_train)
+
+
+def with_roles(config: RunConfig, task: Task, where: str = "the task's roles") -> RunConfig:
+    """``config`` with the roles the task is written for (``Task.roles``: system prompt, role
+    prompts, message lengths) in place of ``[team]``'s and ``[sampler]``'s, checked again."""
+    roles = task.roles
+    if roles is None:
+        return config
+    team, sampler = config.team, config.sampler
+    try:
+        if roles.system_prompt is not None:
+            team = replace(team, system_prompt=roles.system_prompt)
+        if roles.role_prompts is not None:
+            team = replace(team, role_prompts=tuple(roles.role_prompts))
+        if roles.max_new_tokens is not None:
+            tokens = roles.max_new_tokens
+            sampler = replace(
+                sampler, max_new_tokens=tokens if isinstance(tokens, int) else tuple(tokens)
+            )
+    except (TypeError, ValueError) as error:
+        raise TaskError(f"{where} of task {task.name!r}: {error}") from None
+    result = replace(config, team=team, sampler=sampler)
+    check_consistent(result, Locator(f"{where} of task {task.name!r}"))
+    return result
 
 
 def seed_everything(seed: int) -> None:
@@ -210,11 +226,17 @@ def require_dialogues_fit(
 
 
 def build(
-    config: RunConfig, collective: Collective | None = None, progress: bool = True
+    config: RunConfig,
+    collective: Collective | None = None,
+    progress: bool = True,
+    task: Task | None = None,
 ) -> Components:
     """A run's components: data first (cheap, and a bad line must not cost a model load), then
-    the models; ``collective``: this process's rank in a data-parallel run."""
-    draw, test, train_problems = problem_sources(config)
+    the models; ``collective``: this process's rank in a data-parallel run; ``task``: the task
+    to train on, in place of the one ``[task]`` names."""
+    task = task or configured_task(config)
+    config = with_roles(config, task)
+    test, train_problems = list(task.test), list(task.known_train)
     if config.run.threads:
         torch.set_num_threads(config.run.threads)
     seed_everything(config.run.seed)
@@ -233,22 +255,12 @@ def build(
     chunk = config.sampler.score_chunk
     shards = effective_shards(config, collective.world_size if collective else 1)
     if collective is None and shards == 1:
-        sampler = DialogueSampler(
-            chat, router, draw, config.sampler, format_reward=config.task.format_reward
-        )
+        sampler = DialogueSampler(chat, router, task, config.sampler)
         updater = TrustRegionUpdater(chat, config.updater, score_chunk=chunk)
         return Components(config, chat, team, sampler, updater, test, positions)
     together = collective or Collective()
     check_world(config, together.world_size)
-    sampler = ShardedSampler(
-        chat,
-        router,
-        draw,
-        config.sampler,
-        shards=shards,
-        collective=together,
-        format_reward=config.task.format_reward,
-    )
+    sampler = ShardedSampler(chat, router, task, config.sampler, shards=shards, collective=together)
     updater = TrustRegionUpdater(chat, config.updater, score_chunk=chunk, collective=together)
     return Components(config, chat, team, sampler, updater, test, positions, together)
 
@@ -293,21 +305,41 @@ def configured(config: RunConfig, settings: dict[str, Any]) -> RunConfig:
     return result
 
 
+def _configured_for(config: RunConfig, settings: dict[str, Any], task: Task | None) -> RunConfig:
+    """``configured``, where a task of one's own may bring its roles: the default two-agent
+    role prompts and message lengths then give way to the task's before the check."""
+    if task is None or task.roles is None:
+        return configured(config, settings)
+    roles = task.roles
+    defaults: dict[str, Any] = {}
+    if roles.role_prompts is not None and "role_prompts" not in settings:
+        defaults["role_prompts"] = tuple(roles.role_prompts)
+    if roles.max_new_tokens is not None and "max_new_tokens" not in settings:
+        tokens = roles.max_new_tokens
+        defaults["max_new_tokens"] = tokens if isinstance(tokens, int) else tuple(tokens)
+    return configured(config, {**defaults, **settings})
+
+
 def _fields(section: Any) -> set[str]:
     return {field.name for field in dataclasses.fields(section)}
 
 
-def build_team(config: RunConfig | str | Path | None = None, /, **settings: Any) -> TeamParts:
+def build_team(
+    config: RunConfig | str | Path | None = None, /, *, task: Task | None = None, **settings: Any
+) -> TeamParts:
     """Team, sampler, updater and penalty of a language-model team, ready for ``run_stage``.
 
     ``config``: a ``RunConfig``, the path of a TOML config, or None for the defaults (the real
-    SmolLM2-135M-Instruct); ``settings``: config keys to override, e.g. ``source="tiny"``.
+    SmolLM2-135M-Instruct); ``task``: an ``llm.Task`` of one's own, in place of ``[task]``'s;
+    ``settings``: config keys to override, e.g. ``source="tiny"``.
     """
     if config is None:
         config = RunConfig()
     elif not isinstance(config, RunConfig):
         config = load_config(config)
-    parts = build(configured(config, settings))
+    if task is not None and not isinstance(task, Task):
+        raise TaskError(f"build_team: task must be an llm.Task, got {type(task).__name__}")
+    parts = build(_configured_for(config, settings, task), task=task)
     return TeamParts(
         parts.team, parts.sampler, parts.updater, EpisodicPenalty(parts.config.sampler.turns)
     )

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -17,9 +17,10 @@ from llm.conversation.dialogue import Episode, Turn
 from llm.models.agents import LoraTeam
 from llm.problems.phrasings import TEMPLATES
 from llm.problems.private_notes import CHAIN_TEMPLATES, NOTES_TEMPLATES, RELAY_TEMPLATES
-from llm.problems.rewards import Grade, grade
+from llm.problems.rewards import Grade
+from llm.problems.task import verdict_of
 from llm.problems.tasks import Problem
-from llm.sampling.sampler import DialogueSampler, episode_reward
+from llm.sampling.sampler import DialogueSampler
 from llm.training.progress import CountProgress
 
 EVAL_ONLY_TEMPLATES = frozenset(
@@ -39,6 +40,8 @@ class Evaluation:
     metrics: dict[str, float]
     episodes: list[Episode]
     grades: list[Grade]
+    scores: list[float] = field(default_factory=list)
+    """Each dialogue's held-out score (the task's metric; ``accuracy`` is their mean)."""
 
 
 def evaluate_team(
@@ -121,19 +124,17 @@ def _evaluate(
             )
             finished.extend(done)
             tokens += generated
-        grades = [grade(sampler.chat.message_text(e.turns[-1]), e.problem.answer) for e in finished]
-        credits = [
-            episode_reward(sampler.chat, e, g) for e, g in zip(finished, grades, strict=True)
-        ]
+        grades, scores, credits = _scored(sampler, finished)
     else:
-        grades, credits, tokens = _evaluate_share(
+        grades, scores, credits, tokens = _evaluate_share(
             team, sampler, problems, episodes, seeds, samples, batch_size, collective, bar.advance
         )
         grades = [g for share in collective.gather(grades) for g in share]
+        scores = [x for share in collective.gather(scores) for x in share]
         credits = [c for share in collective.gather(credits) for c in share]
         tokens = int(collective.sum(tokens))
     bar.close(f"{len(problems)} questions in {time.perf_counter() - started:.1f} s")
-    correct = np.array([g.correct for g in grades], dtype=float)
+    correct = np.array(scores, dtype=float)  # the task's metric (math-verify by default)
     parsed = np.array([g.parsed for g in grades], dtype=float)
     result = {
         "accuracy": float(correct.mean()),
@@ -152,7 +153,9 @@ def _evaluate(
         votes = []
         for index, problem in enumerate(problems):
             answers = [
-                g.extracted for g in grades[index * samples : (index + 1) * samples] if g.parsed
+                g.extracted
+                for g in grades[index * samples : (index + 1) * samples]
+                if g.parsed and g.extracted is not None
             ]
             if not answers:
                 votes.append(0.0)
@@ -160,14 +163,30 @@ def _evaluate(
             winner = Counter(answers).most_common(1)[0][0]
             votes.append(float(bool(verify(parse(problem.answer), parse(winner)))))
         result["majority_vote"] = float(np.mean(votes))
-    if all(p.credit == "running_sum" for p in problems):
-        # The chain's dense reward, held out: the share of turns that state the running total
-        # (``llm.problems.rewards.running_sum_reward``), which moves long before the final total is right.
+    if all(c is not None for c in credits):
+        # A per-turn reward, held out (for the chain: the share of turns that state the
+        # running total, ``llm.problems.builtin.running_sum_credits``), which moves long before
+        # the final answer is right: the mean return, without the training-only bonus.
         per_problem = np.array(credits, dtype=float).reshape(len(problems), samples).mean(axis=1)
         result["turn_credit"] = float(per_problem.mean())
         result["turn_credit_standard_error"] = float(per_problem.std() / np.sqrt(len(problems)))
     result.update(group_metrics(problems, correct.reshape(len(problems), samples).mean(axis=1)))
-    return Evaluation(result, finished, grades)
+    return Evaluation(result, finished, grades, list(scores))
+
+
+def _scored(
+    sampler: DialogueSampler, finished: Sequence[Episode]
+) -> tuple[list[Grade], list[float], list[float | None]]:
+    """Per finished dialogue: its final answer's grade, its held-out score (the task's
+    metric) and, where the task's reward is per turn, its return (else None)."""
+    grades, scores, credits = [], [], []
+    for episode in finished:
+        dialogue = sampler.dialogue(episode)
+        grades.append(verdict_of(dialogue))
+        scores.append(sampler.task.score(dialogue))
+        returns = sampler.task.returns(dialogue)
+        credits.append(returns.value if returns.per_turn is not None else None)
+    return grades, scores, credits
 
 
 def _summary(scores: np.ndarray) -> dict[str, float]:
@@ -207,8 +226,9 @@ def transcript_records(
     """One JSON-ready record per dialogue: the problem (question, reference answer, notes,
     template, difficulty), each turn (agent and decoded text), the parsed answer, the reward."""
     records = []
-    for index, (episode, verdict) in enumerate(
-        zip(evaluation.episodes, evaluation.grades, strict=True)
+    scores = evaluation.scores or [g.reward for g in evaluation.grades]
+    for index, (episode, verdict, score) in enumerate(
+        zip(evaluation.episodes, evaluation.grades, scores, strict=True)
     ):
         problem = episode.problem
         records.append(
@@ -227,6 +247,7 @@ def transcript_records(
                 "parsed": verdict.parsed,
                 "reward": verdict.reward,
                 "correct": verdict.correct,
+                "score": score,
             }
         )
     return records
@@ -249,9 +270,9 @@ def _evaluate_share(
     batch_size: int,
     collective: Collective,
     on_messages: Callable[[int], None] | None = None,
-) -> tuple[list[Grade], list[float], int]:
-    """This rank's contiguous share of the problems, played and graded (final answers, and each
-    dialogue's reward without format bonus: ``llm.sampling.sampler.episode_reward``).
+) -> tuple[list[Grade], list[float], list[float | None], int]:
+    """This rank's contiguous share of the problems, played and graded (``_scored``: grades,
+    held-out scores, per-turn returns) and the tokens generated.
 
     ``seeds`` holds one generation seed per batch of the whole set (``_evaluate``'s own
     generator); this rank's batches take theirs in order.
@@ -259,8 +280,7 @@ def _evaluate_share(
     first, last = _share_of(len(problems), collective)
     temperature = 0.0 if samples == 1 else sampler.settings.temperature
     share = episodes[first * samples : last * samples]
-    grades: list[Grade] = []
-    credits: list[float] = []
+    finished: list[Episode] = []
     tokens = 0
     for batch, start in enumerate(range(0, len(share), batch_size)):
         done, generated = sampler.play(
@@ -270,10 +290,6 @@ def _evaluate_share(
             seed=seeds[batch],
             on_messages=on_messages,
         )
-        for episode in done:
-            grades.append(
-                grade(sampler.chat.message_text(episode.turns[-1]), episode.problem.answer)
-            )
-            credits.append(episode_reward(sampler.chat, episode, grades[-1]))
+        finished.extend(done)
         tokens += generated
-    return grades, credits, tokens
+    return (*_scored(sampler, finished), tokens)

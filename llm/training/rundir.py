@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from llm.common.config import RunConfig
+from llm.problems.tasks import TaskError
 from llm.training.checkpoint import (
     CHECKPOINTS,
     ResumePoint,
@@ -233,7 +234,16 @@ def record_failure(
         message = fault_message(error, run_dir, position["stage"], saved, gone)
         if not gone:
             message += f"; after fixing it, continue with `teamtr train --resume {run_dir}`"
+    elif isinstance(error, TaskError) and not gone:
+        # The task's own code failed (a reward that raised or returned no number): bad input,
+        # not a bug of the run; the stage it stopped in runs again on resume.
+        message = (
+            f"{message}; the run stopped in stage {position['stage'] + 1}, {saved}; after "
+            f"fixing it, continue with `teamtr train --resume {run_dir}`"
+        )
     if writes and not gone:
         log_failure(run_dir, message, **position, checkpoint=checkpoint)
     if isinstance(error, OSError):
         raise RunFailed(message) from None
+    if isinstance(error, TaskError):
+        raise type(error)(message) from error

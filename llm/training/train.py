@@ -30,7 +30,7 @@ from llm.common import profiling
 from llm.common.collective import Collective
 from llm.common.config import ConfigError, RunConfig, load_config
 from llm.sampling.sampler import DialogueRollouts
-from llm.training.builder import Components, build, problem_sources
+from llm.training.builder import Components, build, configured_task
 from llm.training.checkpoint import (
     CHECKPOINTS,
     STAGE_PREFIX,
@@ -73,6 +73,7 @@ from llm.training.rundir import (
 )
 from llm.training.runlock import RunLock
 from llm.training.runlock import acquire as acquire_run_lock
+from llm.training.task_check import check_task
 from llm.update.updater import non_finite_quantity
 from teamtr.penalty import EpisodicPenalty
 from teamtr.reports import StageReport, UpdateRecord
@@ -124,15 +125,27 @@ def stage_metrics(
 
 
 # -- training --------------------------------------------------------------------------------------
-def check_training(config: RunConfig, config_name: str = "run") -> Path:
-    """Everything a new run can check before its model loads; returns its run directory."""
+def check_training(
+    config: RunConfig, config_name: str = "run", task_check: bool | None = None
+) -> Path:
+    """Everything a new run can check before its model loads; returns its run directory.
+    ``task_check``: play the task on a tiny model (``check_task``); by default only where the
+    task is one's own code or data (``user_code``)."""
     name = config.run.name or f"{config_name}-{datetime.now():%Y%m%d-%H%M%S}"
     check_run_name(name, "[run] name")
     run_dir = Path(config.run.output_dir) / name
     require_new_run_directory(run_dir)
     require_writable_directory(run_dir.parent, "[run] output_dir", MIN_FREE_BYTES)
-    problem_sources(config)  # every data line parsed and checked
+    task = configured_task(config)  # every data line parsed and checked, every module imported
+    if user_code(config) if task_check is None else task_check:
+        check_task(task, config)  # a reward that fails does so now, before the model loads
     return run_dir
+
+
+def user_code(config: RunConfig) -> bool:
+    """Whether the run's task is one's own (a factory, a data file, a reward or metric)."""
+    task = config.task
+    return task.kind in ("python", "dataset") or bool(task.reward or task.metric)
 
 
 def train(
@@ -162,7 +175,7 @@ def train(
     lock = None
     try:
         if parts.writes_files:
-            lock = create_run_directory(run_dir, config)
+            lock = create_run_directory(run_dir, parts.config)
         try:
             if parts.writes_files:
                 if collective is not None:

@@ -8,8 +8,10 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
+from llm.problems.builtin import private_notes_task, running_sum_credits
 from llm.problems.private_notes import PrivateNotesSuite, chain_role_prompts, random_guess_floor
 from llm.problems.rewards import running_sum_reward
+from llm.problems.task import final_answer_reward
 
 
 def test_a_chain_problem_carries_its_numbers_and_asks_for_their_sum():
@@ -18,13 +20,11 @@ def test_a_chain_problem_carries_its_numbers_and_asks_for_their_sum():
         assert len(problem.values) == 4 and all(1 <= v <= 5 for v in problem.values)
         assert problem.notes == tuple(f"Your private number is {v}." for v in problem.values)
         assert problem.answer == str(sum(problem.values))
-        assert problem.credit == "running_sum"
         assert problem.template.startswith("chain.")
-    # The other answers keep grading the final message only.
-    other = PrivateNotesSuite(4, note_max=5, answer="sum").sample(
-        "train", 1, np.random.default_rng(0)
-    )
-    assert other[0].credit == "final"
+    # The chain's task rewards every turn; the other answers keep grading the final message.
+    assert private_notes_task(4, 5, answer="chain", eval_size=4).reward is running_sum_credits
+    other = private_notes_task(4, 5, answer="sum", eval_size=4)
+    assert other.reward is final_answer_reward
 
 
 def test_mixed_chain_phrasing_holds_one_template_out_for_evaluation():

@@ -18,12 +18,12 @@ from llm.common.config import ConfigError, load_config
 from llm.conversation.dialogue import ChatFormat, Episode, Turn
 from llm.conversation.router import FixedOrder
 from llm.problems.rewards import grade
+from llm.problems.task import FormatBonus, Task
 from llm.problems.tasks import Problem
 from llm.sampling.sampler import (
     DialogueRollouts,
     DialogueSampler,
     SamplerSettings,
-    episode_reward,
     group_signal,
 )
 from llm.training.distributed import check_world
@@ -61,9 +61,15 @@ def sampler(chat, problems=digit_problems, format_reward=0.5, **settings) -> Dia
         "seed": 3,
         **settings,
     }
-    return DialogueSampler(
-        chat, FixedOrder(N_AGENTS), problems, SamplerSettings(**values), format_reward=format_reward
-    )
+    task = Task(problems, bonus=FormatBonus(format_reward))
+    return DialogueSampler(chat, FixedOrder(N_AGENTS), task, SamplerSettings(**values))
+
+
+def episode_reward(chat: ChatFormat, episode: Episode, format_reward: float = 0.0) -> float:
+    """A finished dialogue's training reward under the default task with ``format_reward``."""
+    task = Task([episode.problem], bonus=FormatBonus(format_reward))
+    probe = DialogueSampler(chat, FixedOrder(N_AGENTS), task, SamplerSettings())
+    return task.training_reward(probe.dialogue(episode))
 
 
 def groups(rollouts: DialogueRollouts) -> list[tuple]:
@@ -194,11 +200,11 @@ def test_the_format_reward_pays_for_a_well_formed_final_answer(
     verdict = grade(text, answer)
     assert verdict.well_formed is well_formed
     episode = episode_saying(char_tokenizer, chat, text, answer)
-    assert episode_reward(chat, episode, verdict) == base
-    assert episode_reward(chat, episode, verdict, 0.25) == base + 0.25 * well_formed
+    assert episode_reward(chat, episode) == base
+    assert episode_reward(chat, episode, 0.25) == base + 0.25 * well_formed
     # A well-formed wrong answer now scores above an unparsable one.
-    assert episode_reward(chat, episode, verdict, 0.25) >= episode_reward(
-        chat, episode, grade("abc", answer), 0.25
+    assert episode_reward(chat, episode, 0.25) >= episode_reward(
+        chat, episode_saying(char_tokenizer, chat, "abc", answer), 0.25
     )
 
 
@@ -295,11 +301,10 @@ def test_sharded_rollouts_count_groups_and_refuse_the_filter(chat, team):
     sharded = ShardedSampler(
         chat,
         FixedOrder(N_AGENTS),
-        digit_problems,
+        Task(digit_problems, bonus=FormatBonus(0.5)),
         settings,
         shards=2,
         collective=Collective(),
-        format_reward=0.5,
     )
     rollouts = sharded.sample(team)
     signal = group_signal(rollouts.rewards, rollouts.group_size)

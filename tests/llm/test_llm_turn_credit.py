@@ -10,7 +10,9 @@ from llm_test_support import SHORT_SYSTEM_PROMPT, make_team
 from llm.common.settings import SamplerSettings
 from llm.conversation.dialogue import ChatFormat
 from llm.conversation.router import FixedOrder
+from llm.problems.builtin import running_sum_credits
 from llm.problems.rewards import running_sum_reward
+from llm.problems.task import Task
 from llm.problems.tasks import Problem
 from llm.sampling.sampler import DialogueSampler
 from llm.training.evaluation import evaluate_team_with_episodes
@@ -24,11 +26,7 @@ def chain_problems(rng: np.random.Generator, count: int) -> list[Problem]:
     problems = []
     for _ in range(count):
         a, b = (int(x) for x in rng.integers(0, 5, size=2))
-        problems.append(
-            Problem(
-                f"Keep the total of {a} and {b}.", str(a + b), values=(a, b), credit="running_sum"
-            )
-        )
+        problems.append(Problem(f"Keep the total of {a} and {b}.", str(a + b), values=(a, b)))
     return problems
 
 
@@ -38,7 +36,8 @@ def parts(char_tokenizer):
     settings = SamplerSettings(
         prompts_per_batch=2, group_size=2, turns=2, max_new_tokens=2, temperature=2.0, seed=1
     )
-    sampler = DialogueSampler(chat, FixedOrder(N_AGENTS), chain_problems, settings)
+    chain = Task(chain_problems, reward=running_sum_credits)
+    sampler = DialogueSampler(chat, FixedOrder(N_AGENTS), chain, settings)
     return make_team(len(char_tokenizer), N_AGENTS), sampler, chat
 
 
@@ -66,7 +65,9 @@ def test_turn_credit_is_the_mean_running_sum_reward_of_the_held_out_dialogues(pa
 
 
 def test_turn_credit_is_reported_only_for_the_chain(parts):
-    team, sampler, _ = parts
+    team, chain_sampler, chat = parts
     final_only = [Problem("Say 3.", "3"), Problem("Say 4.", "4")]
+    # The same dialogues, rewarded by their final answer (the default reward) alone.
+    sampler = DialogueSampler(chat, chain_sampler.router, Task(final_only), chain_sampler.settings)
     metrics = evaluate_team_with_episodes(team, sampler, final_only).metrics
     assert "turn_credit" not in metrics and "turn_credit_standard_error" not in metrics

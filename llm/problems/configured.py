@@ -1,0 +1,276 @@
+"""The task a config's ``[task]`` section names, built before any model loads.
+
+- ``kind = "arithmetic" | "jsonl" | "private_notes"``: the built-in tasks (``llm.problems.builtin``);
+- ``kind = "dataset"``: a local JSON, JSONL, CSV or Parquet file read through Hugging Face
+  ``datasets`` (``load_dataset(<format>, data_files=...)``), its columns mapped by
+  ``question_column``, ``answer_column`` and ``notes_columns``; every other column goes into
+  ``Problem.metadata``;
+- ``kind = "python"``: ``factory = "module:function"`` called with the ``[task.args]`` table as
+  keyword arguments, returning a ``Task``.
+
+``reward`` and ``metric`` (``"module:function"``) replace the task's own on any kind. Modules
+are looked up in ``[task] directory`` (the config file's folder unless set) first, then on
+``sys.path``; data files relative to that folder. Every failure is a ``ConfigError`` or a
+``TaskError`` of one line naming the key, the file, the function or the column.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from llm.common.config import ConfigError, TaskSettings
+from llm.problems.builtin import arithmetic_task, jsonl_task, private_notes_task
+from llm.problems.task import Task, TaskError, name_of, reference_parses
+from llm.problems.tasks import Problem, TaskDataError
+
+FUNCTION_NAME = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
+DATA_FORMATS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
+"""File suffix -> the ``datasets`` builder that reads it."""
+
+
+def build_task(settings: TaskSettings, n_agents: int = 2) -> Task:
+    """The ``Task`` of a ``[task]`` section; ``n_agents``: ``[team] n_agents`` (one private
+    number per agent unless ``note_holders`` says otherwise)."""
+    if settings.kind == "python":
+        task = _from_factory(settings)
+    elif settings.kind == "dataset":
+        task = _from_dataset(settings)
+    elif settings.kind == "jsonl":
+        task = jsonl_task(settings.train_file, settings.test_file, settings.eval_size)
+    elif settings.kind == "private_notes":
+        task = private_notes_task(
+            settings.note_holders or n_agents,
+            settings.note_max,
+            settings.phrasing,
+            settings.note_answer,
+            settings.eval_size,
+            settings.eval_seed,
+        )
+    else:
+        task = arithmetic_task(
+            settings.difficulty, settings.phrasing, settings.eval_size, settings.eval_seed
+        )
+    changes: dict[str, Any] = {}
+    if settings.reward:
+        changes["reward"] = load_function(settings.reward, settings.directory, "[task] reward")
+    if settings.metric:
+        changes["metric"] = load_function(settings.metric, settings.directory, "[task] metric")
+    if settings.format_reward:
+        from llm.problems.task import FormatBonus
+
+        changes["bonus"] = FormatBonus(settings.format_reward)
+    return dataclasses.replace(task, **changes) if changes else task
+
+
+# -- code ----------------------------------------------------------------------------------------
+def load_function(spec: str, directory: str, key: str) -> Callable[..., Any]:
+    """The function ``spec`` ("module:function") names, its module found in ``directory``
+    first, then on ``sys.path``; a ``ConfigError`` naming ``key`` when it cannot be had."""
+    if not FUNCTION_NAME.fullmatch(spec):
+        raise ConfigError(f'{key}: expected "module:function", got {spec!r}')
+    module_name, function_name = spec.split(":")
+    module = _import(module_name, directory, key)
+    function = getattr(module, function_name, None)
+    if function is None:
+        raise ConfigError(
+            f"{key}: module {module_name!r} ({getattr(module, '__file__', '?')}) has no "
+            f"{function_name!r}"
+        )
+    if not callable(function):
+        raise ConfigError(f"{key}: {spec} is a {type(function).__name__}, not a function")
+    return function
+
+
+def _import(module_name: str, directory: str, key: str) -> ModuleType:
+    folder = Path(directory or ".")
+    local = folder.joinpath(*module_name.split(".")).with_suffix(".py")
+    try:
+        if local.is_file():
+            # The file next to the config, even when a module of that name was imported from
+            # elsewhere before (two examples may both have a my_reward.py).
+            cached = sys.modules.get(module_name)
+            if cached is not None and _file_of(cached) != local.resolve():
+                del sys.modules[module_name]
+            importlib.invalidate_caches()  # a file written since the last import is seen
+            sys.path.insert(0, str(folder.resolve()))
+            try:
+                return importlib.import_module(module_name)
+            finally:
+                sys.path.remove(str(folder.resolve()))
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        if error.name != module_name.split(".")[0] and error.name != module_name:
+            raise ConfigError(
+                f"{key}: module {module_name!r} imports {error.name!r}, which is not installed"
+            ) from None
+        raise ConfigError(
+            f"{key}: no module {module_name!r} (looked for {local} and on sys.path)"
+        ) from None
+    except ConfigError:
+        raise
+    except Exception as error:  # the user's module failed while it was imported
+        text = str(error).splitlines()[0] if str(error) else ""
+        raise ConfigError(
+            f"{key}: importing {module_name!r} raised {type(error).__name__}: {text}"[:400]
+        ) from None
+
+
+def _file_of(module: ModuleType) -> Path | None:
+    name = getattr(module, "__file__", None)
+    return Path(name).resolve() if name else None
+
+
+def _from_factory(settings: TaskSettings) -> Task:
+    factory = load_function(settings.factory, settings.directory, "[task] factory")
+    try:
+        task = factory(**settings.args)
+    except TaskError:
+        raise
+    except Exception as error:
+        text = str(error).splitlines()[0] if str(error) else ""
+        raise TaskError(
+            f"[task] factory: {name_of(factory)}(**{settings.args!r:.80}) raised "
+            f"{type(error).__name__}: {text}"[:400]
+        ) from None
+    if not isinstance(task, Task):
+        raise TaskError(
+            f"[task] factory: {name_of(factory)} returned {type(task).__name__}, expected an "
+            "llm.Task (train problems, test problems, reward)"
+        )
+    if settings.eval_size < len(task.test):
+        task = dataclasses.replace(task, test=task.test[: settings.eval_size])
+    return task
+
+
+# -- data ----------------------------------------------------------------------------------------
+def data_path(name: str, directory: str) -> Path:
+    """A data file named in a config: absolute, or relative to ``directory`` (the config's
+    folder) where it exists there, else to the working directory."""
+    path = Path(name)
+    if not path.is_absolute() and directory and (Path(directory) / path).exists():
+        return Path(directory) / path
+    return path
+
+
+def _from_dataset(settings: TaskSettings) -> Task:
+    train = read_problems(settings, settings.train_file, "[task] train_file")
+    test = (
+        read_problems(settings, settings.test_file, "[task] test_file")[: settings.eval_size]
+        if settings.test_file
+        else []
+    )
+    if not settings.reward:  # the default reward compares with math-verify: check every answer
+        for where, problems in (("train_file", train), ("test_file", test)):
+            for row, problem in enumerate(problems):
+                if not reference_parses(problem.answer):
+                    raise TaskDataError(
+                        f"[task] {where} row {row}: answer {problem.answer!r:.40} is not a number "
+                        "or expression math-verify can parse; give [task] reward = "
+                        '"module:function" to score answers of another kind'
+                    )
+    return Task(train, test, name=Path(settings.train_file).name)
+
+
+def read_problems(settings: TaskSettings, name: str, key: str) -> list[Problem]:
+    """The rows of a local data file as problems (``datasets.load_dataset``)."""
+    path = data_path(name, settings.directory)
+    if not path.is_file():
+        raise TaskDataError(f"{key}: {path}: no such file")
+    data_format = settings.data_format or DATA_FORMATS.get(path.suffix.lower())
+    if data_format is None:
+        raise ConfigError(
+            f"{key}: {path}: cannot tell the format from the suffix {path.suffix!r}; set "
+            f"[task] data_format to one of {sorted(set(DATA_FORMATS.values()))}"
+        )
+    rows = _load_rows(path, data_format, key)
+    columns = list(rows.column_names)
+    wanted = [settings.question_column, *settings.notes_columns]
+    if settings.answer_column:
+        wanted.append(settings.answer_column)
+    for column in wanted:
+        if column not in columns:
+            raise TaskDataError(
+                f"{key}: {path}: no column {column!r} (columns: {', '.join(columns)}); map the "
+                "columns with [task] question_column, answer_column and notes_columns"
+            )
+    if len(rows) == 0:
+        raise TaskDataError(f"{key}: {path}: no rows")
+    problems = []
+    for index, row in enumerate(rows):
+        question = row[settings.question_column]
+        if not isinstance(question, str) or not question.strip():
+            raise TaskDataError(
+                f"{key}: {path} row {index}: column {settings.question_column!r} must be "
+                f"non-empty text, got {question!r:.40}"
+            )
+        answer = row[settings.answer_column] if settings.answer_column else ""
+        answer = "" if answer is None else str(answer)
+        if "####" in answer:  # GSM8K writes the reasoning, then "#### <final answer>"
+            answer = answer.split("####")[-1]
+        notes = tuple("" if row[c] is None else str(row[c]) for c in settings.notes_columns)
+        metadata = {c: v for c, v in row.items() if c not in wanted}
+        problems.append(Problem(question.strip(), answer.strip(), notes=notes, metadata=metadata))
+    return problems
+
+
+def _load_rows(path: Path, data_format: str, key: str):
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")  # local files only: never the hub
+    try:
+        import datasets
+    except ImportError:
+        raise ConfigError(
+            f'{key}: kind = "dataset" reads files with Hugging Face datasets: pip install datasets'
+        ) from None
+    with _quiet_datasets(datasets), tempfile.TemporaryDirectory() as cache:
+        try:
+            loaded = datasets.load_dataset(
+                data_format, data_files=str(path), split="train", cache_dir=cache
+            )
+            return _Rows(loaded)
+        except Exception as error:  # pyarrow and datasets raise many types on bad files
+            text = str(error).splitlines()[0] if str(error) else ""
+            raise TaskDataError(
+                f"{key}: {path}: cannot be read as {data_format} ({type(error).__name__}: {text})"[
+                    :400
+                ]
+            ) from None
+
+
+class _Rows:
+    """A loaded dataset's rows in memory (its cache folder is gone once it is read)."""
+
+    def __init__(self, dataset: Any) -> None:
+        self.column_names = list(dataset.column_names)
+        self._rows = dataset.to_list()
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return iter(self._rows)
+
+
+@contextlib.contextmanager
+def _quiet_datasets(datasets: ModuleType) -> Iterator[None]:
+    """No progress bars or info lines from ``datasets`` while a small local file is read."""
+    logging = datasets.utils.logging
+    level = logging.get_verbosity()
+    bars = datasets.utils.is_progress_bar_enabled()
+    logging.set_verbosity_error()
+    datasets.utils.disable_progress_bars()
+    try:
+        yield
+    finally:
+        logging.set_verbosity(level)
+        if bars:
+            datasets.utils.enable_progress_bars()

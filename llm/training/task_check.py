@@ -1,0 +1,250 @@
+"""``check_task``: a task of one's own tried end to end on a tiny random model, in seconds.
+
+What ``teamtr.check_backend`` is for a backend, this is for a task. It draws training problems
+(twice, from one seed: the draw must be a function of the generator), reads the test set, plays
+a few dialogues of each on a tiny random Llama with the run's roles, and calls the reward, the
+bonus and the metric on every one, through the same checked calls a run makes
+(``llm.problems.task.Task.returns``): so a reward that raises, returns None, a string, NaN or the
+wrong number of per-turn rewards fails here, with the same one line, before any real model
+loads. It also checks that the reward is deterministic on a fixed dialogue (the same dialogue
+scored twice), that held-out scores lie in [0, 1], and, where the task declares a split, that
+no drawn training problem is a test problem.
+
+Random models write random text, so what the reward returns here says nothing of a trained
+team's; what is checked is that it returns something a run can use.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from llm.common.config import RunConfig
+from llm.conversation.dialogue import ChatFormat, Episode
+from llm.models.loading import tiny_char_tokenizer
+from llm.problems.task import Dialogue, RewardError, Task, TaskError
+from llm.problems.tasks import Problem, identity_of
+
+CHECK_MESSAGE_TOKENS = 6
+"""The longest message of a checked dialogue: a random model's text, kept short."""
+TINY_POSITIONS = 1024
+"""Positions of the tiny model (``llm.models.loading.tiny_llama``)."""
+
+
+@dataclass(frozen=True)
+class TaskCheck:
+    """What ``check_task`` found (every failure raises instead)."""
+
+    task: str
+    train_drawn: int
+    test_problems: int
+    dialogues: int
+    per_turn: bool
+    """Whether the reward gave one value per turn."""
+    reward_range: tuple[float, float]
+    score_range: tuple[float, float] | None
+    warnings: tuple[str, ...] = field(default=())
+
+    def lines(self) -> list[str]:
+        low, high = self.reward_range
+        kind = "per-turn" if self.per_turn else "one per dialogue"
+        lines = [
+            f"task {self.task!r}: {self.train_drawn} training problems drawn, "
+            f"{self.test_problems} held out; {self.dialogues} dialogues played on a tiny "
+            f"random model; rewards ({kind}) in [{low:g}, {high:g}]"
+            + (
+                f", held-out scores in [{self.score_range[0]:g}, {self.score_range[1]:g}]"
+                if self.score_range
+                else ""
+            )
+        ]
+        return lines + [f"warning: {w}" for w in self.warnings]
+
+
+def check_task(
+    task: Task,
+    config: RunConfig | None = None,
+    *,
+    draws: int = 200,
+    dialogues: int = 4,
+    seed: int = 0,
+) -> TaskCheck:
+    """Check ``task`` with the team of ``config`` (its agents, router, turns and roles; the
+    defaults when None) on a tiny random model; raises ``TaskError`` (``RewardError`` for the
+    reward, bonus or metric) with one line naming what failed. ``draws``: training problems
+    drawn for the split check; ``dialogues``: dialogues played of training and of test
+    problems each."""
+    from llm.training.builder import build, configured, with_roles
+
+    if not isinstance(task, Task):
+        raise TaskError(f"check_task: expected an llm.Task, got {type(task).__name__}")
+    config = with_roles(config or RunConfig(), task)
+    train = _drawn(task, draws, seed)
+    again = _drawn(task, draws, seed)
+    if [identity_of(p) for p in train] != [identity_of(p) for p in again]:
+        raise TaskError(
+            f"task {task.name!r}: two draws from generators of the same seed gave other "
+            "problems; draw from the generator given (rng), so that runs reproduce and resume"
+        )
+    test = list(task.test)
+    warnings = _split_warnings(task, train, test)
+    if not test:
+        warnings.append("no test problems: runs train without a held-out evaluation")
+    tiny = configured(
+        config,
+        {
+            "source": "tiny",
+            "sources": (),
+            "placement": "together",
+            "device": "cpu",
+            "rollout_shards": 0,
+            "max_new_tokens": CHECK_MESSAGE_TOKENS,
+            "prompts_per_batch": 1,
+            "group_size": max(2, dialogues),
+            "signal_groups": 0,
+        },
+    )
+    train_played = _fitting(tiny, train, "training", warnings)[:1]
+    test_played = _fitting(tiny, test, "test", warnings)[:1]
+    if not train_played + test_played:
+        raise TaskError(
+            f"task {task.name!r}: no problem fits the tiny model's {TINY_POSITIONS} positions; "
+            "the check cannot play a dialogue"
+        )
+    probe = dataclasses.replace(
+        task, train=tuple(train_played or test_played), test=tuple(test_played)
+    )
+    parts = build(tiny, progress=False, task=probe)
+    sampler = parts.sampler
+    started = [
+        Episode(problem, tuple(parts.chat.encode_prompt(problem.question)), route_seed)
+        for problem in (*train_played, *test_played)
+        for route_seed in range(dialogues)
+    ]
+    finished, _ = sampler.play(parts.team, started, seed=seed)
+    is_test = [False] * len(train_played) * dialogues + [True] * len(test_played) * dialogues
+    episodes = list(zip(is_test, finished, strict=True))
+    rewards: list[float] = []
+    scores: list[float] = []
+    per_turn: list[bool] = []
+    for held_out, episode in episodes:
+        dialogue = sampler.dialogue(episode)
+        first = task.returns(dialogue)
+        second = task.returns(_copy(dialogue))
+        if first != second:
+            raise RewardError(
+                f"reward of task {task.name!r} is not deterministic: it returned {first.value!r} "
+                f"then {second.value!r} for the same dialogue ({dialogue.one_line()}); seed any "
+                "randomness it uses from the dialogue"
+            )
+        rewards.append(task.training_reward(dialogue))
+        per_turn.append(first.per_turn is not None)
+        if held_out:
+            scores.append(task.score(dialogue))
+    if len(set(per_turn)) > 1:
+        raise RewardError(
+            f"reward of task {task.name!r} returned one float for some dialogues and one per "
+            "turn for others; return the same kind for every dialogue"
+        )
+    return TaskCheck(
+        task=task.name,
+        train_drawn=len(train),
+        test_problems=len(test),
+        dialogues=len(episodes),
+        per_turn=per_turn[0],
+        reward_range=(min(rewards), max(rewards)),
+        score_range=(min(scores), max(scores)) if scores else None,
+        warnings=tuple(warnings),
+    )
+
+
+def _drawn(task: Task, count: int, seed: int) -> list[Problem]:
+    try:
+        problems = task.draw(np.random.default_rng(seed), count)
+    except TaskError:
+        raise
+    except Exception as error:
+        text = str(error).splitlines()[0] if str(error) else ""
+        raise TaskError(
+            f"task {task.name!r}: drawing {count} training problems raised "
+            f"{type(error).__name__}: {text}"[:400]
+        ) from None
+    if len(problems) != count:
+        raise TaskError(
+            f"task {task.name!r}: asked for {count} training problems, the draw gave "
+            f"{len(problems)}"
+        )
+    for problem in problems:
+        _check_problem(task, problem, "training")
+    for problem in task.test:
+        _check_problem(task, problem, "test")
+    return problems
+
+
+def _check_problem(task: Task, problem: object, where: str) -> None:
+    if not isinstance(problem, Problem):
+        raise TaskError(
+            f"task {task.name!r}: a {where} problem is {type(problem).__name__} "
+            f"{problem!r:.60}; expected llm.Problem(question, answer, ...)"
+        )
+    if not isinstance(problem.question, str) or not problem.question.strip():
+        raise TaskError(f"task {task.name!r}: a {where} problem has no question: {problem!r:.80}")
+    if not isinstance(problem.answer, str):
+        raise TaskError(
+            f"task {task.name!r}: {where} problem {problem.question!r:.60} has answer "
+            f"{problem.answer!r:.40} ({type(problem.answer).__name__}); answers are text"
+        )
+    if not all(isinstance(note, str) for note in problem.notes):
+        raise TaskError(
+            f"task {task.name!r}: {where} problem {problem.question!r:.60} has notes "
+            f"{problem.notes!r:.60}; notes are one string per agent"
+        )
+
+
+def _split_warnings(task: Task, train: Sequence[Problem], test: Sequence[Problem]) -> list[str]:
+    """No drawn training problem may be a test problem where the task declares a split; where
+    it does not, the overlap is only reported."""
+    held_out = {identity_of(p) for p in test}
+    shared = sorted({identity_of(p) for p in train} & held_out)
+    if shared and task.split is not None:
+        raise TaskError(
+            f"task {task.name!r} declares a split, but {len(shared)} of its drawn training "
+            f"problems are test problems (e.g. {shared[0]!r:.60})"
+        )
+    if shared:
+        return [f"{len(shared)} training problems are also test problems (e.g. {shared[0]!r:.60})"]
+    return []
+
+
+def _fitting(
+    config: RunConfig, problems: Sequence[Problem], where: str, warnings: list[str]
+) -> list[Problem]:
+    """The problems whose dialogue fits the tiny model (its character tokenizer makes long
+    questions long: a real model's check is ``teamtr train --check``'s context check)."""
+    chat = _chat(config)
+    room = TINY_POSITIONS - config.sampler.turns * (
+        max(len(h) for h in chat.headers) + 1 + len(chat.closing) + config.sampler.longest_message
+    )
+    fitting = [p for p in problems if len(_prompt(chat, p)) <= room]
+    if problems and not fitting:
+        warnings.append(f"no {where} problem fits the tiny model; none was played")
+    return fitting
+
+
+def _chat(config: RunConfig) -> ChatFormat:
+    team = config.team
+    return ChatFormat.from_tokenizer(
+        tiny_char_tokenizer(), team.n_agents, team.system_prompt, team.role_prompts, team.policy_of
+    )
+
+
+def _prompt(chat: ChatFormat, problem: Problem) -> tuple[int, ...]:
+    return tuple(chat.encode_prompt(problem.question))
+
+
+def _copy(dialogue: Dialogue) -> Dialogue:
+    """The same dialogue as a new object (a reward that keeps state per object is caught)."""
+    return Dialogue(dialogue.problem, tuple(dialogue.messages), tuple(dialogue.speakers))
