@@ -93,7 +93,13 @@ class TeamSettings:
     def __post_init__(self) -> None:
         if not 1 <= self.n_agents <= MAX_AGENTS:
             raise ValueError(f"n_agents must be >= 1 and <= {MAX_AGENTS}, got {self.n_agents}")
-        if self.role_prompts and len(self.role_prompts) != self.n_agents:
+        # The default roles are left to the cross-section check (``_check_team``), which
+        # knows whether the task brings roles of its own.
+        if (
+            self.role_prompts
+            and self.role_prompts != DEFAULT_ROLE_PROMPTS
+            and len(self.role_prompts) != self.n_agents
+        ):
             raise ValueError(
                 f"role_prompts needs {self.n_agents} entries, got {len(self.role_prompts)}"
                 + DEFAULT_ROLES_HINT * (self.role_prompts == DEFAULT_ROLE_PROMPTS)
@@ -739,7 +745,19 @@ def _read_toml_chain(path: Path, seen: tuple[Path, ...]) -> tuple[dict[str, Any]
         raise ConfigError(f"{path}: {EXTENDS} = {parent!r} makes a cycle")
     base, base_text = _read_toml_chain(parent_path, (*seen, parent_path))
     config_from_dict(base, str(parent_path), base_text)  # the parent is valid on its own
+    task = base.get("task")
+    if isinstance(task, dict) and "directory" not in task and _reads_files(task):
+        # The parent names the task's code or data: they lie next to the parent, not to the
+        # file that extends it (a child may name a directory of its own).
+        base["task"] = {**task, "directory": str(parent_path.parent)}
     return _merged(base, data), text
+
+
+def _reads_files(task: dict[str, Any]) -> bool:
+    """Whether a ``[task]`` table names code or data files of its own folder."""
+    return task.get("kind") in ("python", "dataset") or bool(
+        task.get("reward") or task.get("metric")
+    )
 
 
 PACKAGED_CONFIGS = Path(__file__).resolve().parents[1] / "configs"
@@ -788,8 +806,7 @@ def with_task_directory(config: RunConfig, path: Path) -> RunConfig:
     files of its own: the folder of the config file ``path`` when unset, or the one it names
     relative to that folder. A run directory's
     config.json keeps it, so a resumed run finds the same modules and files."""
-    task = config.task
-    if not (task.kind in ("python", "dataset") or task.reward or task.metric):
+    if not _reads_files(dataclasses.asdict(config.task)):
         return config  # a built-in task reads no code and no file of its own folder
     folder = path.resolve().parent
     directory = str((folder / config.task.directory).resolve())

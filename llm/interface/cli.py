@@ -192,14 +192,15 @@ def _checked(args: argparse.Namespace, config) -> int:
     checks were made by ``_train_config``)."""
     from llm.training.builder import configured_task
     from llm.training.task_check import check_task
-    from llm.training.train import check_training
+    from llm.training.train import check_training, user_code
 
     if args.resume is None:
         check_training(config, Path(args.config).stem, task_check=False)
-        # The task played on a tiny random model: its reward and metric called on real
-        # dialogues, before the real model would load.
-        for line in check_task(configured_task(config), config).lines():
-            print(line)
+        if user_code(config):
+            # One's own task played on a tiny random model: its reward and metric called on
+            # real dialogues, before the real model would load.
+            for line in check_task(configured_task(config), config).lines():
+                print(line)
     return 0
 
 

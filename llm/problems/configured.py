@@ -98,9 +98,9 @@ def _import(module_name: str, directory: str, key: str) -> ModuleType:
         if local.is_file():
             # The file next to the config, even when a module of that name was imported from
             # elsewhere before (two examples may both have a my_reward.py).
-            cached = sys.modules.get(module_name)
-            if cached is not None and _file_of(cached) != local.resolve():
-                del sys.modules[module_name]
+            # Read afresh every time: a run resumed in the same process after its reward was
+            # fixed must not keep the broken one.
+            sys.modules.pop(module_name, None)
             importlib.invalidate_caches()  # a file written since the last import is seen
             sys.path.insert(0, str(folder.resolve()))
             try:
@@ -123,11 +123,6 @@ def _import(module_name: str, directory: str, key: str) -> ModuleType:
         raise ConfigError(
             f"{key}: importing {module_name!r} raised {type(error).__name__}: {text}"[:400]
         ) from None
-
-
-def _file_of(module: ModuleType) -> Path | None:
-    name = getattr(module, "__file__", None)
-    return Path(name).resolve() if name else None
 
 
 def _from_factory(settings: TaskSettings) -> Task:

@@ -91,12 +91,15 @@ def final_answer_reward(dialogue: Dialogue) -> float:
 
 @dataclass(frozen=True)
 class FormatBonus:
-    """``weight`` when the final answer is well formed (``Grade.well_formed``): what
-    ``[task] format_reward`` adds to a training dialogue's return."""
+    """``weight`` when the final answer is well formed (``Grade.well_formed``) against a
+    reference math-verify parses: what ``[task] format_reward`` adds to a training dialogue's
+    return."""
 
     weight: float
 
     def __call__(self, dialogue: Dialogue) -> float:
+        if not reference_parses(dialogue.problem.answer):
+            return 0.0  # no number to be well formed against
         return self.weight if verdict_of(dialogue).well_formed else 0.0
 
 
