@@ -305,7 +305,9 @@ def configured(config: RunConfig, settings: dict[str, Any]) -> RunConfig:
     return result
 
 
-def _configured_for(config: RunConfig, settings: dict[str, Any], task: Task | None) -> RunConfig:
+def configured_for_task(
+    config: RunConfig, settings: dict[str, Any], task: Task | None
+) -> RunConfig:
     """``configured``, where a task of one's own may bring its roles: the default two-agent
     role prompts and message lengths then give way to the task's before the check."""
     if task is None or task.roles is None:
@@ -339,7 +341,7 @@ def build_team(
         config = load_config(config)
     if task is not None and not isinstance(task, Task):
         raise TaskError(f"build_team: task must be an llm.Task, got {type(task).__name__}")
-    parts = build(_configured_for(config, settings, task), task=task)
+    parts = build(configured_for_task(config, settings, task), task=task)
     return TeamParts(
         parts.team, parts.sampler, parts.updater, EpisodicPenalty(parts.config.sampler.turns)
     )

@@ -72,16 +72,22 @@ def check_task(
     dialogues: int = 4,
     seed: int = 0,
 ) -> TaskCheck:
-    """Check ``task`` with the team of ``config`` (its agents, router, turns and roles; the
-    defaults when None) on a tiny random model; raises ``TaskError`` (``RewardError`` for the
+    """Check ``task`` with the team of ``config`` (its agents, router, turns and roles; when
+    None, the defaults with one agent per role of the task) on a tiny random model; raises ``TaskError`` (``RewardError`` for the
     reward, bonus or metric) with one line naming what failed. ``draws``: training problems
     drawn for the split check; ``dialogues``: dialogues played of training and of test
     problems each."""
-    from llm.training.builder import build, configured, with_roles
+    from llm.training.builder import build, configured, configured_for_task, with_roles
 
     if not isinstance(task, Task):
         raise TaskError(f"check_task: expected an llm.Task, got {type(task).__name__}")
-    config = with_roles(config or RunConfig(), task)
+    if config is None:
+        config = RunConfig()
+        if task.roles is not None and task.roles.role_prompts is not None:
+            # No run to take the team from: as many agents as the task has roles, each once.
+            n = len(task.roles.role_prompts)
+            config = configured_for_task(config, {"n_agents": n, "turns": n}, task)
+    config = with_roles(config, task)
     train = _drawn(task, draws, seed)
     again = _drawn(task, draws, seed)
     if [identity_of(p) for p in train] != [identity_of(p) for p in again]:
