@@ -159,17 +159,27 @@ def test_the_cap_on_extra_draws_is_respected(chat, team):
     assert capped.groups_drawn == 3
 
 
-def test_prefix_reuse_gives_way_to_fresh_filtered_draws(chat, team):
-    """A filtered batch's prefixes are not samples of the next team: with the filter on, the
-    resample of an intermediate team draws fresh groups, filtered alike."""
+def test_a_filtered_draw_lends_the_prefixes_of_every_group_it_played(chat, team):
+    """The resample of an intermediate team replays the filter over the previous draw's pool:
+    each round continues the prefixes of the previous round in its place (cut before the
+    updated agent's first turn) and plays fresh groups beyond it."""
     on = sampler(chat, signal_groups=2, max_draws=6)
-    twin = sampler(chat, signal_groups=2, max_draws=6)
     changed = perturb_agent(team, 1, 0.5, seed=1)
     first = on.sample(team)
-    assert same_rollouts(first, twin.sample(team))
+    assert len(first.pool) == first.groups_drawn * 3  # every group played, kept or not
+    kept = {id(e) for e in first.episodes}
+    assert kept <= {id(e) for e in first.pool}
     again = on.sample(changed, previous=first, updated_agent=1)
-    assert again.reused_turns == 0
-    assert same_rollouts(again, twin.sample(changed))
+    pooled = min(again.groups_drawn, first.groups_drawn) * 3
+    # Agent 1 speaks second: each pooled dialogue keeps its first turn, and only that.
+    assert again.reused_turns == pooled
+    for old, new in zip(first.pool[:pooled], again.pool[:pooled], strict=True):
+        assert new.turns[0] == old.turns[0] and new.problem == old.problem
+    fresh = sampler(chat, signal_groups=2, max_draws=6).sample(changed)
+    turns = 2 * fresh.groups_drawn * 3  # every message of a fresh draw is generated
+    assert again.generated_tokens < sum(len(t.message) for e in again.pool for t in e.turns)
+    assert fresh.generated_tokens == sum(len(t.message) for e in fresh.pool for t in e.turns)
+    assert turns == sum(len(e.turns) for e in fresh.pool)
     assert again.held_signal_groups >= min(2, again.groups_with_signal)
 
 
