@@ -1,4 +1,4 @@
-"""The reward of the proposer/verifier example: the verifier's final word is the answer."""
+"""The reward of the proposer/verifier example: the verifier names the answer, and only it."""
 
 import string
 
@@ -8,10 +8,10 @@ def words(text):
 
 
 def score(dialogue):
-    """1 for the answer alone, 0.5 for the answer among other words (a signal to learn from)."""
+    """1 / (words said) when the answer is among the verifier's words: the answer alone earns
+    1, the answer inside a sentence of six words 1/6 (a signal while replies are long)."""
     said = words(dialogue.final)
-    answer = dialogue.problem.answer.lower()
-    return 1.0 if said == [answer] else 0.5 if answer in said else 0.0
+    return 1 / len(said) if dialogue.problem.answer.lower() in said else 0.0
 
 
 def exact(dialogue):
