@@ -208,3 +208,65 @@ def test_the_own_task_config_and_reward_pass_the_check(tmp_path):
         env=environment,
     )
     assert out.returncode == 0, out.stderr[-3000:]
+
+
+def own_task_folder(tmp_path: Path) -> str:
+    """The README's config and reward with a small data set in ``tmp_path``; the config."""
+    section = own_task_section()
+    (config,) = blocks("toml", section)
+    (tmp_path / "my_reward.py").write_text(blocks("py", section)[0])
+    for name, numbers in (("train.jsonl", range(1, 21)), ("test.jsonl", range(21, 31))):
+        lines = [
+            json.dumps({"question": f"What is {n} + 1?", "answer": str(n + 1)}) for n in numbers
+        ]
+        (tmp_path / name).write_text("\n".join(lines) + "\n")
+    return config
+
+
+def test_the_own_task_commands_train_and_evaluate_on_the_tiny_model(tmp_path):
+    """``teamtr train --config my_team.toml`` and ``teamtr eval --run ...`` as the README shows
+    them, on the tiny model (one stage of small batches)."""
+    own_task_api()
+    tiny = '[model]\nsource = "tiny"\n[sampler]\nprompts_per_batch = 2\ngroup_size = 2\n'
+    tiny += 'max_new_tokens = 4\n[stage]\nstages = 1\n[run]\nname = "mine"\n'
+    (tmp_path / "my_team.toml").write_text(own_task_folder(tmp_path) + tiny)
+    section = own_task_section()
+    commands = [
+        line.split("#")[0].split()
+        for block in blocks("bash", section)
+        for line in block.splitlines()
+        if line.startswith("teamtr ")
+    ]
+    assert [c[:2] for c in commands] == [["teamtr", "train"]] * 2 + [["teamtr", "eval"]]
+    environment = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    for command in commands:
+        command = [a.replace("runs/<name>", "runs/mine") for a in command]
+        out = subprocess.run(
+            [sys.executable, "-m", *command, "--no-progress"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env=environment,
+        )
+        assert out.returncode == 0, (command, out.stderr[-3000:])
+    assert 0 <= json.loads((tmp_path / "eval.json").read_text())["accuracy"] <= 1
+
+
+def test_the_own_task_python_program_runs_on_the_tiny_model(tmp_path):
+    own_task_api()
+    own_task_folder(tmp_path)
+    program = blocks("py", own_task_section())[1]
+    assert program.count('source="smollm2"') == 1
+    code = program.replace('source="smollm2"', 'source="tiny"') + "\nprint(len(report.records))\n"
+    environment = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": f"{ROOT}:{tmp_path}"}
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=environment,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split()[-1] == "2"  # one update per agent of the two-agent team
