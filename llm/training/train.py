@@ -21,15 +21,17 @@ import json
 import math
 import os
 import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from llm.common import profiling
 from llm.common.collective import Collective
 from llm.common.config import ConfigError, RunConfig, load_config
-from llm.sampling.sampler import DialogueRollouts
+from llm.models.agents import LoraTeam
 from llm.training.builder import Components, build, configured_task
 from llm.training.checkpoint import (
     CHECKPOINTS,
@@ -57,6 +59,7 @@ from llm.training.preflight import (
     require_writable_directory,
 )
 from llm.training.progress import StageProgress
+from llm.training.records import RunPosition, StageMetrics, final_summary, log_scalars
 from llm.training.rundir import (
     RunFailed,
     TrainingInterrupted,
@@ -74,54 +77,9 @@ from llm.training.rundir import (
 from llm.training.runlock import RunLock
 from llm.training.runlock import acquire as acquire_run_lock
 from llm.training.task_check import check_task
-from llm.update.updater import non_finite_quantity
 from teamtr.penalty import EpisodicPenalty
-from teamtr.reports import StageReport, UpdateRecord
+from teamtr.reports import UpdateRecord
 from teamtr.stage import run_stage
-
-
-def stage_metrics(
-    stage: int, report: StageReport, seconds: float, cpu_seconds: float
-) -> dict[str, Any]:
-    calls: tuple[DialogueRollouts, ...] = report.sampled_rollouts
-    first = calls[0] if calls else None
-    return {
-        "stage": stage,
-        "scheme": report.scheme,
-        "order": list(report.order),
-        "certificate": report.certificate,
-        "train_reward": first.mean_reward if first else None,
-        "train_parse_failure_rate": first.parse_failure_rate if first else None,
-        # TeamTR samples again after every update: the intermediate teams' rewards, in order.
-        "rollout_rewards": [c.mean_reward for c in calls],
-        "generated_tokens": sum(c.generated_tokens for c in calls),
-        "reused_turns": sum(c.reused_turns for c in calls),
-        # Groups played (dynamic sampling's discarded ones included), those among them with
-        # differing rewards, and those each batch handed to the updater holds.
-        "groups_drawn": sum(c.groups_drawn for c in calls),
-        "groups_with_signal": sum(c.groups_with_signal for c in calls),
-        "batch_signal_groups": [c.held_signal_groups for c in calls],
-        "sampling_seconds": sum(c.wall_seconds for c in calls),
-        "wall_seconds": seconds,
-        # This process's CPU time for the stage (sampling and updates; the held-out evaluation
-        # after it is not counted): the x axis of a learning curve against training compute.
-        "cpu_seconds": cpu_seconds,
-        "updates": [
-            {
-                "agent": r.agent,
-                "kept": r.kept,
-                "accepted": r.update.accepted,
-                "surrogate": r.update.surrogate,
-                "kl": r.update.kl,
-                "kl_quantile": r.update.kl_quantile,
-                "backtracks": r.update.backtracks,
-                "non_finite": non_finite_quantity(r.update),
-                "penalty": r.penalty,
-                "certificate": r.certificate,
-            }
-            for r in report.records
-        ],
-    }
 
 
 # -- training --------------------------------------------------------------------------------------
@@ -301,212 +259,195 @@ class _NoWriter:
         pass
 
 
+@contextmanager
+def _tensorboard(run_dir: Path, start_stage: int, writes: bool) -> Iterator[Any]:
+    """The run's TensorBoard writer. Closed on leaving: at the end of a run, inside the run's
+    error handling, so that a write that failed in the writer's thread (a full disk) is the
+    run's one error, before "finished"; after an error, quietly (that error is reported)."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    # purge_step drops TensorBoard points of stages that are about to be run again.
+    writer = (
+        SummaryWriter(str(run_dir / "tensorboard"), purge_step=start_stage or None)
+        if writes
+        else _NoWriter()
+    )
+    try:
+        yield writer
+    except BaseException:
+        with suppress(OSError):  # its directory is gone or full: the failure is reported
+            writer.close()
+        raise
+    writer.close()
+
+
 def _run(parts: Components, run_dir: Path, start: ResumePoint, progress: bool) -> Path:
     """Stages ``start.stage`` onwards; ``start`` is the state to continue from."""
-    config = parts.config
-    sampler_rng = parts.sampler.rng
-    resume_point = start
-    position = {"stage": start.stage, "updates_done": 0}
-    writer = None
-    bar: StageProgress | None = None
-    identity = directory_identity(run_dir)
+    return _Run(parts, run_dir, start).run(progress)
 
-    def require_run_directory() -> None:
-        """A deleted (or replaced) run directory is never recreated half-empty."""
-        if parts.writes_files and directory_identity(run_dir) != identity:
-            raise FileNotFoundError(errno.ENOENT, "run directory deleted", str(run_dir))
 
-    def note_update(record: UpdateRecord) -> None:
-        position["updates_done"] = record.position + 1
+class _Run:
+    """A run of stages from a resume point: the loop (``run``), one stage (``stage``), and
+    what is saved when it stops. Only the process that writes the run (rank 0 of a
+    data-parallel run) writes files; every rank runs the same stages."""
 
-    writes = parts.writes_files
-    together = parts.collective
+    def __init__(self, parts: Components, run_dir: Path, start: ResumePoint) -> None:
+        self.parts = parts
+        self.config = parts.config
+        self.run_dir = run_dir
+        self.writes = parts.writes_files
+        self.identity = directory_identity(run_dir)
+        self.start = start
+        self.position = RunPosition(start.stage)
+        self.resume_point = start
+        """The state at the start of the stage in progress: what an interrupt saves."""
+        self.metrics_lines = list(start.metrics_lines)
+        self.last: StageMetrics | None = None
+        self.checkpoint: Path | None = None
+        run = self.config.run
+        self.budget_seconds = 60.0 * run.time_budget_minutes
+        self.clock = time.process_time if run.budget_clock == "cpu" else time.perf_counter
+        self.run_started = self.clock() - start.elapsed_seconds
+        self.penalty = EpisodicPenalty(self.config.sampler.turns)
 
-    def save(point: ResumePoint) -> Path:
-        if not writes:  # rank 0 saves; the others only say where
-            return run_dir / CHECKPOINTS / f"{STAGE_PREFIX}{point.stage}"
-        require_run_directory()
-        with signals_deferred(reraise=False):
-            return write_checkpoint(run_dir, point)
+    def run(self, progress: bool) -> Path:
+        config, start = self.config, self.start
+        try:
+            team = start.restore(self.parts.team, self.parts.updater, self.parts.sampler.rng)
+            if self.writes:  # lines after the checkpoint belong to stages run again
+                lines = "".join(line + "\n" for line in self.metrics_lines)
+                write_atomically(self.run_dir / "metrics.jsonl", lines.encode())
+            metrics_path = self.run_dir / "metrics.jsonl" if self.writes else Path(os.devnull)
+            with ExitStack() as opened:
+                bar = StageProgress(
+                    scheme=config.stage.scheme,
+                    stages=config.stage.stages,
+                    start_stage=start.stage,
+                    budget_seconds=self.budget_seconds,
+                    elapsed_seconds=start.elapsed_seconds,
+                    enabled=progress and self.writes,
+                )
+                opened.callback(bar.close)
+                opened.enter_context(sigterm_interrupts())
+                opened.enter_context(writer_thread_errors_folded())
+                writer = opened.enter_context(_tensorboard(self.run_dir, start.stage, self.writes))
+                metrics = opened.enter_context(metrics_path.open("a"))
+                for stage in range(start.stage, config.stage.stages):
+                    team, last = self.stage(stage, team, metrics, writer, bar)
+                    if last:
+                        break
+            if self.writes:
+                summary = final_summary(self.resume_point.stage, self.last, self.checkpoint)
+                log_event(self.run_dir, "finished", **summary)
+        except KeyboardInterrupt:
+            checkpoint = self.save(self.resume_point)
+            if self.writes:
+                log_event(
+                    self.run_dir,
+                    "interrupted",
+                    **self.position.fields(),
+                    checkpoint=checkpoint.name,
+                    resumes_at={"stage": self.resume_point.stage, "update": 0},
+                )
+            raise TrainingInterrupted(self.run_dir, checkpoint) from None
+        except RunDirectoryError as error:  # the checkpoint does not fit the run: nothing to save
+            if self.writes:
+                log_failure(
+                    self.run_dir, error_line(error), **self.position.fields(), checkpoint=None
+                )
+            raise
+        except Exception as error:
+            fields = self.position.fields()
+            record_failure(self.run_dir, error, fields, self.resume_point, self.save, self.writes)
+            raise
+        return self.run_dir
 
-    try:
-        from torch.utils.tensorboard import SummaryWriter
-
-        team = start.restore(parts.team, parts.updater, sampler_rng)
-        metrics_lines = list(start.metrics_lines)
-        # Lines after the checkpoint belong to stages that will be run again.
-        lines = "".join(x + "\n" for x in metrics_lines)
-        if writes:
-            write_atomically(run_dir / "metrics.jsonl", lines.encode())
-        penalty = EpisodicPenalty(config.sampler.turns)
-        # purge_step drops TensorBoard points of stages that are about to be run again.
-        writer = (
-            SummaryWriter(str(run_dir / "tensorboard"), purge_step=start.stage or None)
-            if writes
-            else _NoWriter()
-        )
-        stages = config.stage.stages
-        budget_seconds = 60.0 * config.run.time_budget_minutes
-        clock = time.process_time if config.run.budget_clock == "cpu" else time.perf_counter
-        run_started = clock() - start.elapsed_seconds
-        bar = StageProgress(
-            scheme=config.stage.scheme,
-            stages=stages,
-            start_stage=start.stage,
-            budget_seconds=budget_seconds,
-            elapsed_seconds=start.elapsed_seconds,
-            enabled=progress and writes,
-        )
-        metrics_path = run_dir / "metrics.jsonl" if writes else Path(os.devnull)
-        record: dict[str, Any] | None = None
-        checkpoint: Path | None = None
-        with (
-            sigterm_interrupts(),
-            writer_thread_errors_folded(),
-            metrics_path.open("a") as metrics,
-        ):
-            for stage in range(start.stage, stages):
-                with profiling.section("checkpoint"):  # the run directory is still there
-                    require_run_directory()
-                position.update(stage=stage, updates_done=0)
-                started = time.perf_counter()
-                cpu_started = time.process_time()
-                # Exclusive of the sampler's and updater's own sections: the certificate
-                # (Thm 3.4/3.6 arithmetic on the updates' measurements) and the loop's bookkeeping.
-                with profiling.section("certificate and stage loop"):
-                    report, team = run_stage(
-                        team,
-                        parts.sampler,
-                        parts.updater,
-                        config.stage,
-                        penalty,
-                        stage_index=stage,
-                        on_update=note_update,
-                    )
-                with profiling.section("logging"):
-                    record = stage_metrics(
-                        stage,
-                        report,
-                        time.perf_counter() - started,
-                        time.process_time() - cpu_started,
-                    )
-                elapsed = clock() - run_started
-                out_of_time = budget_seconds > 0 and elapsed >= budget_seconds
-                if together is not None:  # rank 0's clock decides for every rank
-                    out_of_time = together.broadcast(out_of_time)
-                    replicas_agree(together, team.policies)
-                last = stage == stages - 1 or out_of_time
-                if (
-                    config.run.eval_every
-                    and ((stage + 1) % config.run.eval_every == 0 or last)
-                    and parts.test_problems
-                ):
-                    record["eval"] = evaluate_team(
-                        team, parts.sampler, parts.test_problems, collective=together
-                    )
-                with profiling.section("logging"):
-                    require_run_directory()
-                    line = json.dumps(record)
-                    metrics.write(line + "\n")
-                    metrics.flush()
-                    metrics_lines.append(line)
-                with profiling.section("checkpoint"):
-                    resume_point = ResumePoint.capture(
-                        stage + 1,
-                        team,
-                        parts.updater,
-                        sampler_rng,
-                        tuple(metrics_lines),
-                        clock() - run_started,
-                        finished=last,
-                    )
-                with profiling.section("logging"):
-                    log_scalars(writer, stage, record)
-                if writes and (
-                    last
-                    or (
-                        config.run.checkpoint_every
-                        and (stage + 1) % config.run.checkpoint_every == 0
-                    )
-                ):
-                    require_run_directory()
-                    with profiling.section("checkpoint"), signals_deferred():
-                        checkpoint = write_checkpoint(run_dir, resume_point)
-                with profiling.section("logging"):
-                    bar.stage_done(
-                        stage,
-                        clock() - run_started,
-                        record["wall_seconds"],
-                        record["train_reward"] if record["train_reward"] is not None else math.nan,
-                        report.certificate,
-                    )
-                if last:
-                    break
-            # Closed here, not only below: a TensorBoard write that failed in its thread (a
-            # full disk) surfaces now, as the run's one error, not after "finished".
-            closing, writer = writer, None
-            closing.close()
-        if writes:
-            log_event(run_dir, "finished", **final_summary(resume_point.stage, record, checkpoint))
-    except KeyboardInterrupt:
-        checkpoint = save(resume_point)
-        if writes:
-            log_event(
-                run_dir,
-                "interrupted",
-                **position,
-                checkpoint=checkpoint.name,
-                resumes_at={"stage": resume_point.stage, "update": 0},
+    def stage(
+        self, stage: int, team: LoraTeam, metrics: TextIO, writer: Any, bar: StageProgress
+    ) -> tuple[LoraTeam, bool]:
+        """Stage ``stage``: the core loop's stage, its metrics and evaluation, the resume
+        point after it (saved every ``checkpoint_every`` stages and after the last); returns
+        the new team and whether the run ends here."""
+        config, parts = self.config, self.parts
+        with profiling.section("checkpoint"):  # the run directory is still there
+            self.require_run_directory()
+        self.position = RunPosition(stage)
+        started, cpu_started = time.perf_counter(), time.process_time()
+        # Exclusive of the sampler's and updater's own sections: the certificate (Thm
+        # 3.4/3.6 arithmetic on the updates' measurements) and the loop's bookkeeping.
+        with profiling.section("certificate and stage loop"):
+            report, team = run_stage(
+                team,
+                parts.sampler,
+                parts.updater,
+                config.stage,
+                self.penalty,
+                stage_index=stage,
+                on_update=self.note_update,
             )
-        raise TrainingInterrupted(run_dir, checkpoint) from None
-    except RunDirectoryError as error:  # the checkpoint does not fit the run: nothing to save
-        if writes:
-            log_failure(run_dir, error_line(error), **position, checkpoint=None)
-        raise
-    except Exception as error:
-        record_failure(run_dir, error, position, resume_point, save, writes=writes)
-        raise
-    finally:
-        if bar is not None:
-            bar.close()
-        if writer is not None:
-            try:
-                writer.close()
-            except OSError:  # its directory is gone or full: the failure is already reported
-                pass
-    return run_dir
+        with profiling.section("logging"):
+            record = StageMetrics.of(
+                stage, report, time.perf_counter() - started, time.process_time() - cpu_started
+            )
+        elapsed = self.clock() - self.run_started
+        out_of_time = self.budget_seconds > 0 and elapsed >= self.budget_seconds
+        together = parts.collective
+        if together is not None:  # rank 0's clock decides for every rank
+            out_of_time = together.broadcast(out_of_time)
+            replicas_agree(together, team.policies)
+        last = stage == config.stage.stages - 1 or out_of_time
+        every = config.run.eval_every
+        if every and ((stage + 1) % every == 0 or last) and parts.test_problems:
+            evaluation = evaluate_team(
+                team, parts.sampler, parts.test_problems, collective=together
+            )
+            record = replace(record, eval=evaluation)
+        with profiling.section("logging"):
+            self.require_run_directory()
+            line = json.dumps(record.as_json())
+            metrics.write(line + "\n")
+            metrics.flush()
+            self.metrics_lines.append(line)
+        with profiling.section("checkpoint"):
+            self.resume_point = ResumePoint.capture(
+                stage + 1,
+                team,
+                parts.updater,
+                parts.sampler.rng,
+                tuple(self.metrics_lines),
+                self.clock() - self.run_started,
+                finished=last,
+            )
+        with profiling.section("logging"):
+            log_scalars(writer, record)
+        saves = config.run.checkpoint_every
+        if self.writes and (last or (saves and (stage + 1) % saves == 0)):
+            self.require_run_directory()
+            with profiling.section("checkpoint"), signals_deferred():
+                self.checkpoint = write_checkpoint(self.run_dir, self.resume_point)
+        with profiling.section("logging"):
+            reward = record.train_reward if record.train_reward is not None else math.nan
+            bar.stage_done(
+                stage,
+                self.clock() - self.run_started,
+                record.wall_seconds,
+                reward,
+                report.certificate,
+            )
+        self.last = record
+        return team, last
 
+    def note_update(self, record: UpdateRecord) -> None:
+        self.position.updates_done = record.position + 1
 
-def final_summary(
-    stages: int, record: dict[str, Any] | None, checkpoint: Path | None
-) -> dict[str, Any]:
-    """The fields of a "finished" event: stages done, the last stage's metrics (and its
-    evaluation), the checkpoint to evaluate or resume from."""
-    metrics = {}
-    if record is not None:
-        keys = ("certificate", "train_reward", "train_parse_failure_rate", "eval")
-        metrics = {key: record[key] for key in keys if key in record}
-    return {
-        "stages": stages,
-        "metrics": metrics,
-        "checkpoint": str(checkpoint) if checkpoint is not None else None,
-    }
+    def require_run_directory(self) -> None:
+        """A deleted (or replaced) run directory is never recreated half-empty."""
+        if self.writes and directory_identity(self.run_dir) != self.identity:
+            raise FileNotFoundError(errno.ENOENT, "run directory deleted", str(self.run_dir))
 
-
-def log_scalars(writer: Any, stage: int, record: dict[str, Any]) -> None:
-    for key in (
-        "certificate",
-        "train_reward",
-        "train_parse_failure_rate",
-        "generated_tokens",
-        "groups_drawn",
-        "groups_with_signal",
-        "wall_seconds",
-    ):
-        if record[key] is not None:
-            writer.add_scalar(f"stage/{key}", record[key], stage)
-    for update in record["updates"]:
-        for key in ("surrogate", "kl", "backtracks"):
-            writer.add_scalar(f"agent{update['agent']}/{key}", update[key], stage)
-    for key, value in record.get("eval", {}).items():
-        writer.add_scalar(f"eval/{key}", value, stage)
+    def save(self, point: ResumePoint) -> Path:
+        if not self.writes:  # rank 0 saves; the others only say where
+            return self.run_dir / CHECKPOINTS / f"{STAGE_PREFIX}{point.stage}"
+        self.require_run_directory()
+        with signals_deferred(reraise=False):
+            return write_checkpoint(self.run_dir, point)
