@@ -365,9 +365,8 @@ class _Run:
     def stage(
         self, stage: int, team: LoraTeam, metrics: TextIO, writer: Any, bar: StageProgress
     ) -> tuple[LoraTeam, bool]:
-        """Stage ``stage``: the core loop's stage, its metrics and evaluation, the resume
-        point after it (saved every ``checkpoint_every`` stages and after the last); returns
-        the new team and whether the run ends here."""
+        """Stage ``stage``: the core loop's stage, its metrics and evaluation, then what it
+        leaves (``keep``); returns the new team and whether the run ends here."""
         config, parts = self.config, self.parts
         with profiling.section("checkpoint"):  # the run directory is still there
             self.require_run_directory()
@@ -402,29 +401,7 @@ class _Run:
                 team, parts.sampler, parts.test_problems, collective=together
             )
             record = replace(record, eval=evaluation)
-        with profiling.section("logging"):
-            self.require_run_directory()
-            line = json.dumps(record.as_json())
-            metrics.write(line + "\n")
-            metrics.flush()
-            self.metrics_lines.append(line)
-        with profiling.section("checkpoint"):
-            self.resume_point = ResumePoint.capture(
-                stage + 1,
-                team,
-                parts.updater,
-                parts.sampler.rng,
-                tuple(self.metrics_lines),
-                self.clock() - self.run_started,
-                finished=last,
-            )
-        with profiling.section("logging"):
-            log_scalars(writer, record)
-        saves = config.run.checkpoint_every
-        if self.writes and (last or (saves and (stage + 1) % saves == 0)):
-            self.require_run_directory()
-            with profiling.section("checkpoint"), signals_deferred():
-                self.checkpoint = write_checkpoint(self.run_dir, self.resume_point)
+        self.keep(record, team, last, metrics, writer)
         with profiling.section("logging"):
             reward = record.train_reward if record.train_reward is not None else math.nan
             bar.stage_done(
@@ -434,8 +411,37 @@ class _Run:
                 reward,
                 report.certificate,
             )
-        self.last = record
         return team, last
+
+    def keep(
+        self, record: StageMetrics, team: LoraTeam, last: bool, metrics: TextIO, writer: Any
+    ) -> None:
+        """What a finished stage leaves: its line of metrics.jsonl, the resume point after it
+        (on disk every ``checkpoint_every`` stages and after the last), its scalars."""
+        parts, saves = self.parts, self.config.run.checkpoint_every
+        with profiling.section("logging"):
+            self.require_run_directory()
+            line = json.dumps(record.as_json())
+            metrics.write(line + "\n")
+            metrics.flush()
+            self.metrics_lines.append(line)
+        with profiling.section("checkpoint"):
+            self.resume_point = ResumePoint.capture(
+                record.stage + 1,
+                team,
+                parts.updater,
+                parts.sampler.rng,
+                tuple(self.metrics_lines),
+                self.clock() - self.run_started,
+                finished=last,
+            )
+        with profiling.section("logging"):
+            log_scalars(writer, record)
+        if self.writes and (last or (saves and (record.stage + 1) % saves == 0)):
+            self.require_run_directory()
+            with profiling.section("checkpoint"), signals_deferred():
+                self.checkpoint = write_checkpoint(self.run_dir, self.resume_point)
+        self.last = record
 
     def note_update(self, record: UpdateRecord) -> None:
         self.position.updates_done = record.position + 1
