@@ -381,8 +381,9 @@ class DialogueSampler:
         self.chat = chat
         self.router = router
         self.task = task if isinstance(task, Task) else Task(task)
-        """Where problems come from and how finished dialogues are rewarded (a bare problem
-        source gets the default reward: the final answer, by math-verify)."""
+        """Where problems come from and how finished dialogues are rewarded. A bare problem
+        source gets the default reward (the final answer, by math-verify): a sampler for a
+        task with a reward of its own (the chain's) must be given the task itself."""
         self.settings = settings
         self.reuse_work = reuse_work
         """Score each group's prompt once (``llm.logprobs.scoring.message_logits``; the updater must do

@@ -214,7 +214,7 @@ def measure_unit(
     """One stage of each scheme from the same starting team; every metric of both."""
     from llm.conversation.router import make_router
     from llm.sampling.sampler import DialogueSampler
-    from llm.training.builder import build, problem_sources
+    from llm.training.builder import build
     from llm.update.drift import agent_message_kls, surrogate_on
     from llm.update.updater import TrustRegionUpdater
     from teamtr import StageConfig
@@ -224,7 +224,7 @@ def measure_unit(
     config = unit_config(settings, n_agents, seed)
     parts = build(config, progress=False)
     chat, start = parts.chat, parts.team
-    draw = problem_sources(config)[0]
+    task = parts.sampler.task  # the chain's problems and its per-turn reward
     chunk = config.sampler.score_chunk
     router = make_router("fixed", n_agents)
     temperature = config.sampler.temperature
@@ -232,7 +232,7 @@ def measure_unit(
     schemes: dict[str, Any] = {}
     for scheme in SCHEMES:
         # The same seeds for both schemes: the same first batch from the same team.
-        sampler = DialogueSampler(chat, router, draw, config.sampler)
+        sampler = DialogueSampler(chat, router, task, config.sampler)
         updater = TrustRegionUpdater(chat, config.updater, score_chunk=chunk)
         stage_config = StageConfig(scheme=scheme, radius=radius, order="fixed")
         cpu = time.process_time()
@@ -249,10 +249,10 @@ def measure_unit(
         # update where it is applied (its gaps are 0 by construction): one batch of pi_hat^n.
         plain = dataclasses.replace(config.sampler, signal_groups=0)  # samples of P_team
         probe = DialogueSampler(
-            chat, router, draw, dataclasses.replace(plain, seed=seed + 1_000_003)
+            chat, router, task, dataclasses.replace(plain, seed=seed + 1_000_003)
         )
         checker = DialogueSampler(
-            chat, router, draw, dataclasses.replace(plain, seed=seed + 2_000_003)
+            chat, router, task, dataclasses.replace(plain, seed=seed + 2_000_003)
         )
         chained = scheme == "stale"
         batches = [probe.sample(teams[0] if chained else teams[-1])]

@@ -180,3 +180,21 @@ def test_markdown_tables_list_every_n_and_exponent(finished):
     ]
     assert len(rows) == 2 and all(row.count("|") == 11 for row in rows)
     assert all(f"| {metric} |" in table for metric in drift_study.FITTED)
+
+
+def test_every_sampler_of_a_unit_rewards_the_chain_per_turn(monkeypatch):
+    """The study's stages and measurement batches are rewarded by the chain's running sum,
+    the task's own reward, not by the final answer alone."""
+    from llm.problems.builtin import running_sum_credits
+    from llm.sampling import sampler as sampling
+
+    rewards = []
+    original = sampling.DialogueSampler.__init__
+
+    def recording(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        rewards.append(self.task.reward)
+
+    monkeypatch.setattr(sampling.DialogueSampler, "__init__", recording)
+    drift_study.measure_unit(StudySettings(**_tiny_settings()), 2, 0)
+    assert len(rewards) >= 3 and all(r is running_sum_credits for r in rewards)
