@@ -121,6 +121,34 @@ class _Measurement:
     statistic: float
 
 
+@dataclass
+class StepSize:
+    """Where an agent's steps start, as a fraction of ``learning_rate``, and how that moves:
+    the whole step-size rule of an update in one place (as scipy's trust-region driver keeps
+    its radius rule). A rejected step (no shrink within ``max_backtracks`` fits the region)
+    leaves the next update starting where this one gave up; with ``warm_start`` an accepted
+    step starts the next one at its own scale; an update that never backtracked tries a step
+    ``1 / shrink`` larger next time (at most the full learning rate)."""
+
+    scale: float
+    shrink: float
+    max_backtracks: int
+    warm_start: bool
+
+    def on_accept(self, step_scale: float) -> None:
+        if self.warm_start:
+            self.scale = step_scale
+
+    def on_reject(self) -> None:
+        self.scale *= self.shrink**self.max_backtracks
+
+    def after_update(self, backtracks: int, non_finite: bool) -> float:
+        """The scale the agent's next update starts from (1 without ``warm_start``)."""
+        if not non_finite and backtracks == 0:
+            self.scale = min(1.0, self.scale / self.shrink)
+        return self.scale if self.warm_start else 1.0
+
+
 class TrustRegionUpdater:
     """Implements ``teamtr.protocols.AgentUpdater`` for ``LoraTeam``s.
 
@@ -385,6 +413,24 @@ class TrustRegionUpdater:
         statistic = max(mean, quantile) if self.settings.statistic == "quantile" else mean
         return _Measurement(mean, quantile, surrogate, statistic)
 
+    def _without_a_pass(
+        self, team: LoraTeam, agent: int, rollouts: DialogueRollouts, n_tokens: int
+    ) -> AgentUpdate | None:
+        """The update when it needs no forward pass (else None): weights that overflowed
+        (HAPPO), a batch without signal, an agent that never spoke."""
+        a_max = rollouts.a_max
+        together = self.collective
+        if together.any(not np.isfinite(rollouts.episode_weights()).all()):  # HAPPO overflow
+            extras = {"tokens": 0.0, NON_FINITE_PREFIX + "weights": 1.0}
+            return AgentUpdate(team.agent(agent), 0.0, float("nan"), a_max, False, extras=extras)
+        if not together.any(bool(np.any(rollouts.advantages * rollouts.episode_weights()))):
+            # Every group's rewards were equal: the surrogate and its gradient are 0, so the
+            # identity is the update (and its KL 0). Skipping it saves every forward pass.
+            return AgentUpdate(team.agent(agent), 0.0, 0.0, a_max, extras={"no_signal": 1.0})
+        if n_tokens == 0:  # the agent never spoke: nothing to learn, nothing changes
+            return AgentUpdate(team.agent(agent), 0.0, 0.0, a_max, extras={"tokens": 0.0})
+        return None
+
     # -- the AgentUpdater protocol -------------------------------------------------------------------
     def update(
         self, team: LoraTeam, agent: int, rollouts: DialogueRollouts, radius: float
@@ -393,18 +439,11 @@ class TrustRegionUpdater:
         steps, each shrunk until E_d̄[KL_i] (or its quantile) is at most ``radius``."""
         s = self.settings
         a_max = rollouts.a_max
-        together = self.collective
         # 1. Updates that need no forward pass.
-        if together.any(not np.isfinite(rollouts.episode_weights()).all()):  # HAPPO overflow
-            extras = {"tokens": 0.0, NON_FINITE_PREFIX + "weights": 1.0}
-            return AgentUpdate(team.agent(agent), 0.0, float("nan"), a_max, False, extras=extras)
-        if not together.any(bool(np.any(rollouts.advantages * rollouts.episode_weights()))):
-            # Every group's rewards were equal: the surrogate and its gradient are 0, so the
-            # identity is the update (and its KL 0). Skipping it saves every forward pass.
-            return AgentUpdate(team.agent(agent), 0.0, 0.0, a_max, extras={"no_signal": 1.0})
-        n_tokens = int(together.sum(message_tokens(self.chat, rollouts.episodes, agent)))
-        if n_tokens == 0:  # the agent never spoke: nothing to learn, nothing changes
-            return AgentUpdate(team.agent(agent), 0.0, 0.0, a_max, extras={"tokens": 0.0})
+        n_tokens = int(self.collective.sum(message_tokens(self.chat, rollouts.episodes, agent)))
+        unchanged = self._without_a_pass(team, agent, rollouts, n_tokens)
+        if unchanged is not None:
+            return unchanged
 
         # 2. The pre-update policy on the batch: what every ratio and KL is measured against,
         #    the ratio-1 check, and (reuse_work) the first step's gradient from the same pass.
@@ -423,7 +462,7 @@ class TrustRegionUpdater:
         # 3. The trust-region loop: each step starts where the last admitted one ended (or,
         #    with warm_start, where the previous update's steps were admitted) and is shrunk
         #    into the region; a step that cannot be ends the update at the last admitted iterate.
-        scale = self.step_scale(team, agent)
+        step = StepSize(self.step_scale(team, agent), s.shrink, s.max_backtracks, s.warm_start)
         gradient = reference.first_gradient
         non_finite = reference.non_finite
         backtracks = accepted_steps = 0
@@ -443,7 +482,7 @@ class TrustRegionUpdater:
                     TrustRegion(radius, tolerance=0.0),
                     shrink=s.shrink,
                     max_backtracks=s.max_backtracks,
-                    initial_scale=scale,
+                    initial_scale=step.scale,
                     gradient=gradient,
                     reuse_gradient=self.reuse_work,
                 )
@@ -454,19 +493,16 @@ class TrustRegionUpdater:
             backtracks += result.backtracks
             if not result.accepted or result.candidate is None:
                 last_tried = result.statistic
-                scale *= s.shrink**s.max_backtracks  # the next update starts where this gave up
+                step.on_reject()
                 break
             accepted_steps += 1
             last = result.candidate
-            if s.warm_start:
-                scale = result.step_scale
+            step.on_accept(result.step_scale)
         if non_finite is not None:  # a NaN must not reach Adam's moments: back to the start
             before_update.restore()
             last = None
-        elif backtracks == 0:
-            scale = min(1.0, scale / s.shrink)  # no backtrack: try a larger step next time
         optimizer.zero_grad(set_to_none=True)
-        self._store_step_scale(optimizer, scale if s.warm_start else 1.0)
+        self._store_step_scale(optimizer, step.after_update(backtracks, non_finite is not None))
 
         # 4. The report (teamtr.reports.AgentUpdate).
         extras = {"tokens": float(n_tokens), "steps": float(accepted_steps)}
