@@ -57,11 +57,14 @@ KEPT = {"Nd", "Mn", "Mc"}
 """Unicode categories besides letters that a GitHub heading fragment keeps."""
 
 
-def run_snippet(code: str) -> str:
+def run_snippet(code: str, cwd: Path = ROOT, path: str = "") -> str:
+    """What ``code`` prints, run in a fresh interpreter in ``cwd`` (``path``: its PYTHONPATH)."""
     environment = {**os.environ, "OMP_NUM_THREADS": "1"}
+    if path:
+        environment["PYTHONPATH"] = path
     out = subprocess.run(
         [sys.executable, "-c", code],
-        cwd=ROOT,
+        cwd=cwd,
         capture_output=True,
         text=True,
         timeout=600,
@@ -259,14 +262,5 @@ def test_the_own_task_python_program_runs_on_the_tiny_model(tmp_path):
     program = blocks("py", own_task_section())[1]
     assert program.count('source="smollm2"') == 1
     code = program.replace('source="smollm2"', 'source="tiny"') + "\nprint(len(report.records))\n"
-    environment = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": f"{ROOT}:{tmp_path}"}
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=environment,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.split()[-1] == "2"  # one update per agent of the two-agent team
+    printed = run_snippet(code, tmp_path, f"{ROOT}:{tmp_path}")
+    assert printed.split()[-1] == "2"  # one update per agent of the two-agent team

@@ -30,7 +30,7 @@ from typing import Any
 
 from llm.common.config import ConfigError, TaskSettings
 from llm.problems.builtin import arithmetic_task, jsonl_task, private_notes_task
-from llm.problems.task import Task, TaskError, name_of, reference_parses
+from llm.problems.task import Task, TaskError, first_line, name_of, reference_parses
 from llm.problems.tasks import Problem, TaskDataError
 
 FUNCTION_NAME = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
@@ -119,7 +119,7 @@ def _import(module_name: str, directory: str, key: str) -> ModuleType:
     except ConfigError:
         raise
     except Exception as error:  # the user's module failed while it was imported
-        text = str(error).splitlines()[0] if str(error) else ""
+        text = first_line(error)
         raise ConfigError(
             f"{key}: importing {module_name!r} raised {type(error).__name__}: {text}"[:400]
         ) from None
@@ -132,7 +132,7 @@ def _from_factory(settings: TaskSettings) -> Task:
     except TaskError:
         raise
     except Exception as error:
-        text = str(error).splitlines()[0] if str(error) else ""
+        text = first_line(error)
         raise TaskError(
             f"[task] factory: {name_of(factory)}(**{settings.args!r:.80}) raised "
             f"{type(error).__name__}: {text}"[:400]
@@ -233,7 +233,7 @@ def _load_rows(path: Path, data_format: str, key: str):
             )
             return _Rows(loaded)
         except Exception as error:  # pyarrow and datasets raise many types on bad files
-            text = str(error).splitlines()[0] if str(error) else ""
+            text = first_line(error)
             raise TaskDataError(
                 f"{key}: {path}: cannot be read as {data_format} ({type(error).__name__}: {text})"[
                     :400

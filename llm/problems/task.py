@@ -134,6 +134,12 @@ class Roles:
     """The longest message, for every agent or one per agent."""
 
 
+def first_line(error: BaseException) -> str:
+    """The first line of an exception's message ("" when it has none): for one-line reports."""
+    text = str(error)
+    return text.splitlines()[0] if text else ""
+
+
 def name_of(function: object) -> str:
     """``module:function`` of a callable, as a config file names it."""
     module = getattr(function, "__module__", None) or "?"
@@ -256,9 +262,9 @@ def _called(function: Callable[[Dialogue], object], dialogue: Dialogue, role: st
     try:
         return function(dialogue)
     except Exception as error:  # the user's code: any failure is reported as one line
-        text = str(error).splitlines()[0] if str(error) else ""
         raise RewardError(
-            _where(function, dialogue, role) + f"raised {type(error).__name__}: {text}"[:300]
+            _where(function, dialogue, role)
+            + f"raised {type(error).__name__}: {first_line(error)}"[:300]
         ) from error
 
 

@@ -25,7 +25,7 @@ import numpy as np
 from llm.common.config import RunConfig
 from llm.conversation.dialogue import ChatFormat, Episode
 from llm.models.loading import tiny_char_tokenizer
-from llm.problems.task import Dialogue, RewardError, Task, TaskError
+from llm.problems.task import Dialogue, RewardError, Task, TaskError, first_line
 from llm.problems.tasks import Problem, identity_of
 
 CHECK_MESSAGE_TOKENS = 6
@@ -179,7 +179,7 @@ def _drawn(task: Task, count: int, seed: int) -> list[Problem]:
     except TaskError:
         raise
     except Exception as error:
-        text = str(error).splitlines()[0] if str(error) else ""
+        text = first_line(error)
         raise TaskError(
             f"task {task.name!r}: drawing {count} training problems raised "
             f"{type(error).__name__}: {text}"[:400]
