@@ -7,6 +7,13 @@ them to one result file and one figure (the ``*_plot`` module beside each study)
   trained with every seed under one budget, side by side; figure ``seed_study_plot``.
 - ``compare_report`` (``teamtr compare-report``, or ``python -m studies.llm.compare_report``):
   the summary of a set of finished runs and their evaluations; figure ``compare_report_plot``.
+- ``checkpoint_curves`` (``python -m studies.llm.checkpoint_curves``): every stage checkpoint of
+  a set of runs evaluated afterwards: held-out curves against training CPU, regressions, the
+  minutes to reach a level (``--reach``); ``run_records`` reads the runs' metrics for it.
+- ``sum_probe`` (``python -m studies.llm.sum_probe``): each role of a private-notes sum team
+  played on its own after teammates that spoke right: which role stops the team.
+- ``demo_summary`` (``python -m studies.llm.demo_summary``): the line ``make demo`` ends with,
+  the default team's held-out accuracy before and after its training.
 
 torch is imported only inside the functions that train or measure, so reading a study's options
 or its results (``--help``, ``--report``, the README's tables) loads no model code.
