@@ -20,8 +20,12 @@ from __future__ import annotations
 import dataclasses
 
 import torch
-from llm_test_support import make_team, perturb_agent
-from test_llm_prefix_reuse import VOCAB, exact_distribution, goodness_of_fit, token_chat
+from test_llm_prefix_reuse import (
+    exact_distribution,
+    goodness_of_fit,
+    teams_before_and_after,
+    token_chat,
+)
 
 from llm.conversation.router import FixedOrder
 from llm.problems.task import Task
@@ -36,12 +40,7 @@ def opens_with_zero(dialogue) -> float:
 
 
 def test_pooled_prefix_reuse_plays_exact_samples_of_the_new_team():
-    old_team = make_team(VOCAB, 2, seed=3)
-    with torch.no_grad():  # a randomly initialised head is nearly uniform; sharpen it
-        old_team.backbone.model.get_base_model().lm_head.weight.mul_(10.0)
-    old_team = perturb_agent(old_team, 0, 0.5, seed=4)
-    old_team = perturb_agent(old_team, 1, 0.5, seed=5)
-    new_team = perturb_agent(old_team, 1, 5.0, seed=6)
+    old_team, new_team = teams_before_and_after(10.0)
     settings = SamplerSettings(
         prompts_per_batch=GROUPS,
         group_size=2,

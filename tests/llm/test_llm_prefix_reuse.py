@@ -83,13 +83,20 @@ def goodness_of_fit(episodes, distribution: dict) -> float:
     return float(chisquare(observed, fitted).pvalue)
 
 
-def test_prefix_reuse_matches_full_resampling():
+def teams_before_and_after(sharpness: float):
+    """A two-agent team over the 4-token vocabulary, and the same team with agent 1 changed.
+
+    A randomly initialised head is nearly uniform; it is sharpened by ``sharpness``."""
     old_team = make_team(VOCAB, 2, seed=3)
-    with torch.no_grad():  # a randomly initialised head is nearly uniform; sharpen it
-        old_team.backbone.model.get_base_model().lm_head.weight.mul_(40.0)
+    with torch.no_grad():
+        old_team.backbone.model.get_base_model().lm_head.weight.mul_(sharpness)
     old_team = perturb_agent(old_team, 0, 0.5, seed=4)
     old_team = perturb_agent(old_team, 1, 0.5, seed=5)
-    new_team = perturb_agent(old_team, 1, 5.0, seed=6)
+    return old_team, perturb_agent(old_team, 1, 5.0, seed=6)
+
+
+def test_prefix_reuse_matches_full_resampling():
+    old_team, new_team = teams_before_and_after(40.0)
     settings = SamplerSettings(
         prompts_per_batch=EPISODES // 2,
         group_size=2,
