@@ -122,28 +122,28 @@ def problem_sources(config: RunConfig):
     return task.draw, list(task.test), list(task.known_train)
 
 
-def with_roles(config: RunConfig, task: Task, where: str = "the task's roles") -> RunConfig:
-    """``config`` with the roles the task is written for (``Task.roles``: system prompt, role
-    prompts, message lengths) in place of ``[team]``'s and ``[sampler]``'s, checked again."""
+def role_settings(task: Task) -> dict[str, Any]:
+    """The config keys a task's roles set (``Task.roles``: system prompt, role prompts,
+    message lengths), as ``configured`` takes them."""
     roles = task.roles
     if roles is None:
-        return config
-    team, sampler = config.team, config.sampler
-    try:
-        if roles.system_prompt is not None:
-            team = replace(team, system_prompt=roles.system_prompt)
-        if roles.role_prompts is not None:
-            team = replace(team, role_prompts=tuple(roles.role_prompts))
-        if roles.max_new_tokens is not None:
-            tokens = roles.max_new_tokens
-            sampler = replace(
-                sampler, max_new_tokens=tokens if isinstance(tokens, int) else tuple(tokens)
-            )
-    except (TypeError, ValueError) as error:
-        raise TaskError(f"{where} of task {task.name!r}: {error}") from None
-    result = replace(config, team=team, sampler=sampler)
-    check_consistent(result, Locator(f"{where} of task {task.name!r}"))
-    return result
+        return {}
+    settings: dict[str, Any] = {}
+    if roles.system_prompt is not None:
+        settings["system_prompt"] = roles.system_prompt
+    if roles.role_prompts is not None:
+        settings["role_prompts"] = tuple(roles.role_prompts)
+    if roles.max_new_tokens is not None:
+        tokens = roles.max_new_tokens
+        settings["max_new_tokens"] = tokens if isinstance(tokens, int) else tuple(tokens)
+    return settings
+
+
+def with_roles(config: RunConfig, task: Task) -> RunConfig:
+    """``config`` with the roles the task is written for in place of ``[team]``'s and
+    ``[sampler]``'s, checked again."""
+    settings = role_settings(task)
+    return configured(config, settings, f"the roles of task {task.name!r}") if settings else config
 
 
 def seed_everything(seed: int) -> None:
@@ -281,45 +281,40 @@ class TeamParts(NamedTuple):
     """The episodic penalty of Thm 3.4 with the dialogue's horizon (turns per episode)."""
 
 
-def configured(config: RunConfig, settings: dict[str, Any]) -> RunConfig:
+def configured(config: RunConfig, settings: dict[str, Any], where: str = "build_team") -> RunConfig:
     """``config`` with each keyword replaced in the one section that has that key.
 
     The keywords of one section are applied together (``n_agents=3, role_prompts=()`` is one
-    consistent change), then the whole config is checked as a loaded file would be."""
+    consistent change), then the whole config is checked as a loaded file would be; errors
+    begin with ``where``."""
     sections = {name: getattr(config, name) for name in SECTIONS}
     changes: dict[str, dict[str, Any]] = {}
     for key, value in settings.items():
         owners = [name for name, section in sections.items() if key in _fields(section)]
         if len(owners) != 1:
-            where = "no config section" if not owners else f"sections {owners}"
-            raise ConfigError(f"build_team: {key!r} names {where}; use a key of {list(SECTIONS)}")
+            owners_text = "no config section" if not owners else f"sections {owners}"
+            raise ConfigError(
+                f"{where}: {key!r} names {owners_text}; use a key of {list(SECTIONS)}"
+            )
         changes.setdefault(owners[0], {})[key] = value
     for name, values in changes.items():
         try:
             sections[name] = dataclasses.replace(sections[name], **values)
         except (TypeError, ValueError) as error:
             written = ", ".join(f"{key} = {value!r}" for key, value in values.items())
-            raise ConfigError(f"build_team: [{name}] {written}: {error}") from None
+            raise ConfigError(f"{where}: [{name}] {written}: {error}") from None
     result = dataclasses.replace(config, **sections)
-    check_consistent(result, Locator("build_team"))
+    check_consistent(result, Locator(where))
     return result
 
 
 def configured_for_task(
     config: RunConfig, settings: dict[str, Any], task: Task | None
 ) -> RunConfig:
-    """``configured``, where a task of one's own may bring its roles: the default two-agent
-    role prompts and message lengths then give way to the task's before the check."""
-    if task is None or task.roles is None:
-        return configured(config, settings)
-    roles = task.roles
-    defaults: dict[str, Any] = {}
-    if roles.role_prompts is not None and "role_prompts" not in settings:
-        defaults["role_prompts"] = tuple(roles.role_prompts)
-    if roles.max_new_tokens is not None and "max_new_tokens" not in settings:
-        tokens = roles.max_new_tokens
-        defaults["max_new_tokens"] = tokens if isinstance(tokens, int) else tuple(tokens)
-    return configured(config, {**defaults, **settings})
+    """``configured``, with the roles of ``task`` (where given) among the settings: a task's
+    roles replace the run's (as ``with_roles``), so the two-agent default role prompts and
+    message lengths are never checked against a team of another size."""
+    return configured(config, {**settings, **(role_settings(task) if task else {})})
 
 
 def _fields(section: Any) -> set[str]:
