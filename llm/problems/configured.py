@@ -30,7 +30,7 @@ from typing import Any
 
 from llm.common.config import ConfigError, TaskSettings
 from llm.problems.builtin import arithmetic_task, jsonl_task, private_notes_task
-from llm.problems.task import Task, TaskError, first_line, name_of, reference_parses
+from llm.problems.task import Task, TaskError, first_line, name_of, reference_parses, reported
 from llm.problems.tasks import Problem, TaskDataError
 
 FUNCTION_NAME = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
@@ -127,16 +127,8 @@ def _import(module_name: str, directory: str, key: str) -> ModuleType:
 
 def _from_factory(settings: TaskSettings) -> Task:
     factory = load_function(settings.factory, settings.directory, "[task] factory")
-    try:
+    with reported(f"[task] factory: {name_of(factory)}(**{settings.args!r:.80})"):
         task = factory(**settings.args)
-    except TaskError:
-        raise
-    except Exception as error:
-        text = first_line(error)
-        raise TaskError(
-            f"[task] factory: {name_of(factory)}(**{settings.args!r:.80}) raised "
-            f"{type(error).__name__}: {text}"[:400]
-        ) from None
     if not isinstance(task, Task):
         raise TaskError(
             f"[task] factory: {name_of(factory)} returned {type(task).__name__}, expected an "

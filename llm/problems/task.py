@@ -33,10 +33,11 @@ the function, the problem and the dialogue.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import numbers
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -140,6 +141,20 @@ def first_line(error: BaseException) -> str:
     return text.splitlines()[0] if text else ""
 
 
+@contextlib.contextmanager
+def reported(what: str) -> Iterator[None]:
+    """Runs one's own code: a failure other than a ``TaskError`` becomes one ``TaskError``
+    line, "<what> raised <type>: <first line of its message>"."""
+    try:
+        yield
+    except TaskError:
+        raise
+    except Exception as error:  # the user's code: any failure is reported as one line
+        raise TaskError(
+            f"{what} raised {type(error).__name__}: {first_line(error)}"[:400]
+        ) from None
+
+
 def name_of(function: object) -> str:
     """``module:function`` of a callable, as a config file names it."""
     module = getattr(function, "__module__", None) or "?"
@@ -230,13 +245,14 @@ class Task:
             _finite(_called(self.bonus, dialogue, "bonus"), self.bonus, dialogue, "bonus") + value
         )
 
-    def score(self, dialogue: Dialogue) -> float:
+    def score(self, dialogue: Dialogue, returns: Returns | None = None) -> float:
         """The held-out score of ``dialogue`` in [0, 1] (``metric``; by default math-verify
-        accuracy where the problem's reference parses, else the reward)."""
+        accuracy where the problem's reference parses, else the reward: ``returns``, when the
+        caller has it already, so that a costly reward is not called twice)."""
         if self.metric is None:
             if reference_parses(dialogue.problem.answer):
                 return grade(dialogue.final, dialogue.problem.answer).reward
-            value = self.returns(dialogue).value
+            value = (returns or self.returns(dialogue)).value
             metric: object = self.reward
         else:
             value = _finite(

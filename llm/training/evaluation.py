@@ -183,8 +183,8 @@ def _scored(
     for episode in finished:
         dialogue = sampler.dialogue(episode)
         grades.append(verdict_of(dialogue))
-        scores.append(sampler.task.score(dialogue))
         returns = sampler.task.returns(dialogue)
+        scores.append(sampler.task.score(dialogue, returns))
         credits.append(returns.value if returns.per_turn is not None else None)
     return grades, scores, credits
 

@@ -25,7 +25,7 @@ import numpy as np
 from llm.common.config import RunConfig
 from llm.conversation.dialogue import ChatFormat, Episode
 from llm.models.loading import tiny_char_tokenizer
-from llm.problems.task import Dialogue, RewardError, Task, TaskError, first_line
+from llm.problems.task import Dialogue, RewardError, Task, TaskError, reported
 from llm.problems.tasks import Problem, identity_of
 
 CHECK_MESSAGE_TOKENS = 6
@@ -116,8 +116,9 @@ def check_task(
             "signal_groups": 0,
         },
     )
-    train_played = _fitting(tiny, train, "training", warnings)[:1]
-    test_played = _fitting(tiny, test, "test", warnings)[:1]
+    chat = _chat(tiny)
+    train_played = _fitting(tiny, chat, train, "training", warnings)[:1]
+    test_played = _fitting(tiny, chat, test, "test", warnings)[:1]
     if not train_played + test_played:
         warnings.append(
             f"no dialogue of {tiny.sampler.turns} turns fits the tiny model's {TINY_POSITIONS} "
@@ -155,7 +156,7 @@ def check_task(
         rewards.append(task.training_reward(dialogue))
         per_turn.append(first.per_turn is not None)
         if held_out:
-            scores.append(task.score(dialogue))
+            scores.append(task.score(dialogue, first))
     if len(set(per_turn)) > 1:
         raise RewardError(
             f"reward of task {task.name!r} returned one float for some dialogues and one per "
@@ -174,16 +175,8 @@ def check_task(
 
 
 def _drawn(task: Task, count: int, seed: int) -> list[Problem]:
-    try:
+    with reported(f"task {task.name!r}: drawing {count} training problems"):
         problems = task.draw(np.random.default_rng(seed), count)
-    except TaskError:
-        raise
-    except Exception as error:
-        text = first_line(error)
-        raise TaskError(
-            f"task {task.name!r}: drawing {count} training problems raised "
-            f"{type(error).__name__}: {text}"[:400]
-        ) from None
     if len(problems) != count:
         raise TaskError(
             f"task {task.name!r}: asked for {count} training problems, the draw gave "
@@ -232,11 +225,14 @@ def _split_warnings(task: Task, train: Sequence[Problem], test: Sequence[Problem
 
 
 def _fitting(
-    config: RunConfig, problems: Sequence[Problem], where: str, warnings: list[str]
+    config: RunConfig,
+    chat: ChatFormat,
+    problems: Sequence[Problem],
+    where: str,
+    warnings: list[str],
 ) -> list[Problem]:
     """The problems whose dialogue fits the tiny model (its character tokenizer makes long
     questions long: a real model's check is ``teamtr train --check``'s context check)."""
-    chat = _chat(config)
     room = TINY_POSITIONS - config.sampler.turns * (
         max(len(h) for h in chat.headers) + 1 + len(chat.closing) + config.sampler.longest_message
     )
