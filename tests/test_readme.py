@@ -57,21 +57,27 @@ KEPT = {"Nd", "Mn", "Mc"}
 """Unicode categories besides letters that a GitHub heading fragment keeps."""
 
 
-def run_snippet(code: str, cwd: Path = ROOT, path: str = "") -> str:
-    """What ``code`` prints, run in a fresh interpreter in ``cwd`` (``path``: its PYTHONPATH)."""
+def run_python(arguments: list[str], cwd: Path = ROOT, path: str = "") -> str:
+    """What ``python <arguments>`` prints, in a fresh interpreter in ``cwd`` (``path``: its
+    PYTHONPATH); it must exit 0."""
     environment = {**os.environ, "OMP_NUM_THREADS": "1"}
     if path:
         environment["PYTHONPATH"] = path
     out = subprocess.run(
-        [sys.executable, "-c", code],
+        [sys.executable, *arguments],
         cwd=cwd,
         capture_output=True,
         text=True,
         timeout=600,
         env=environment,
     )
-    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.returncode == 0, (arguments[:4], out.stderr[-3000:])
     return out.stdout
+
+
+def run_snippet(code: str, cwd: Path = ROOT, path: str = "") -> str:
+    """What ``code`` prints, run in a fresh interpreter."""
+    return run_python(["-c", code], cwd, path)
 
 
 def test_the_readme_has_a_tabular_and_a_language_model_snippet():
@@ -166,51 +172,18 @@ def test_the_own_task_section_shows_a_config_a_reward_and_the_python_api():
     assert "teamtr train --config my_team.toml --check" in section
 
 
-def own_task_api():
-    import llm
-
-    try:
-        return llm.Task, llm.Problem, llm.Dialogue, llm.check_task
-    except AttributeError:
-        pytest.skip("this version of llm has no task API (llm.Task, llm.check_task)")
-
-
 def test_the_names_of_the_own_task_section_exist():
     import inspect
 
-    _, problem_type, dialogue_type, _ = own_task_api()
-    problem = problem_type("What is 2 + 3?", "5")
+    import llm
+
+    assert callable(llm.check_task) and callable(llm.Task)
+    problem = llm.Problem("What is 2 + 3?", "5")
     assert (problem.question, problem.answer) == ("What is 2 + 3?", "5")
     assert hasattr(problem, "notes") and hasattr(problem, "metadata")
-    fields = inspect.signature(dialogue_type).parameters
+    fields = inspect.signature(llm.Dialogue).parameters
     assert {"problem", "messages", "speakers"} <= fields.keys(), fields
-    assert hasattr(dialogue_type, "final")
-
-
-def test_the_own_task_config_and_reward_pass_the_check(tmp_path):
-    """The README's ``my_team.toml`` and ``my_reward.py``, with a small data set, pass
-    ``teamtr train --config my_team.toml --check``."""
-    own_task_api()
-    section = own_task_section()
-    (config,) = blocks("toml", section)
-    reward = blocks("py", section)[0]
-    (tmp_path / "my_team.toml").write_text(config)
-    (tmp_path / "my_reward.py").write_text(reward)
-    for name, numbers in (("train.jsonl", range(1, 21)), ("test.jsonl", range(21, 31))):
-        lines = [
-            json.dumps({"question": f"What is {n} + 1?", "answer": str(n + 1)}) for n in numbers
-        ]
-        (tmp_path / name).write_text("\n".join(lines) + "\n")
-    environment = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    out = subprocess.run(
-        [sys.executable, "-m", "teamtr", "train", "--config", "my_team.toml", "--check"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=environment,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
+    assert hasattr(llm.Dialogue, "final")
 
 
 def own_task_folder(tmp_path: Path) -> str:
@@ -226,10 +199,18 @@ def own_task_folder(tmp_path: Path) -> str:
     return config
 
 
+def test_the_own_task_config_and_reward_pass_the_check(tmp_path):
+    """The README's ``my_team.toml`` and ``my_reward.py``, with a small data set, pass
+    ``teamtr train --config my_team.toml --check`` as written."""
+    (tmp_path / "my_team.toml").write_text(own_task_folder(tmp_path))
+    command = ["-m", "teamtr", "train", "--config", "my_team.toml", "--check"]
+    printed = run_python(command, tmp_path, str(ROOT))
+    assert "dialogues played on a tiny random model" in printed
+
+
 def test_the_own_task_commands_train_and_evaluate_on_the_tiny_model(tmp_path):
     """``teamtr train --config my_team.toml`` and ``teamtr eval --run ...`` as the README shows
     them, on the tiny model (one stage of small batches)."""
-    own_task_api()
     tiny = '[model]\nsource = "tiny"\n[sampler]\nprompts_per_batch = 2\ngroup_size = 2\n'
     tiny += 'max_new_tokens = 4\n[stage]\nstages = 1\n[run]\nname = "mine"\n'
     (tmp_path / "my_team.toml").write_text(own_task_folder(tmp_path) + tiny)
@@ -241,23 +222,13 @@ def test_the_own_task_commands_train_and_evaluate_on_the_tiny_model(tmp_path):
         if line.startswith("teamtr ")
     ]
     assert [c[:2] for c in commands] == [["teamtr", "train"]] * 2 + [["teamtr", "eval"]]
-    environment = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     for command in commands:
         command = [a.replace("runs/<name>", "runs/mine") for a in command]
-        out = subprocess.run(
-            [sys.executable, "-m", *command, "--no-progress"],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=600,
-            env=environment,
-        )
-        assert out.returncode == 0, (command, out.stderr[-3000:])
+        run_python(["-m", *command, "--no-progress"], tmp_path, str(ROOT))
     assert 0 <= json.loads((tmp_path / "eval.json").read_text())["accuracy"] <= 1
 
 
 def test_the_own_task_python_program_runs_on_the_tiny_model(tmp_path):
-    own_task_api()
     own_task_folder(tmp_path)
     program = blocks("py", own_task_section())[1]
     assert program.count('source="smollm2"') == 1
