@@ -746,10 +746,13 @@ def _read_toml_chain(path: Path, seen: tuple[Path, ...]) -> tuple[dict[str, Any]
     base, base_text = _read_toml_chain(parent_path, (*seen, parent_path))
     config_from_dict(base, str(parent_path), base_text)  # the parent is valid on its own
     task = base.get("task")
-    if isinstance(task, dict) and "directory" not in task and _reads_files(task):
-        # The parent names the task's code or data: they lie next to the parent, not to the
-        # file that extends it (a child may name a directory of its own).
-        base["task"] = {**task, "directory": str(parent_path.parent)}
+    if isinstance(task, dict) and _reads_files(task):
+        # The parent names the task's code or data: they lie next to the parent (or in the
+        # folder it names, relative to itself), not to the file that extends it (a child may
+        # name a directory of its own).
+        named = task.get("directory", "")
+        if isinstance(named, str):
+            base["task"] = {**task, "directory": str((parent_path.parent / named).resolve())}
     return _merged(base, data), text
 
 

@@ -193,6 +193,23 @@ def test_a_config_found_through_extends_looks_for_the_task_next_to_the_file_that
     assert len(build_task(config.task).known_train) == 2
 
 
+def test_a_directory_named_in_an_extended_file_is_relative_to_that_file(tmp_path):
+    code = tmp_path / "shared" / "code"
+    code.mkdir(parents=True)
+    write_rows(code)
+    (tmp_path / "shared" / "base.toml").write_text(
+        '[task]\nkind = "dataset"\ndirectory = "code"\ntrain_file = "rows.csv"\n'
+        'question_column = "q"\nanswer_column = "a"\nreward = "scoring:exact"\n'
+    )
+    (code / "scoring.py").write_text("def exact(d):\n    return 1.0\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "tiny.toml").write_text('extends = "../shared/base.toml"\n')
+    config = load_config(elsewhere / "tiny.toml")
+    assert config.task.directory == str(code)
+    assert len(build_task(config.task).known_train) == 2
+
+
 def run_cli(tmp_path: Path, text: str, capsys, *extra: str) -> tuple[int, str]:
     config = tmp_path / "c.toml"
     config.write_text(TINY.replace('"runs"', json.dumps(str(tmp_path / "runs"))) + text)
