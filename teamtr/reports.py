@@ -6,9 +6,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class AgentUpdate:
-    """What an ``AgentUpdater`` returns for one agent.
+    """What an ``AgentUpdater`` returns for one agent (keyword arguments only: five of its
+    fields are floats, and a positional slip between them would go unnoticed).
 
     All expectations are under the occupancy of the rollouts the update was given.
     """

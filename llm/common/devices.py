@@ -12,6 +12,8 @@ A CPU run with the defaults is exactly today's float32 CPU run: nothing is moved
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -43,6 +45,17 @@ class Placement:
 
 def cuda_device_count() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+@contextlib.contextmanager
+def seeded_generation(seed: int) -> Iterator[None]:
+    """Random draws inside seeded with ``seed`` on the CPU and every CUDA device, and torch's
+    global generators put back as they were afterwards. Hugging Face ``generate`` samples from
+    the global generators and takes no generator of its own: this keeps its seeding from
+    reaching any other draw of the process."""
+    with torch.random.fork_rng(devices=range(cuda_device_count())):
+        torch.manual_seed(seed)
+        yield
 
 
 def resolve_device(spec: str) -> torch.device:

@@ -67,7 +67,7 @@ from peft import PeftModel
 from transformers import GenerationConfig, PreTrainedModel
 
 from llm.common import profiling
-from llm.common.devices import model_device
+from llm.common.devices import model_device, seeded_generation
 from llm.common.hf_compat import cache_argument, cache_of
 from llm.common.settings import SamplerSettings
 from llm.conversation.dialogue import ChatFormat, Episode, Turn
@@ -102,6 +102,8 @@ class BehaviourLogps(Sequence[Sequence[torch.Tensor]]):
         self._per_agent: dict[int, dict[tuple[int, int], torch.Tensor]] = {}
 
     def of_agent(self, agent: int) -> dict[tuple[int, int], torch.Tensor]:
+        """Policy ``agent``'s message log-probs, keyed by (episode, turn); computed on the first
+        call, which loads the behaviour team's adapter into the shared backbone."""
         if agent not in self._per_agent:
             self._per_agent[agent] = self._compute(agent)
         return self._per_agent[agent]
@@ -117,30 +119,6 @@ class BehaviourLogps(Sequence[Sequence[torch.Tensor]]):
         if isinstance(episode, slice):
             return tuple(self[e] for e in range(len(self))[episode])
         return _EpisodeLogps(self, episode)
-
-
-def recorded_logps(
-    rollouts: DialogueRollouts, agent: int, policy: Callable[[int], int]
-) -> dict[tuple[int, int], torch.Tensor] | None:
-    """The log-probs the sampler recorded for policy ``agent``'s messages (``Turn.sampled_logps``),
-    keyed by (episode, turn), or None when any of them lacks its own: then the behaviour pass
-    (``rollouts.old_logps``) gives them. ``policy`` maps a speaker to its policy."""
-    found = {}
-    for e, episode in enumerate(rollouts.episodes):
-        for t, turn in enumerate(episode.turns):
-            if policy(turn.agent) != agent or not turn.message:
-                continue
-            if turn.sampled_logps is None:
-                return None
-            found[(e, t)] = turn.sampled_logps
-    return found
-
-
-def prepare_logps(rollouts: DialogueRollouts, agent: int) -> None:
-    """Compute ``agent``'s behaviour log-probs now, if they are computed lazily: that loads the
-    behaviour team into the backbone, which must happen before the caller loads another team."""
-    if isinstance(rollouts.old_logps, BehaviourLogps):
-        rollouts.old_logps.of_agent(agent)
 
 
 class _EpisodeLogps(Sequence[torch.Tensor]):
@@ -213,6 +191,29 @@ class DialogueRollouts:
 
     def episode_weights(self) -> np.ndarray:
         return self.weights if self.weights.size else np.ones(len(self.episodes))
+
+    def behaviour_logps(
+        self, agent: int, policy: Callable[[int], int], *, recorded: bool = True
+    ) -> dict[tuple[int, int], torch.Tensor]:
+        """Policy ``agent``'s message token log-probs under the behaviour team, keyed by
+        (episode, turn): the one place they are read from, by one rule. With ``recorded``, the
+        log-probs the sampler recorded while drawing each message (``Turn.sampled_logps``) where
+        every message of the agent has them; otherwise the behaviour team's training forward
+        pass (``old_logps``), computed at this call if not before. That pass loads the behaviour
+        team into the shared backbone: call this before loading another team into it.
+        ``policy`` maps a speaker to its policy."""
+        turns = [
+            (e, t, turn)
+            for e, episode in enumerate(self.episodes)
+            for t, turn in enumerate(episode.turns)
+            if policy(turn.agent) == agent and turn.message
+        ]
+        sampled = {(e, t): turn.sampled_logps for e, t, turn in turns}
+        if recorded and all(logps is not None for logps in sampled.values()):
+            return typing.cast(dict[tuple[int, int], torch.Tensor], sampled)
+        if isinstance(self.old_logps, BehaviourLogps):
+            return self.old_logps.of_agent(agent)
+        return {(e, t): self.old_logps[e][t] for e, t, _ in turns}
 
 
 def group_signal(rewards: np.ndarray, group_size: int) -> np.ndarray:
@@ -441,11 +442,21 @@ class DialogueSampler:
         sampler draws every shard's seed itself, ``llm.training.distributed``). ``on_messages`` hears
         how many messages each generated batch added (for progress).
         """
-        s = self.settings
-        temperature = s.temperature if temperature is None else temperature
+        temperature = self.settings.temperature if temperature is None else temperature
         episodes = list(episodes)
+        seed = int(self.rng.integers(2**31)) if seed is None else seed
+        with seeded_generation(seed):
+            return self._play(team, episodes, temperature, on_messages)
+
+    def _play(
+        self,
+        team: LoraTeam,
+        episodes: list[Episode],
+        temperature: float,
+        on_messages: Callable[[int], None] | None,
+    ) -> tuple[list[Episode], int]:
+        s = self.settings
         generated = 0
-        torch.manual_seed(int(self.rng.integers(2**31)) if seed is None else seed)
         while True:
             pending: dict[int, list[int]] = {}
             for index, episode in enumerate(episodes):
@@ -492,15 +503,18 @@ class DialogueSampler:
             and all(p.dtype == torch.float32 for p in model.parameters() if p.is_floating_point())
         )
 
-    def behaviour_logps(
-        self, team: LoraTeam, episodes: Sequence[Episode]
-    ) -> tuple[tuple[torch.Tensor, ...], ...]:
-        """Every message's token log-probs under its speaker, by the training forward pass."""
-        per_episode: list[list[torch.Tensor]] = [[torch.zeros(0)] * len(e.turns) for e in episodes]
-        for agent in range(team.n_agents):
-            for (e, t), logps in self.agent_logps(team, episodes, agent).items():
-                per_episode[e][t] = logps
-        return tuple(tuple(turns) for turns in per_episode)
+    def scored_logps(self, team: LoraTeam, episodes: tuple[Episode, ...]) -> BehaviourLogps:
+        """Every message's token log-probs under its speaker, by the training forward pass:
+        each agent's on first use (``BehaviourLogps``), or all of them now on the
+        straightforward path (``reuse_work=False``, the reference the equality tests compare
+        against)."""
+        table = BehaviourLogps(
+            episodes, lambda agent: self.agent_logps(team, episodes, agent), self.chat.policy
+        )
+        if not self.reuse_work:
+            for agent in range(team.n_agents):
+                table.of_agent(agent)
+        return table
 
     def agent_logps(
         self, team: LoraTeam, episodes: Sequence[Episode], agent: int
@@ -570,11 +584,7 @@ class DialogueSampler:
             rewards=rewards,
             parsed=np.array([g.parsed for g in grades]),
             advantages=advantages,
-            old_logps=BehaviourLogps(
-                frozen, lambda agent: self.agent_logps(team, frozen, agent), self.chat.policy
-            )
-            if self.reuse_work
-            else self.behaviour_logps(team, frozen),
+            old_logps=self.scored_logps(team, frozen),
             horizon=self.settings.turns,
             group_size=self.settings.group_size,
             a_max=self.settings.a_max,
@@ -693,13 +703,14 @@ class DialogueSampler:
         """HAPPO: weight each episode by the product of the changed agents' message ratios."""
         log_weights = np.zeros(len(rollouts.episodes))
         for agent in team.differing_agents(rollouts.behaviour):
-            prepare_logps(rollouts, agent)  # before ``team`` is loaded into the backbone
+            # Before ``team`` is loaded into the backbone: the behaviour team's pass.
+            behaviour = rollouts.behaviour_logps(agent, self.chat.policy, recorded=False)
             with profiling.section("importance weights"), torch.no_grad():
                 scored = list(self._score_chunks(team.use(agent), rollouts.episodes, agent))
             for _, batch in scored:
                 logps = batch.token_logps()
                 for row, (e, t) in enumerate(batch.refs):
                     new = float(logps[row][batch.mask[row]].sum())
-                    old = float(rollouts.old_logps[e][t].sum())
+                    old = float(behaviour[(e, t)].sum())
                     log_weights[e] += new - old
         return replace(rollouts, weights=np.exp(log_weights))

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from llm.sampling.sampler import DialogueRollouts
-from llm.update.updater import non_finite_quantity
+from llm.update.outcome import lora_update
 from teamtr.reports import StageReport, UpdateRecord
 
 
@@ -29,7 +29,7 @@ class UpdateMetrics:
     kl_quantile: float | None
     backtracks: int
     non_finite: str | None
-    """The first non-finite quantity the update met (``non_finite_quantity``), if any."""
+    """The first non-finite quantity the update met (``LoraUpdate.non_finite``), if any."""
     penalty: float
     certificate: float
 
@@ -44,7 +44,7 @@ class UpdateMetrics:
             kl=update.kl,
             kl_quantile=update.kl_quantile,
             backtracks=update.backtracks,
-            non_finite=non_finite_quantity(update),
+            non_finite=lora_update(update).non_finite,
             penalty=record.penalty,
             certificate=record.certificate,
         )

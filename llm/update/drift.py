@@ -32,7 +32,7 @@ from llm.conversation.dialogue import ChatFormat, Episode
 from llm.logprobs.losses import token_kl_from_log_probs
 from llm.logprobs.scoring import score_chunks
 from llm.models.agents import LoraTeam
-from llm.sampling.sampler import DialogueRollouts, prepare_logps
+from llm.sampling.sampler import DialogueRollouts
 
 
 def dialogue_kls(
@@ -110,7 +110,8 @@ def surrogate_on(
     (message ratio updated/behaviour) * advantage, on ``rollouts`` (Thm 3.4's L_i, the quantity
     ``llm.update.updater`` reports for the batch it trained on), here on any batch of the behaviour
     team: evaluated on fresh rollouts it says what the update is worth where it is applied."""
-    prepare_logps(rollouts, agent)  # the behaviour's log-probs, before ``updated`` is loaded
+    # The behaviour's log-probs (its training forward pass), before ``updated`` is loaded.
+    behaviour = rollouts.behaviour_logps(agent, chat.policy, recorded=False)
     gains = np.zeros(len(rollouts.episodes))
     with torch.no_grad():
         for _, batch in score_chunks(
@@ -125,7 +126,7 @@ def surrogate_on(
             logps = batch.token_logps()
             for row, (e, t) in enumerate(batch.refs):
                 new = float(logps[row][batch.mask[row]].double().sum())
-                old = float(rollouts.old_logps[e][t].double().sum())
+                old = float(behaviour[(e, t)].double().sum())
                 gains[e] += math.exp(new - old) * float(rollouts.advantages[e])
     weights = rollouts.episode_weights()
     return float(np.sum(weights * gains) / np.sum(weights))

@@ -9,16 +9,18 @@ cannot be brought inside ends the update at the last admitted iterate; if not ev
 step can, the update is rejected and the old policy is kept. A non-finite loss, gradient, KL or
 surrogate at any step rejects the whole update: parameters and optimiser state go back to what
 they were before it (a NaN must not reach Adam's moments, which outlive the update), and the
-quantity is named in ``extras`` as ``non_finite_<quantity>`` = 1.
+result names the quantity (``llm.update.outcome``: how the update ended, typed).
 
 ``TrustRegionUpdater.update`` reads top to bottom: (1) the updates that need no forward pass
-(no reward signal, the agent never spoke); (2) one pass at the pre-update parameters
-(``_reference_pass``): the reference log-probs every ratio and KL is measured against, the
-ratio-1 check, and the first step's gradient; (3) the trust-region loop, one
-``llm.update.backtracking.backtracked_step`` per Adam step, whose gradient (``_accumulate_gradient``)
-and measurement (``_measured``) are plain methods; (4) the report.
+(no reward signal, the agent never spoke); (2) the behaviour log-probs
+(``DialogueRollouts.behaviour_logps``), one pass at the pre-update parameters
+(``_reference_pass``: the reference log-probs every ratio and KL is measured against, and the
+first step's gradient), and the check that the ratio is 1 there (``_check_on_policy``); (3) the
+trust-region steps (``_steps``), one ``llm.update.backtracking.backtracked_step`` per Adam step,
+whose gradient (``_accumulate_gradient``) and measurement (``_checked_measure``) are plain
+methods, and whose step size one ``StepSize`` keeps; (4) the report (``_report``).
 
-What is reported (``teamtr.reports.AgentUpdate``), on the turn-level episodic MDP of horizon H:
+What is reported (``llm.update.outcome.LoraUpdate``, a ``teamtr.reports.AgentUpdate``), on the turn-level episodic MDP of horizon H:
 - ``kl`` = E_{d̄}[KL_i] = (1/H) · mean over episodes of the sum of the agent's message KLs,
   each message KL a sum of per-token terms (Lemma 3.1);
 - ``surrogate`` = L̂_i = mean over episodes of Σ_{agent's turns} (message ratio new/old) · Â,
@@ -48,14 +50,10 @@ from llm.logprobs.losses import (
 )
 from llm.logprobs.scoring import MessageBatch, message_logits, message_tokens, score_chunks
 from llm.models.agents import LoraTeam
-from llm.sampling.sampler import DialogueRollouts, prepare_logps, recorded_logps
+from llm.sampling.sampler import DialogueRollouts
 from llm.update.backtracking import ParameterSnapshot, backtracked_step
-from teamtr.reports import AgentUpdate
+from llm.update.outcome import LoraUpdate, Outcome
 from teamtr.trust_region import TrustRegion, statistic_of
-
-NON_FINITE_PREFIX = "non_finite_"
-"""``AgentUpdate.extras`` key prefix naming the quantity that was not finite."""
-
 
 STEP_SCALE_KEY = "teamtr_step_scale"
 """Optimiser param-group key holding the warm-started step size (saved with Adam's state)."""
@@ -67,14 +65,6 @@ class NonFiniteUpdate(ArithmeticError):
     def __init__(self, quantity: str) -> None:
         super().__init__(f"non-finite {quantity}")
         self.quantity = quantity
-
-
-def non_finite_quantity(update: AgentUpdate) -> str | None:
-    """The quantity that made ``update`` be rejected as non-finite, if any."""
-    for key in update.extras:
-        if key.startswith(NON_FINITE_PREFIX):
-            return key.removeprefix(NON_FINITE_PREFIX)
-    return None
 
 
 class RatioCheckError(AssertionError):
@@ -106,6 +96,8 @@ class _ReferencePass:
     """What one pass over the batch at the pre-update parameters gives (``_reference_pass``)."""
 
     chunks: list[_Reference]
+    n_tokens: int
+    """The agent's message tokens in the global batch (the pooled token mean's denominator)."""
     first_gradient: list[torch.Tensor | None] | None
     """The first step's gradient, summed over ranks (``reuse_work`` and signal; else None)."""
     non_finite: str | None
@@ -119,6 +111,20 @@ class _Measurement:
     kl_quantile: float
     surrogate: float
     statistic: float
+
+
+@dataclass
+class _Walk:
+    """Where an update's trust-region steps got to (``TrustRegionUpdater._steps``)."""
+
+    step_size: StepSize
+    last: _Measurement | None = None
+    """The last admitted iterate's measurement (None: no step admitted)."""
+    last_tried: float = math.nan
+    """The statistic of the step that could not be brought inside, where one could not."""
+    backtracks: int = 0
+    steps: int = 0
+    non_finite: str | None = None
 
 
 @dataclass
@@ -239,25 +245,20 @@ class TrustRegionUpdater:
         return loss
 
     def _reference_pass(
-        self, team: LoraTeam, agent: int, rollouts: DialogueRollouts, n_tokens: int = 0
+        self, team: LoraTeam, agent: int, rollouts: DialogueRollouts, n_tokens: int
     ) -> _ReferencePass:
-        """The pre-update policy on every chunk, checked against the behaviour log-probs.
+        """The pre-update policy on every chunk: what every ratio and KL is measured against.
 
-        With ``n_tokens`` (the agent's message tokens in the rollouts) and ``reuse_work``, the
-        same pass back-propagates the first step's loss: at the pre-update parameters the new
-        policy is the reference itself, so the first step's training forward pass would repeat
-        this one exactly. That gradient is returned, not left behind in ``.grad``.
+        With ``reuse_work`` the same pass back-propagates the first step's loss: at the
+        pre-update parameters the new policy is the reference itself, so the first step's
+        training forward pass would repeat this one exactly. That gradient is returned, not
+        left behind in ``.grad``.
         """
-        sampled = recorded_logps(rollouts, agent, self.chat.policy)
-        if sampled is None:
-            prepare_logps(rollouts, agent)  # before ``team`` is loaded into the backbone
         model = team.use(agent)
         weights = rollouts.episode_weights()
-        with_gradient = self.reuse_work and n_tokens > 0
         chunks = []
         finite_loss = True
-        worst = (0.0, "")
-        with profiling.section("reference logits"), torch.set_grad_enabled(with_gradient):
+        with profiling.section("reference logits"), torch.set_grad_enabled(self.reuse_work):
             for chunk, batch in score_chunks(
                 model,
                 self.chat,
@@ -269,14 +270,6 @@ class TrustRegionUpdater:
             ):
                 log_probs = batch.log_probs()
                 logps = batch.token_logps(log_probs)
-                for row, (e, t) in enumerate(batch.refs):
-                    recorded = rollouts.old_logps[e][t] if sampled is None else sampled[(e, t)]
-                    now = logps[row][batch.mask[row]].detach()
-                    gap = float((now - recorded.to(now.device)).abs().max())
-                    if math.isnan(gap):  # NaN > tolerance is False: count it as infinitely far
-                        gap = math.inf
-                    if gap > worst[0]:
-                        worst = (gap, f"agent {agent}, episode {e}, turn {t}")
                 advantages = torch.tensor(
                     [rollouts.advantages[e] * weights[e] for e, _ in batch.refs],
                     dtype=torch.float32,
@@ -290,29 +283,48 @@ class TrustRegionUpdater:
                     chunk, detached, logps.detach(), advantages, log_probs.detach()
                 )
                 chunks.append(reference)
-                if with_gradient and finite_loss:
+                if finite_loss:
                     loss = self._surrogate_loss(batch, reference, n_tokens, logps)
                     finite_loss = bool(torch.isfinite(loss))
                     if finite_loss:
                         with profiling.section("train backward"):
                             loss.backward()
-        # Checked once all ranks have scored their shard, so that all of them raise together.
+        if not self.reuse_work:
+            return _ReferencePass(chunks, n_tokens, None, None)
+        if self.collective.any(not finite_loss):
+            return _ReferencePass(chunks, n_tokens, None, "loss")
+        parameters = list(team.backbone.parameters_of(agent).values())
+        self.collective.sum_gradients(parameters)  # the pooled token mean over the global batch
+        gradient = [None if p.grad is None else p.grad.detach().clone() for p in parameters]
+        for parameter in parameters:
+            parameter.grad = None
+        return _ReferencePass(chunks, n_tokens, gradient, None if _finite(gradient) else "gradient")
+
+    def _check_on_policy(
+        self,
+        agent: int,
+        chunks: list[_Reference],
+        behaviour: dict[tuple[int, int], torch.Tensor],
+    ) -> None:
+        """Before any step the new/old ratio must be 1: the reference pass's log-probs of every
+        message equal the behaviour log-probs to ``ratio_tolerance`` (else ``RatioCheckError``:
+        stale rollouts, another temperature, dropout). Checked once all ranks have scored their
+        shard, so that all of them raise together."""
+        worst = (0.0, "")
+        for chunk in chunks:
+            for row, (e, t) in enumerate(chunk.batch.refs):
+                now = chunk.logps[row][chunk.batch.mask[row]]
+                gap = float((now - behaviour[(e, t)].to(now.device)).abs().max())
+                if math.isnan(gap):  # NaN > tolerance is False: count it as infinitely far
+                    gap = math.inf
+                if gap > worst[0]:
+                    worst = (gap, f"agent {agent}, episode {e}, turn {t}")
         largest = self.collective.max(worst[0])
         if not largest <= self.settings.ratio_tolerance:  # NaN included
             where = worst[1] if worst[0] == largest else f"agent {agent}, on another rank"
             raise RatioCheckError(
                 f"{where}: |log new - log old| = {largest:.3g} before the update (ratio must be 1)"
             )
-        if not with_gradient:
-            return _ReferencePass(chunks, None, None)
-        if self.collective.any(not finite_loss):
-            return _ReferencePass(chunks, None, "loss")
-        parameters = list(team.backbone.parameters_of(agent).values())
-        self.collective.sum_gradients(parameters)  # the pooled token mean over the global batch
-        gradient = [None if p.grad is None else p.grad.detach().clone() for p in parameters]
-        for parameter in parameters:
-            parameter.grad = None
-        return _ReferencePass(chunks, gradient, None if _finite(gradient) else "gradient")
 
     def _accumulate_gradient(
         self,
@@ -342,23 +354,23 @@ class TrustRegionUpdater:
         if not _finite([p.grad for p in parameters]):
             raise NonFiniteUpdate("gradient")
 
-    def _measured(
+    def _checked_measure(
         self,
         team: LoraTeam,
         agent: int,
         rollouts: DialogueRollouts,
         references: list[_Reference],
     ) -> _Measurement:
-        """``_measure`` of the current parameters, refusing a non-finite KL or surrogate."""
+        """``_kl_and_surrogate`` at the current parameters, refusing a non-finite KL or surrogate."""
         with profiling.section("kl measurement"):
-            measured = self._measure(team, agent, rollouts, references)
+            measured = self._kl_and_surrogate(team, agent, rollouts, references)
         if not (np.isfinite(measured.kl) and np.isfinite(measured.statistic)):
             raise NonFiniteUpdate("kl")
         if not np.isfinite(measured.surrogate):
             raise NonFiniteUpdate("surrogate")
         return measured
 
-    def _measure(
+    def _kl_and_surrogate(
         self,
         team: LoraTeam,
         agent: int,
@@ -415,30 +427,36 @@ class TrustRegionUpdater:
 
     def _without_a_pass(
         self, team: LoraTeam, agent: int, rollouts: DialogueRollouts, n_tokens: int
-    ) -> AgentUpdate | None:
+    ) -> LoraUpdate | None:
         """The update when it needs no forward pass (else None): weights that overflowed
         (HAPPO), a batch without signal, an agent that never spoke."""
-        a_max = rollouts.a_max
         together = self.collective
+        unchanged = functools.partial(
+            LoraUpdate,
+            policy=team.agent(agent),
+            surrogate=0.0,
+            kl=0.0,
+            advantage_bound=rollouts.a_max,
+            tokens=n_tokens,
+        )
         if together.any(not np.isfinite(rollouts.episode_weights()).all()):  # HAPPO overflow
-            extras = {"tokens": 0.0, NON_FINITE_PREFIX + "weights": 1.0}
-            return AgentUpdate(team.agent(agent), 0.0, float("nan"), a_max, False, extras=extras)
+            return unchanged(
+                kl=math.nan, accepted=False, outcome=Outcome.NON_FINITE, non_finite="weights"
+            )
         if not together.any(bool(np.any(rollouts.advantages * rollouts.episode_weights()))):
             # Every group's rewards were equal: the surrogate and its gradient are 0, so the
             # identity is the update (and its KL 0). Skipping it saves every forward pass.
-            return AgentUpdate(team.agent(agent), 0.0, 0.0, a_max, extras={"no_signal": 1.0})
-        if n_tokens == 0:  # the agent never spoke: nothing to learn, nothing changes
-            return AgentUpdate(team.agent(agent), 0.0, 0.0, a_max, extras={"tokens": 0.0})
+            return unchanged(outcome=Outcome.NO_SIGNAL)
+        if n_tokens == 0:
+            return unchanged(outcome=Outcome.SILENT)
         return None
 
     # -- the AgentUpdater protocol -------------------------------------------------------------------
     def update(
         self, team: LoraTeam, agent: int, rollouts: DialogueRollouts, radius: float
-    ) -> AgentUpdate:
+    ) -> LoraUpdate:
         """Agent ``agent``'s trust-region update on ``rollouts`` (Thm 3.4): up to ``steps`` Adam
         steps, each shrunk until E_d̄[KL_i] (or its quantile) is at most ``radius``."""
-        s = self.settings
-        a_max = rollouts.a_max
         # 1. Updates that need no forward pass.
         n_tokens = int(self.collective.sum(message_tokens(self.chat, rollouts.episodes, agent)))
         unchanged = self._without_a_pass(team, agent, rollouts, n_tokens)
@@ -446,33 +464,57 @@ class TrustRegionUpdater:
             return unchanged
 
         # 2. The pre-update policy on the batch: what every ratio and KL is measured against,
-        #    the ratio-1 check, and (reuse_work) the first step's gradient from the same pass.
+        #    and (reuse_work) the first step's gradient from the same pass; then the check that
+        #    the rollouts are on-policy (the ratio is 1 before any step).
         backbone = team.backbone
-        parameters = list(backbone.parameters_of(agent).values())
         optimizer = self.optimizer_for(team, agent)
-        before_update = ParameterSnapshot(parameters, optimizer)
+        before_update = ParameterSnapshot(list(backbone.parameters_of(agent).values()), optimizer)
         optimizer.zero_grad(set_to_none=True)
+        # The behaviour log-probs first: where they are not recorded, the behaviour team's pass
+        # computes them, and it must run before ``team`` is loaded into the shared backbone.
+        behaviour = rollouts.behaviour_logps(agent, self.chat.policy)
         reference = self._reference_pass(team, agent, rollouts, n_tokens)
+        self._check_on_policy(agent, reference.chunks, behaviour)
         backbone.mark_modified(agent)
-        accumulate_gradient = functools.partial(
-            self._accumulate_gradient, team, agent, rollouts, reference.chunks, n_tokens
-        )
-        measure = functools.partial(self._measured, team, agent, rollouts, reference.chunks)
 
-        # 3. The trust-region loop: each step starts where the last admitted one ended (or,
-        #    with warm_start, where the previous update's steps were admitted) and is shrunk
-        #    into the region; a step that cannot be ends the update at the last admitted iterate.
-        step = StepSize(self.step_scale(team, agent), s.shrink, s.max_backtracks, s.warm_start)
+        # 3. The trust-region steps, from where the step-size policy says.
+        walk = self._steps(team, agent, rollouts, reference, radius)
+        if walk.non_finite is not None:  # a NaN must not reach Adam's moments: back to the start
+            before_update.restore()
+        optimizer.zero_grad(set_to_none=True)
+        scale = walk.step_size.after_update(walk.backtracks, walk.non_finite is not None)
+        self._store_step_scale(optimizer, scale)
+
+        # 4. The report.
+        return self._report(team, agent, rollouts.a_max, n_tokens, walk)
+
+    def _steps(
+        self,
+        team: LoraTeam,
+        agent: int,
+        rollouts: DialogueRollouts,
+        reference: _ReferencePass,
+        radius: float,
+    ) -> _Walk:
+        """Up to ``steps`` Adam steps, each starting where the last admitted one ended (with
+        ``warm_start``, at the step size the previous update admitted) and shrunk into the
+        region; a step that cannot be ends the walk at the last admitted iterate."""
+        s = self.settings
+        parameters = list(team.backbone.parameters_of(agent).values())
+        accumulate_gradient = functools.partial(
+            self._accumulate_gradient, team, agent, rollouts, reference.chunks, reference.n_tokens
+        )
+        measure = functools.partial(self._checked_measure, team, agent, rollouts, reference.chunks)
+        walk = _Walk(
+            StepSize(self.step_scale(team, agent), s.shrink, s.max_backtracks, s.warm_start)
+        )
+        walk.non_finite = reference.non_finite
         gradient = reference.first_gradient
-        non_finite = reference.non_finite
-        backtracks = accepted_steps = 0
-        last: _Measurement | None = None
-        last_tried = float("nan")
-        for _ in range(s.steps if non_finite is None else 0):
+        for _ in range(s.steps if walk.non_finite is None else 0):
             try:
                 result = backtracked_step(
                     parameters,
-                    optimizer,
+                    self.optimizer_for(team, agent),
                     s.learning_rate,
                     accumulate_gradient,
                     measure,
@@ -482,51 +524,52 @@ class TrustRegionUpdater:
                     TrustRegion(radius, tolerance=0.0),
                     shrink=s.shrink,
                     max_backtracks=s.max_backtracks,
-                    initial_scale=step.scale,
+                    initial_scale=walk.step_size.scale,
                     gradient=gradient,
                     reuse_gradient=self.reuse_work,
                 )
             except NonFiniteUpdate as event:
-                non_finite = event.quantity
+                walk.non_finite = event.quantity
                 break
             gradient = None  # the next step's gradient is at the new parameters
-            backtracks += result.backtracks
+            walk.backtracks += result.backtracks
             if not result.accepted or result.candidate is None:
-                last_tried = result.statistic
-                step.on_reject()
+                walk.last_tried = result.statistic
+                walk.step_size.on_reject()
                 break
-            accepted_steps += 1
-            last = result.candidate
-            step.on_accept(result.step_scale)
-        if non_finite is not None:  # a NaN must not reach Adam's moments: back to the start
-            before_update.restore()
-            last = None
-        optimizer.zero_grad(set_to_none=True)
-        self._store_step_scale(optimizer, step.after_update(backtracks, non_finite is not None))
+            walk.steps += 1
+            walk.last = result.candidate
+            walk.step_size.on_accept(result.step_scale)
+        if walk.non_finite is not None:
+            walk.last, walk.steps = None, 0
+        return walk
 
-        # 4. The report (teamtr.reports.AgentUpdate).
-        extras = {"tokens": float(n_tokens), "steps": float(accepted_steps)}
-        if non_finite is not None:
-            extras[NON_FINITE_PREFIX + non_finite] = 1.0
-            extras["steps"] = 0.0
-        if last is None:
+    def _report(
+        self, team: LoraTeam, agent: int, a_max: float, n_tokens: int, walk: _Walk
+    ) -> LoraUpdate:
+        """The update's result: the new policy where a step was admitted, else the old one."""
+        backbone = team.backbone
+        if walk.last is None:
             backbone.load(agent, team.agent(agent))  # bit-identical already; marks the slot
-            return AgentUpdate(
-                team.agent(agent),
-                0.0,
-                last_tried,
-                a_max,
+            return LoraUpdate(
+                policy=team.agent(agent),
+                surrogate=0.0,
+                kl=walk.last_tried,
+                advantage_bound=a_max,
                 accepted=False,
-                backtracks=backtracks,
-                extras=extras,
+                backtracks=walk.backtracks,
+                outcome=Outcome.REJECTED if walk.non_finite is None else Outcome.NON_FINITE,
+                non_finite=walk.non_finite,
+                tokens=n_tokens,
             )
-        return AgentUpdate(
+        return LoraUpdate(
             policy=backbone.snapshot(agent),
-            surrogate=last.surrogate,
-            kl=last.kl,
+            surrogate=walk.last.surrogate,
+            kl=walk.last.kl,
             advantage_bound=a_max,
-            accepted=True,
-            backtracks=backtracks,
-            kl_quantile=last.kl_quantile,
-            extras=extras,
+            backtracks=walk.backtracks,
+            kl_quantile=walk.last.kl_quantile,
+            outcome=Outcome.STEPPED,
+            tokens=n_tokens,
+            steps=walk.steps,
         )

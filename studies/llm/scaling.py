@@ -216,6 +216,7 @@ def measure_unit(
     from llm.sampling.sampler import DialogueSampler
     from llm.training.builder import build
     from llm.update.drift import agent_message_kls, surrogate_on
+    from llm.update.outcome import Outcome, lora_update
     from llm.update.updater import TrustRegionUpdater
     from teamtr import StageConfig
     from teamtr.penalty import EpisodicPenalty
@@ -320,7 +321,7 @@ def measure_unit(
                 {
                     "agent": agent,
                     "kept": record.kept,
-                    "signal": "no_signal" not in record.update.extras,
+                    "signal": lora_update(record.update).outcome is not Outcome.NO_SIGNAL,
                     "update_kl": finite_or_none(record.update.kl),
                     "surrogate": finite_or_none(record.update.surrogate),
                     "from_start_kl": from_start,

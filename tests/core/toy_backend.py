@@ -105,7 +105,14 @@ class ToyUpdater:
                     backtracks=backtracks,
                 )
             step /= 2.0
-        return AgentUpdate(old, 0.0, 0.0, 0.0, accepted=False, backtracks=self.max_backtracks)
+        return AgentUpdate(
+            policy=old,
+            surrogate=0.0,
+            kl=0.0,
+            advantage_bound=0.0,
+            accepted=False,
+            backtracks=self.max_backtracks,
+        )
 
 
 def toy_statistic(rollouts: ToyRollouts) -> np.ndarray:

@@ -80,7 +80,7 @@ def enumerated(sampler: DialogueSampler) -> list[Episode]:
 
 
 def log_probabilities(sampler: DialogueSampler, team, episodes) -> np.ndarray:
-    logps = sampler.behaviour_logps(team, episodes)
+    logps = sampler.scored_logps(team, tuple(episodes))
     return np.array([float(sum(t.double().sum() for t in turns)) for turns in logps])
 
 

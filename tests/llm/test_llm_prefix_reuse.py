@@ -51,7 +51,7 @@ def exact_distribution(sampler: DialogueSampler, team, prompt: tuple[int, ...]) 
         )
         for ys in outcomes
     ]
-    logps = sampler.behaviour_logps(team, episodes)
+    logps = sampler.scored_logps(team, tuple(episodes))
     probabilities = np.array([float(sum(t.sum() for t in turns).exp()) for turns in logps])
     # The probabilities sum to 1 up to float32 rounding (whatever error the logits carry, a
     # softmax is normalised): each log-prob l = z - logsumexp(z) is off by about

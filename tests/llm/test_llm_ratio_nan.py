@@ -8,6 +8,7 @@ import pytest
 import torch
 from llm_test_support import arithmetic_sampler, with_rewards, with_sampled_logps
 
+from llm.logprobs.scoring import message_tokens
 from llm.update.updater import RatioCheckError, TrustRegionUpdater, UpdaterSettings
 
 
@@ -18,7 +19,9 @@ def test_a_nan_behaviour_log_prob_is_refused(char_team, char_chat, where, source
     sampler = arithmetic_sampler(char_chat, behaviour_logps=source)
     rollouts = with_rewards(sampler.sample(char_team), [1.0, 0.0, 0.0, 1.0])
     updater = TrustRegionUpdater(char_chat, UpdaterSettings())
-    updater._reference_pass(char_team, 0, rollouts)  # the honest log-probs pass
+    updater._reference_pass(
+        char_team, 0, rollouts, message_tokens(char_chat, rollouts.episodes, 0)
+    )  # the honest log-probs pass
     if source == "scored":
         corrupted = [list(turns) for turns in rollouts.old_logps]
         poisoned = corrupted[0][0].clone()

@@ -8,6 +8,7 @@ import torch
 from llm_test_support import AlternatingRewards
 
 import llm
+from llm.update.outcome import Outcome
 from teamtr import StageConfig, run_stage
 
 TINY = {
@@ -48,7 +49,7 @@ def test_a_rejected_update_hands_its_rollouts_to_the_next_agent():
     config = StageConfig(scheme="teamtr", radius=(REJECTING, 0.5, 0.5), order=(0, 1, 2))
     report, _ = run_stage(team, counting, updater, config, penalty)
     first, second, third = report.records
-    assert not first.kept and first.update.extras.get("no_signal") is None
+    assert not first.kept and first.update.outcome is not Outcome.NO_SIGNAL
     # Agent 1 trains on agent 0's rollouts: the team is unchanged, they are still on-policy.
     assert second.rollouts is first.rollouts and second.fresh_rollouts is False
     assert second.base is team and second.kept

@@ -262,7 +262,7 @@ def test_non_finite_loss_rejects_the_update_and_restores_params_and_adam_state(
     poisoned.advantages[0] = np.nan  # e.g. a reward model that returned NaN
     update = updater.update(team, 0, poisoned, radius=1.0)
 
-    assert not update.accepted and update.extras["non_finite_loss"] == 1.0
+    assert not update.accepted and update.non_finite == "loss"
     assert update.policy.equal(first.policy)
     live = team.backbone.parameters_of(0)
     assert all(torch.equal(live[k], first.policy.tensors[k]) for k in live)

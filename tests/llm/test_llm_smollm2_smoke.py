@@ -14,6 +14,7 @@ from llm_test_support import AlternatingRewards
 from llm.common.config import RunConfig, SamplerSettings
 from llm.models.loading import smollm2_directory
 from llm.training.builder import build
+from llm.update.outcome import Outcome
 from llm.update.updater import UpdaterSettings
 from teamtr.config import StageConfig
 from teamtr.penalty import EpisodicPenalty
@@ -58,8 +59,10 @@ def test_one_teamtr_stage_on_smollm2(sources):
     assert [r.agent for r in report.records] == [0, 1]
     for record in report.records:
         assert record.update.kl <= 0.5 * (1 + 1e-6) or not record.kept
-        assert "no_signal" not in record.update.extras  # the rewards below give every batch one
-        if record.kept and record.update.extras["steps"] > 0 and record.update.kl > 0:
+        assert (
+            record.update.outcome is not Outcome.NO_SIGNAL
+        )  # the rewards below give every batch one
+        if record.kept and record.update.steps > 0 and record.update.kl > 0:
             assert not record.update.policy.equal(parts.team.agent(record.agent))
     assert team.n_agents == 2
     assert type(team.backbone).__name__ == ("SeparateBackbone" if sources else "LoraBackbone")

@@ -85,8 +85,10 @@ def test_lazy_behaviour_logps_are_the_eager_ones_bit_for_bit(team, char_chat):
     assert isinstance(rollouts.old_logps, BehaviourLogps)
     other = perturb_agent(team, 1, scale=1.0, seed=7)
     other.use(1)  # another team sits in the backbone when the log-probs are first asked for
-    eager = sampler.behaviour_logps(team, rollouts.episodes)
-    lazy = rollouts.old_logps
+    lazy = [list(turns) for turns in rollouts.old_logps]
+    eager = sampler.scored_logps(team, rollouts.episodes)
+    for agent in range(team.n_agents):  # every agent's now, as the reference path does
+        eager.of_agent(agent)
     assert len(lazy) == len(eager)
     for e, turns in enumerate(eager):
         assert len(lazy[e]) == len(turns)
@@ -141,7 +143,12 @@ def test_the_cheaper_update_is_the_same_update(team, char_chat, estimator, direc
     new_rollouts, new, new_state, new_profile = run_update(team, char_chat, True, settings, radius)
     assert [e.turns for e in old_rollouts.episodes] == [e.turns for e in new_rollouts.episodes]
     assert old.accepted and new.accepted and old.backtracks >= 2
-    assert (new.backtracks, new.extras) == (old.backtracks, old.extras)
+    assert (new.backtracks, new.outcome, new.steps, new.tokens) == (
+        old.backtracks,
+        old.outcome,
+        old.steps,
+        old.tokens,
+    )
     # The same update scored in other batch shapes: the recorded KLs and surrogate agree to
     # their float32 resolution (llm_test_support; V = 99, messages of at most 6 tokens, H = 3
     # turns, |A| <= a_max): 6.6e-6 for a KL of about 4e-3, 3.9e-5 for a surrogate of about

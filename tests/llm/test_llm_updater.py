@@ -10,6 +10,8 @@ import torch
 from llm_test_support import arithmetic_sampler, with_rewards, with_sampled_logps
 
 from llm.common import profiling
+from llm.logprobs.scoring import message_tokens
+from llm.update.outcome import Outcome
 from llm.update.updater import STEP_SCALE_KEY, RatioCheckError, TrustRegionUpdater, UpdaterSettings
 
 REWARDS = [1.0, 0.0, 0.0, 1.0]
@@ -43,7 +45,9 @@ def test_ratio_is_one_before_the_update_and_stale_logps_are_refused(char_team, c
     rollouts = with_rewards(sampler.sample(char_team), REWARDS)
     assert all(turn.sampled_logps is None for e in rollouts.episodes for turn in e.turns)
     updater = TrustRegionUpdater(char_chat, UpdaterSettings())
-    references = updater._reference_pass(char_team, 0, rollouts).chunks
+    references = updater._reference_pass(
+        char_team, 0, rollouts, message_tokens(char_chat, rollouts.episodes, 0)
+    ).chunks
     assert sum(int(r.batch.mask.sum()) for r in references) > 0
     for reference in references:
         for row, (e, t) in enumerate(reference.batch.refs):
@@ -191,5 +195,5 @@ def test_batches_without_reward_signal_leave_the_agent_and_adam_untouched(
     updater = TrustRegionUpdater(char_chat, UpdaterSettings(learning_rate=1e-2))
     update = updater.update(char_team, 0, flat, radius=0.5)
     assert update.policy is char_team.agent(0) and update.accepted
-    assert (update.kl, update.surrogate, update.extras) == (0.0, 0.0, {"no_signal": 1.0})
+    assert (update.kl, update.surrogate, update.outcome) == (0.0, 0.0, Outcome.NO_SIGNAL)
     assert updater.optimizers == {}  # no optimiser step, not even one of zero gradient
