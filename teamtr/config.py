@@ -13,6 +13,19 @@ SCHEMES: tuple[str, ...] = get_args(SchemeName)
 OrderSpec = Literal["fixed", "random"] | tuple[int, ...]
 PenaltyForm = Literal["kl", "tv"]
 
+
+class SettingError(ValueError):
+    """A setting's value breaks its rule. It carries the key it names (``key``; ``section``
+    where the raiser knows it), so that a config loader can point at the key and its line
+    without reading the message; ``str`` is "<key> <message>"."""
+
+    def __init__(self, key: str, message: str, section: str = "") -> None:
+        super().__init__(f"{key} {message}")
+        self.key = key
+        self.message = message
+        self.section = section
+
+
 DEFAULT_RADIUS = 0.01
 """The core's default delta_i (``StageConfig.radius``, ``teamtr.check_backend``); the
 language-model config states its own (``llm.common.config.StageSettings``)."""
@@ -45,24 +58,28 @@ class StageConfig:
 
     def __post_init__(self) -> None:
         if self.scheme not in SCHEMES:
-            raise ValueError(f"scheme must be one of {SCHEMES}, got {self.scheme!r}")
+            raise SettingError("scheme", f"must be one of {SCHEMES}, got {self.scheme!r}")
         # A float, or a tuple of floats, each finite and > 0: the one check of a radius.
-        object.__setattr__(self, "radius", checked_radius(self.radius))
+        try:
+            object.__setattr__(self, "radius", checked_radius(self.radius))
+        except ValueError as error:
+            raise SettingError("radius", str(error).removeprefix("radius ")) from None
         if isinstance(self.order, tuple):
             valid = all(
                 isinstance(k, Integral) and not isinstance(k, bool) and k >= 0 for k in self.order
             )
             if not self.order or not valid or len(set(self.order)) != len(self.order):
-                raise ValueError(
-                    "order must be 'fixed', 'random' or a non-empty tuple of distinct agent "
-                    f"indices, got {self.order!r}"
+                raise SettingError(
+                    "order",
+                    "must be 'fixed', 'random' or a non-empty tuple of distinct agent "
+                    f"indices, got {self.order!r}",
                 )
         elif self.order not in ("fixed", "random"):
-            raise ValueError(f"order must be 'fixed', 'random' or a tuple, got {self.order!r}")
+            raise SettingError("order", f"must be 'fixed', 'random' or a tuple, got {self.order!r}")
         if not (0.0 <= self.kl_tolerance < 1.0):
-            raise ValueError(f"kl_tolerance must lie in [0, 1), got {self.kl_tolerance!r}")
+            raise SettingError("kl_tolerance", f"must lie in [0, 1), got {self.kl_tolerance!r}")
         if self.penalty_form not in ("kl", "tv"):
-            raise ValueError(f"penalty_form must be 'kl' or 'tv', got {self.penalty_form!r}")
+            raise SettingError("penalty_form", f"must be 'kl' or 'tv', got {self.penalty_form!r}")
 
     def radii(self, n_agents: int) -> tuple[float, ...]:
         """delta_i of every agent of a team of ``n_agents`` (a per-agent tuple must have one

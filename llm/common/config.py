@@ -21,12 +21,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from llm.common.rules import (
+    KEY_RULES,
+    MAX_BUILTIN_TEST_SET,
+    MAX_POSITIONS,
+    SettingError,
+    check_section,
+)
 from llm.common.settings import (
     DEFAULT_MESSAGE_TOKENS,
     DEFAULT_ROLE_PROMPTS,
     DEFAULT_SYSTEM_PROMPT,
-    DEVICE_CHOICES,
-    DEVICE_PATTERN,
     LoraSettings,
     SamplerSettings,
     UpdaterSettings,
@@ -52,10 +57,9 @@ class ModelSettings:
     def source_of(self, agent: int) -> str:
         return self.sources[agent] if self.sources else self.source
 
+    def __post_init__(self) -> None:
+        check_section(self, "model")
 
-MAX_AGENTS = 64
-"""Most agents (and private-notes holders) a team may have: each agent is an adapter (or a
-model) in memory and a turn in every dialogue; far more only exhausts the memory."""
 
 DEFAULT_ROLES_HINT = (
     " (the default roles are the solver and the answerer of a two-agent team: write one role "
@@ -91,24 +95,10 @@ class TeamSettings:
         return (0,) * self.n_agents if self.shared_adapter else tuple(range(self.n_agents))
 
     def __post_init__(self) -> None:
-        if not 1 <= self.n_agents <= MAX_AGENTS:
-            raise ValueError(f"n_agents must be >= 1 and <= {MAX_AGENTS}, got {self.n_agents}")
-        # The default roles are left to the cross-section check (``_check_team``), which
-        # knows whether the task brings roles of its own.
-        if (
-            self.role_prompts
-            and self.role_prompts != DEFAULT_ROLE_PROMPTS
-            and len(self.role_prompts) != self.n_agents
-        ):
-            raise ValueError(
-                f"role_prompts needs {self.n_agents} entries, got {len(self.role_prompts)}"
-                + DEFAULT_ROLES_HINT * (self.role_prompts == DEFAULT_ROLE_PROMPTS)
-            )
+        check_section(self, "team")
 
 
 TASK_KINDS = ("arithmetic", "jsonl", "private_notes", "dataset", "python")
-FUNCTION_SPEC = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
-"""``module:function``, how a config names a factory, reward or metric."""
 
 
 @dataclass(frozen=True)
@@ -180,18 +170,7 @@ class TaskSettings:
     """Seed that fixes the arithmetic and private-notes test questions."""
 
     def __post_init__(self) -> None:
-        if self.kind in ("jsonl", "dataset") and not self.train_file:
-            raise ValueError(f'kind = "{self.kind}" needs train_file')
-        if self.kind == "python" and not self.factory:
-            raise ValueError('kind = "python" needs factory = "module:function"')
-        for name in ("factory", "reward", "metric"):
-            value = getattr(self, name)
-            if value and not FUNCTION_SPEC.fullmatch(value):
-                raise ValueError(f'{name} must be "module:function", got {value!r}')
-        if self.args and self.kind != "python":
-            raise ValueError(f'args must be empty unless kind = "python", got {self.args!r}')
-        if self.eval_size < 1:
-            raise ValueError(f"eval_size must be >= 1, got {self.eval_size}")
+        check_section(self, "task")
 
 
 @dataclass(frozen=True)
@@ -211,8 +190,7 @@ class StageSettings(StageConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if isinstance(self.stages, bool) or not isinstance(self.stages, int) or self.stages < 1:
-            raise ValueError(f"stages must be >= 1, got {self.stages!r}")
+        check_section(self, "stage")
 
 
 @dataclass(frozen=True)
@@ -253,8 +231,7 @@ class RunSettings:
     processes: a plain run with S = 2 samples what two processes do."""
 
     def __post_init__(self) -> None:
-        if self.time_budget_minutes < 0:
-            raise ValueError(f"time_budget_minutes must be >= 0, got {self.time_budget_minutes}")
+        check_section(self, "run")
 
 
 @dataclass(frozen=True)
@@ -279,126 +256,12 @@ class RunConfig:
         return data
 
 
-@dataclass(frozen=True)
-class Bound:
-    """A value range a config key must lie in, and how to say so."""
-
-    admits: Callable[[Any], bool]
-    expected: str
-
-
-def at_least(lowest: int, why: str = "") -> Bound:
-    return Bound(lambda v: v >= lowest, f"must be >= {lowest}" + (f" ({why})" if why else ""))
-
-
-def positive(why: str = "") -> Bound:
-    return Bound(lambda v: v > 0, "must be > 0" + (f" ({why})" if why else ""))
-
-
-def between(lowest: int, highest: int, why: str = "") -> Bound:
-    return Bound(
-        lambda v: lowest <= v <= highest,
-        f"must be >= {lowest} and <= {highest}" + (f" ({why})" if why else ""),
-    )
-
-
-MAX_SEED = 2**31 - 1
-"""Seeds lie in [0, 2**31): numpy's global seed takes [0, 2**32), and agent k's model of a
-heterogeneous team is seeded with seed + k (the same range as ``--seed``)."""
-MAX_POSITIONS = 2**20
-"""No supported model has more positions: a dialogue of ``turns`` messages of at most
-``max_new_tokens`` each must fit below this before any model is loaded (the model's own
-context window is checked once it is)."""
-MAX_INTEGER = 2**31 - 1
-"""The ceiling of every integer key without a tighter one of its own."""
-MAX_THREADS = 1024
-MAX_LORA_RANK = 4096
-MAX_BUILTIN_TEST_SET = 1000
-"""Most distinct held-out questions drawn from the built-in tasks: difficulty 1 has 2 x 100
-x 100 questions, a fifth of them held out, and a request near that count draws for minutes
-before it fails."""
-
-
-def seed_bound() -> Bound:
-    return between(0, MAX_SEED, "a seed")
-
-
-def open_unit_interval(why: str = "") -> Bound:
-    return Bound(lambda v: 0 < v < 1, "must lie in (0, 1)" + (f" ({why})" if why else ""))
-
-
-BOUNDS: dict[tuple[str, str], Bound] = {
-    ("lora", "rank"): between(1, MAX_LORA_RANK, "r, the LoRA rank"),
-    ("lora", "alpha"): positive("the LoRA scale alpha / r"),
-    ("team", "n_agents"): between(1, MAX_AGENTS, "n, the number of agents"),
-    ("task", "difficulty"): Bound(
-        lambda v: (
-            v in (1, 2, 3)
-            if isinstance(v, int)
-            else bool(v) and set(v) <= {1, 2, 3} and len(set(v)) == len(v)
-        ),
-        "must be 1, 2 or 3, or a non-empty list of distinct ones (a mix)",
-    ),
-    ("task", "eval_size"): at_least(1),
-    ("task", "note_max"): at_least(1, "the private numbers are 1..note_max"),
-    ("task", "note_holders"): between(0, MAX_AGENTS, "0 = one per agent"),
-    ("task", "eval_seed"): seed_bound(),
-    ("task", "format_reward"): Bound(
-        lambda v: 0 <= v <= 1, "must lie in [0, 1] (0 = off; a bonus below a correct answer's 1)"
-    ),
-    ("sampler", "prompts_per_batch"): at_least(1),
-    ("sampler", "group_size"): at_least(2, "G: GRPO needs a baseline within each group"),
-    ("sampler", "turns"): at_least(1, "H, turns per dialogue"),
-    ("sampler", "max_new_tokens"): Bound(
-        lambda v: all(1 <= x <= MAX_POSITIONS for x in (v if isinstance(v, tuple) else (v,))),
-        f"must be >= 1 and <= {MAX_POSITIONS} (one value, or a list of one per agent; no "
-        "supported model has more positions)",
-    ),
-    ("sampler", "temperature"): positive("the policy is softmax(logits / T)"),
-    ("sampler", "a_max"): positive("A_max, the advantage clip"),
-    ("sampler", "score_chunk"): at_least(1),
-    ("sampler", "seed"): seed_bound(),
-    ("sampler", "signal_groups"): at_least(0, "0 = off"),
-    ("sampler", "max_draws"): at_least(0, "extra groups a batch may draw"),
-    ("updater", "learning_rate"): positive(),
-    ("updater", "steps"): at_least(1),
-    ("updater", "clip_eps"): positive(),
-    ("updater", "quantile"): open_unit_interval(),
-    ("updater", "shrink"): open_unit_interval("learning-rate factor per backtrack"),
-    ("updater", "max_backtracks"): at_least(0),
-    ("updater", "ratio_tolerance"): positive(),
-    ("run", "eval_every"): at_least(0, "0 = never"),
-    ("run", "checkpoint_every"): at_least(0, "0 = only the last stage and on interrupt"),
-    ("run", "threads"): between(0, MAX_THREADS, "0 = torch's default"),
-    ("run", "seed"): seed_bound(),
-    ("run", "time_budget_minutes"): at_least(0, "0 = no budget"),
-    ("run", "rollout_shards"): at_least(0, "0 = one per process"),
-    ("run", "device"): Bound(
-        lambda v: DEVICE_PATTERN.fullmatch(v) is not None, f"must be {DEVICE_CHOICES}"
-    ),
-}
-"""Ranges checked before a section is built, so that each message names its key and line.
-An integer key not listed here (or listed with a lower bound only) must also be at most
-``MAX_INTEGER`` (``integer_ceiling``)."""
-
-
-def integer_ceiling(value: Any) -> int | None:
-    """The largest integer in ``value`` (an integer or a list of them), if it holds any."""
-    items = value if isinstance(value, tuple) else (value,)
-    numbers = [v for v in items if isinstance(v, int) and not isinstance(v, bool)]
-    return max(numbers) if numbers else None
-
-
-RUN_NAME = re.compile(r"[A-Za-z0-9._+-]+")
-
-
 def check_run_name(name: str, where: str) -> None:
-    """A run directory name is one plain path component (no ``/``, ``..``, ``~``), so that a
-    run never writes outside ``[run] output_dir``; ``where`` names the key or option."""
-    if not RUN_NAME.fullmatch(name) or name in (".", ".."):
-        raise ConfigError(
-            f"{where}: must be a plain directory name (letters, digits, . _ + -), got {name!r}"
-        )
+    """A run directory name (``[run] name``'s rule, ``llm.common.rules``) for a name given
+    elsewhere (``--name``); ``where`` names the option."""
+    rule = KEY_RULES[("run", "name")]
+    if not rule.admits(name):
+        raise ConfigError(f"{where}: {rule.expected}, got {name!r}")
 
 
 @dataclass(frozen=True)
@@ -507,171 +370,238 @@ def _section(cls: type, data: Any, name: str, locate: Locator) -> Any:
         if key not in known:
             raise ConfigError(f"{where}: unknown key {key!r} (known keys: {', '.join(known)})")
         values[key] = _coerce(value, hints[key], where)
-        bound = BOUNDS.get((name, key))
-        if bound is not None and not bound.admits(values[key]):
-            raise ConfigError(f"{where}: {bound.expected}, got {value!r}")
-        largest = integer_ceiling(values[key])
-        if largest is not None and largest > MAX_INTEGER:
-            raise ConfigError(f"{where}: must be <= {MAX_INTEGER}, got {value!r}")
     try:
         return cls(**values)
-    except (ValueError, TypeError) as error:  # the settings classes' own checks
-        # They say "<field> must ...": name that key (and its line) when it was written.
-        field_name, _, rest = str(error).partition(" ")
-        if field_name in values and rest.startswith("must"):
-            written = next(w for w in data if RENAMED_KEYS.get((name, w), w) == field_name)
-            raise ConfigError(f"{locate(name, written)}: {rest}") from None
+    except SettingError as error:  # every rule of one section (llm.common.rules) names its key
+        written = next((w for w in data if RENAMED_KEYS.get((name, w), w) == error.key), error.key)
+        raise ConfigError(f"{locate(name, written)}: {error.message}") from None
+    except (ValueError, TypeError) as error:
         raise ConfigError(f"{locate(name)}: {error}") from None
 
 
-def _check_team(config: RunConfig, locate: Locator) -> None:
+# -- rules across sections ------------------------------------------------------------------
+# Each takes the whole config and raises ``SettingError`` naming the section and key its
+# message is about; ``check_consistent`` runs them all, in this order.
+
+
+def one_model_source_per_agent(config: RunConfig) -> None:
+    sources, n = config.model.sources, config.team.n_agents
+    if sources and len(sources) != n:
+        raise SettingError(
+            "sources", f"needs one model source per agent ({n}), got {len(sources)}", "model"
+        )
+
+
+def one_role_prompt_per_agent(config: RunConfig) -> None:
+    """Role prompts, when given, are one per agent. A Python task may bring its own roles
+    (``llm.Task.roles``), which replace the defaults: the builder checks those once the task
+    is built."""
     team = config.team
-    sources = config.model.sources
-    if sources and len(sources) != team.n_agents:
-        raise ConfigError(
-            f"{locate('model', 'sources')}: needs one model source per agent "
-            f"({team.n_agents}), got {len(sources)}"
+    if not team.role_prompts or len(team.role_prompts) == team.n_agents:
+        return
+    default = team.role_prompts == DEFAULT_ROLE_PROMPTS
+    if default and config.task.kind == "python":
+        return
+    raise SettingError(
+        "role_prompts",
+        f"needs one entry per agent ({team.n_agents}), got {len(team.role_prompts)}"
+        + DEFAULT_ROLES_HINT * default,
+        "team",
+    )
+
+
+def one_message_length_per_agent(config: RunConfig) -> None:
+    """A list of message lengths is one per agent (the default two-agent list is left to a
+    Python task's roles, as ``one_role_prompt_per_agent`` leaves the default roles)."""
+    tokens, n = config.sampler.max_new_tokens, config.team.n_agents
+    if not isinstance(tokens, tuple) or len(tokens) == n:
+        return
+    default = tokens == DEFAULT_MESSAGE_TOKENS
+    if default and config.task.kind == "python":
+        return
+    raise SettingError(
+        "max_new_tokens",
+        f"a list needs one entry per agent ({n}), got {list(tokens)}"
+        + " (the default is the two-agent team's [40, 8])" * default
+        + "; or one number for every agent",
+        "sampler",
+    )
+
+
+def note_holders_cover_the_team(config: RunConfig) -> None:
+    holders, n = config.task.note_holders, config.team.n_agents
+    if holders and holders < n:
+        raise SettingError(
+            "note_holders",
+            f"must be 0 (one per agent) or at least [team] n_agents ({n}), got {holders}",
+            "task",
         )
-    # A Python task may bring its own roles (``llm.Task.roles``), which replace the defaults:
-    # the builder checks them again once the task is built.
-    roles_from_task = config.task.kind == "python"
-    if (
-        team.role_prompts
-        and len(team.role_prompts) != team.n_agents
-        and not (roles_from_task and team.role_prompts == DEFAULT_ROLE_PROMPTS)
-    ):
-        raise ConfigError(
-            f"{locate('team', 'role_prompts')}: needs one entry per agent "
-            f"({team.n_agents}), got {len(team.role_prompts)}"
-            + DEFAULT_ROLES_HINT
-            * (team.role_prompts == DEFAULT_ROLE_PROMPTS)
-        )
-    holders = config.task.note_holders
-    if holders and holders < team.n_agents:
-        raise ConfigError(
-            f"{locate('task', 'note_holders')}: must be 0 (one per agent) or at least "
-            f"[team] n_agents ({team.n_agents}), got {holders}"
-        )
+
+
+def speaking_order_names_agents(config: RunConfig) -> None:
+    team = config.team
     order = team.speaking_order
-    where = locate("team", "speaking_order")
     if any(not 0 <= k < team.n_agents for k in order):
-        raise ConfigError(f"{where}: agents are numbered 0..{team.n_agents - 1}, got {list(order)}")
-    if team.router != "fixed" and len(set(order)) != len(order):
-        raise ConfigError(f"{where}: must not repeat an agent, got {list(order)}")
-    tokens = config.sampler.max_new_tokens
-    if (
-        isinstance(tokens, tuple)
-        and len(tokens) != team.n_agents
-        and not (roles_from_task and tokens == DEFAULT_MESSAGE_TOKENS)
-    ):
-        default = " (the default is the two-agent team's [40, 8])" * (
-            tokens == DEFAULT_MESSAGE_TOKENS
+        message = f"agents are numbered 0..{team.n_agents - 1}, got {list(order)}"
+    elif team.router != "fixed" and len(set(order)) != len(order):
+        message = f"must not repeat an agent, got {list(order)}"
+    elif team.router == "handoff" and len(order) > 1:
+        message = f"handoff takes [first speaker] only, got {list(order)}"
+    else:
+        return
+    raise SettingError("speaking_order", message, "team")
+
+
+def a_shared_adapter_has_one_base_model(config: RunConfig) -> None:
+    if config.team.shared_adapter and config.model.sources:
+        raise SettingError(
+            "shared_adapter",
+            "one shared adapter lives on one base model; it cannot be combined with [model] "
+            "sources",
+            "team",
         )
-        raise ConfigError(
-            f"{locate('sampler', 'max_new_tokens')}: a list needs one entry per agent "
-            f"({team.n_agents}), got {list(tokens)}{default}; or one number for every agent"
+
+
+def spread_placement_has_models_to_spread(config: RunConfig) -> None:
+    if config.run.placement == "spread" and not config.model.sources:
+        raise SettingError(
+            "placement",
+            '"spread" places one model per agent and needs [model] sources (LoRA slots on one '
+            "base model live on one device)",
+            "run",
         )
-    if team.shared_adapter and sources:
-        raise ConfigError(
-            f"{locate('team', 'shared_adapter')}: one shared adapter lives on one base model; "
-            "it cannot be combined with [model] sources"
-        )
-    if team.router == "handoff" and len(order) > 1:
-        raise ConfigError(f"{where}: handoff takes [first speaker] only, got {list(order)}")
-    if config.run.placement == "spread" and not sources:
-        raise ConfigError(
-            f'{locate("run", "placement")}: "spread" places one model per agent and needs '
-            "[model] sources (LoRA slots on one base model live on one device)"
-        )
+
+
+def dynamic_sampling_is_not_sharded(config: RunConfig) -> None:
     shards = config.run.rollout_shards
     if config.sampler.signal_groups and shards > 1:
-        raise ConfigError(
-            f"{locate('sampler', 'signal_groups')}: dynamic sampling is not supported with "
-            f"sharded rollouts ([run] rollout_shards = {shards}): set signal_groups = 0 or "
-            "rollout_shards to 0 or 1"
+        raise SettingError(
+            "signal_groups",
+            "dynamic sampling is not supported with sharded rollouts ([run] rollout_shards = "
+            f"{shards}): set signal_groups = 0 or rollout_shards to 0 or 1",
+            "sampler",
         )
-    if shards and config.sampler.prompts_per_batch % shards:
-        raise ConfigError(
-            f"{locate('run', 'rollout_shards')}: must divide [sampler] prompts_per_batch "
-            f"({config.sampler.prompts_per_batch}) so that every shard is whole GRPO groups, "
-            f"got {shards}"
-        )
-    if config.run.name:
-        check_run_name(config.run.name, locate("run", "name"))
-    _check_turns(config, locate)
-    _check_lengths(config, locate)
 
 
-def _check_turns(config: RunConfig, locate: Locator) -> None:
+def shards_are_whole_groups(config: RunConfig) -> None:
+    shards, prompts = config.run.rollout_shards, config.sampler.prompts_per_batch
+    if shards and prompts % shards:
+        raise SettingError(
+            "rollout_shards",
+            f"must divide [sampler] prompts_per_batch ({prompts}) so that every shard is whole "
+            f"GRPO groups, got {shards}",
+            "run",
+        )
+
+
+def every_agent_speaks(config: RunConfig) -> None:
     """Every agent speaks at least once in a dialogue: an agent that never does is never
     trained (its updates see no tokens of its own) and only costs memory."""
     team, turns = config.team, config.sampler.turns
     n = team.n_agents
-    where = locate("sampler", "turns")
     if team.router != "fixed":
         if turns < n:
-            raise ConfigError(
-                f"{where}: must be >= [team] n_agents ({n}) with router {team.router!r}, so "
-                f"that every agent can speak, got {turns}"
+            raise SettingError(
+                "turns",
+                f"must be >= [team] n_agents ({n}) with router {team.router!r}, so that every "
+                f"agent can speak, got {turns}",
+                "sampler",
             )
         return
     order = team.speaking_order or tuple(range(n))
     absent = sorted(set(range(n)) - set(order))
     if absent:
-        raise ConfigError(
-            f"{locate('team', 'speaking_order')}: agent(s) {absent} never speak; the order must "
-            f"name every agent 0..{n - 1}, got {list(order)}"
+        raise SettingError(
+            "speaking_order",
+            f"agent(s) {absent} never speak; the order must name every agent 0..{n - 1}, got "
+            f"{list(order)}",
+            "team",
         )
     spoken = {order[t % len(order)] for t in range(turns)}
     if len(spoken) < n:
         needed = max(order.index(k) for k in range(n)) + 1
-        raise ConfigError(
-            f"{where}: agent(s) {sorted(set(range(n)) - spoken)} never speak in {turns} turns "
-            f"of the fixed order {list(order)}; must be >= {needed} (or change [team] n_agents "
-            f"or speaking_order), got {turns}"
+        raise SettingError(
+            "turns",
+            f"agent(s) {sorted(set(range(n)) - spoken)} never speak in {turns} turns of the "
+            f"fixed order {list(order)}; must be >= {needed} (or change [team] n_agents or "
+            f"speaking_order), got {turns}",
+            "sampler",
         )
 
 
-def _check_lengths(config: RunConfig, locate: Locator) -> None:
-    """Sizes that are absurd before any model or data is seen."""
+def dialogues_fit_a_model(config: RunConfig) -> None:
     sampler = config.sampler
     longest = sampler.turns * sampler.longest_message
     if longest > MAX_POSITIONS:
-        raise ConfigError(
-            f"{locate('sampler', 'max_new_tokens')}: {sampler.turns} turns x "
-            f"{sampler.longest_message} new tokens = {longest} positions, more than any "
-            f"supported model has ({MAX_POSITIONS}); lower max_new_tokens or [sampler] turns"
+        raise SettingError(
+            "max_new_tokens",
+            f"{sampler.turns} turns x {sampler.longest_message} new tokens = {longest} "
+            f"positions, more than any supported model has ({MAX_POSITIONS}); lower "
+            "max_new_tokens or [sampler] turns",
+            "sampler",
         )
+
+
+def builtin_test_set_fits(config: RunConfig) -> None:
     task = config.task
     if task.kind in ("arithmetic", "private_notes") and task.eval_size > MAX_BUILTIN_TEST_SET:
-        raise ConfigError(
-            f"{locate('task', 'eval_size')}: must be <= {MAX_BUILTIN_TEST_SET} for the "
-            f"built-in tasks ({task.kind}), got {task.eval_size}"
+        raise SettingError(
+            "eval_size",
+            f"must be <= {MAX_BUILTIN_TEST_SET} for the built-in tasks ({task.kind}), got "
+            f"{task.eval_size}",
+            "task",
         )
 
 
-def _check_stage(config: RunConfig, locate: Locator) -> None:
-    """What ``teamtr.StageConfig`` cannot know alone: the team's size and the updater."""
-    stage, n_agents = config.stage, config.team.n_policies
+def one_radius_per_adapter(config: RunConfig) -> None:
+    """What ``teamtr.StageConfig`` cannot know alone: the team's size."""
+    stage, n_policies = config.stage, config.team.n_policies
     try:
-        stage.radii(n_agents)  # the values were checked by StageConfig; this checks the count
+        stage.radii(n_policies)  # the values were checked by StageConfig; this checks the count
     except ValueError:
         shared = " (one shared adapter)" if config.team.shared_adapter else ""
         given = list(stage.radius) if isinstance(stage.radius, tuple) else stage.radius
-        raise ConfigError(
-            f"{locate('stage', 'radius')}: needs one entry per adapter ({n_agents}{shared}), "
-            f"got {given}"
+        raise SettingError(
+            "radius", f"needs one entry per adapter ({n_policies}{shared}), got {given}", "stage"
         ) from None
-    if isinstance(stage.order, tuple) and any(k >= n_agents for k in stage.order):
-        raise ConfigError(
-            f"{locate('stage', 'order')}: agents are numbered 0..{n_agents - 1}, "
-            f"got {list(stage.order)}"
+
+
+def update_order_names_adapters(config: RunConfig) -> None:
+    order, n_policies = config.stage.order, config.team.n_policies
+    if isinstance(order, tuple) and any(k >= n_policies for k in order):
+        raise SettingError(
+            "order", f"agents are numbered 0..{n_policies - 1}, got {list(order)}", "stage"
         )
-    if stage.penalty_form == "tv":
-        raise ConfigError(
-            f'{locate("stage", "penalty_form")}: "tv" needs updates that report their '
-            'expected TV; the language-model updater measures KL: use "kl"'
+
+
+def penalty_form_is_measured(config: RunConfig) -> None:
+    if config.stage.penalty_form == "tv":
+        raise SettingError(
+            "penalty_form",
+            '"tv" needs updates that report their expected TV; the language-model updater '
+            'measures KL: use "kl"',
+            "stage",
         )
+
+
+CROSS_SECTION_RULES: tuple[Callable[[RunConfig], None], ...] = (
+    one_model_source_per_agent,
+    one_role_prompt_per_agent,
+    note_holders_cover_the_team,
+    speaking_order_names_agents,
+    one_message_length_per_agent,
+    a_shared_adapter_has_one_base_model,
+    spread_placement_has_models_to_spread,
+    dynamic_sampling_is_not_sharded,
+    shards_are_whole_groups,
+    every_agent_speaks,
+    dialogues_fit_a_model,
+    builtin_test_set_fits,
+    one_radius_per_adapter,
+    update_order_names_adapters,
+    penalty_form_is_measured,
+)
+"""What no section can check alone: keys that must agree across sections."""
 
 
 def config_from_dict(data: Any, source: str, text: str = "") -> RunConfig:
@@ -691,9 +621,13 @@ def config_from_dict(data: Any, source: str, text: str = "") -> RunConfig:
 
 
 def check_consistent(config: RunConfig, locate: Locator) -> None:
-    """What no section can check alone: keys that must agree across sections."""
-    _check_team(config, locate)
-    _check_stage(config, locate)
+    """Every rule across sections (``CROSS_SECTION_RULES``); the first broken one raises
+    ``ConfigError`` at its key's line."""
+    for rule in CROSS_SECTION_RULES:
+        try:
+            rule(config)
+        except SettingError as error:
+            raise ConfigError(f"{locate(error.section, error.key)}: {error.message}") from None
 
 
 EXTENDS = "extends"

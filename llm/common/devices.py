@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from llm.common.settings import DEVICE_CHOICES, DEVICE_PATTERN
+from llm.common.rules import DEVICE_CHOICES, DEVICE_PATTERN
 
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,

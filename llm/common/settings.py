@@ -8,15 +8,14 @@ them. The components import their settings from here (``llm.models.agents``, ``l
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
+
+from llm.common.rules import check_section
 
 if TYPE_CHECKING:
     from peft import LoraConfig
 
-DEVICE_PATTERN = re.compile(r"auto|cpu|cuda|cuda:\d+|mps")
-DEVICE_CHOICES = '"auto", "cpu", "cuda", "cuda:N" or "mps"'
 
 Estimator = Literal["exact", "k1", "k3"]
 Direction = Literal["reverse", "forward"]
@@ -48,6 +47,9 @@ class LoraSettings:
     """lora_alpha; the update is scaled by alpha / r."""
     target_modules: str | tuple[str, ...] = "all-linear"
     """Which linear layers get an adapter ("all-linear": every one except the output head)."""
+
+    def __post_init__(self) -> None:
+        check_section(self, "lora")
 
     def peft_config(self) -> LoraConfig:
         from peft import LoraConfig
@@ -114,31 +116,7 @@ class SamplerSettings:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("prompts_per_batch", "turns", "score_chunk"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        lengths = (
-            self.max_new_tokens
-            if isinstance(self.max_new_tokens, tuple)
-            else (self.max_new_tokens,)
-        )
-        if not lengths or min(lengths) < 1:
-            raise ValueError(f"max_new_tokens must be >= 1 (each), got {self.max_new_tokens}")
-        if self.group_size < 2:
-            raise ValueError(
-                f"group_size must be >= 2 (GRPO needs a baseline), got {self.group_size}"
-            )
-        if self.temperature <= 0:
-            raise ValueError(f"temperature must be > 0, got {self.temperature}")
-        if self.a_max <= 0:
-            raise ValueError(f"a_max must be > 0, got {self.a_max}")
-        if not 0 <= self.signal_groups <= self.prompts_per_batch:
-            raise ValueError(
-                "signal_groups must lie in 0..prompts_per_batch "
-                f"({self.prompts_per_batch}; 0 = off), got {self.signal_groups}"
-            )
-        if self.max_draws < 0:
-            raise ValueError(f"max_draws must be >= 0, got {self.max_draws}")
+        check_section(self, "sampler")
 
     def max_tokens_of(self, speaker: int) -> int:
         """The longest message ``speaker`` may write."""
@@ -185,13 +163,4 @@ class UpdaterSettings:
     backtracks at every step. The step size is part of the optimiser state (checkpointed)."""
 
     def __post_init__(self) -> None:
-        if self.learning_rate <= 0 or self.steps < 1 or self.clip_eps <= 0:
-            raise ValueError("learning_rate and clip_eps must be > 0 and steps >= 1")
-        if self.estimator not in ("exact", "k1", "k3"):
-            raise ValueError(f"estimator must be exact, k1 or k3, got {self.estimator!r}")
-        if self.direction not in ("reverse", "forward"):
-            raise ValueError(f"direction must be reverse or forward, got {self.direction!r}")
-        if self.statistic not in ("mean", "quantile"):
-            raise ValueError(f"statistic must be mean or quantile, got {self.statistic!r}")
-        if not 0 < self.shrink < 1:
-            raise ValueError(f"shrink must lie in (0, 1), got {self.shrink}")
+        check_section(self, "updater")

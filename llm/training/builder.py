@@ -41,14 +41,15 @@ import torch
 
 from llm.common.collective import Collective
 from llm.common.config import (
-    MAX_BUILTIN_TEST_SET,
     ConfigError,
     Locator,
     RunConfig,
+    builtin_test_set_fits,
     check_consistent,
     load_config,
 )
 from llm.common.devices import DeviceNotAvailableError, Placement, agent_devices, resolve_placement
+from llm.common.rules import SettingError
 from llm.conversation.dialogue import ChatFormat
 from llm.conversation.router import make_router
 from llm.models.agents import Backbone, LoraBackbone, LoraTeam, SeparateBackbone
@@ -95,11 +96,10 @@ def configured_task(config: RunConfig) -> Task:
     """The run's task (``llm.problems.configured``: a built-in one, a data file, or one's own
     code); every data line is read and checked, every module imported."""
     task = config.task
-    if task.kind in ("arithmetic", "private_notes") and task.eval_size > MAX_BUILTIN_TEST_SET:
-        raise ConfigError(
-            f"[task] eval_size: must be <= {MAX_BUILTIN_TEST_SET} for the built-in tasks, "
-            f"got {task.eval_size}"
-        )
+    try:  # a config built in Python has not been through the loader's checks
+        builtin_test_set_fits(config)
+    except SettingError as error:
+        raise ConfigError(f"[{error.section}] {error.key}: {error.message}") from None
     try:
         return build_task(task, config.team.n_agents)
     except (ConfigError, TaskError):

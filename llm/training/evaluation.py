@@ -134,6 +134,21 @@ def _evaluate(
         credits = [c for share in collective.gather(credits) for c in share]
         tokens = int(collective.sum(tokens))
     bar.close(f"{len(problems)} questions in {time.perf_counter() - started:.1f} s")
+    result = _record(problems, samples, grades, scores, credits, tokens)
+    return Evaluation(result, finished, grades, list(scores))
+
+
+def _record(
+    problems: Sequence[Problem],
+    samples: int,
+    grades: Sequence[Grade],
+    scores: Sequence[float],
+    credits: Sequence[float | None],
+    tokens: int,
+) -> dict[str, float]:
+    """The evaluation's record: accuracy (the task's metric), its standard error over
+    problems, parse failures, tokens; with samples, pass@k and the majority vote; with a
+    per-turn reward, the turn credit; per template and difficulty, the group metrics."""
     correct = np.array(scores, dtype=float)  # the task's metric (math-verify by default)
     parsed = np.array([g.parsed for g in grades], dtype=float)
     result = {
@@ -171,7 +186,7 @@ def _evaluate(
         result["turn_credit"] = float(per_problem.mean())
         result["turn_credit_standard_error"] = float(per_problem.std() / np.sqrt(len(problems)))
     result.update(group_metrics(problems, correct.reshape(len(problems), samples).mean(axis=1)))
-    return Evaluation(result, finished, grades, list(scores))
+    return result
 
 
 def _scored(

@@ -73,21 +73,59 @@ def check_task(
     seed: int = 0,
 ) -> TaskCheck:
     """Check ``task`` with the team of ``config`` (its agents, router, turns and roles; when
-    None, the defaults with one agent per role of the task) on a tiny random model; raises ``TaskError`` (``RewardError`` for the
-    reward, bonus or metric) with one line naming what failed. ``draws``: training problems
-    drawn for the split check; ``dialogues``: dialogues played of training and of test
-    problems each."""
-    from llm.training.builder import build, configured, configured_for_task, with_roles
-
+    None, the defaults with one agent per role of the task) on a tiny random model; raises
+    ``TaskError`` (``RewardError`` for the reward, bonus or metric) with one line naming what
+    failed. ``draws``: training problems drawn for the split check; ``dialogues``: dialogues
+    played of training and of test problems each."""
     if not isinstance(task, Task):
         raise TaskError(f"check_task: expected an llm.Task, got {type(task).__name__}")
+    team = _team_of(task, config)
+    train = _reproducible_draw(task, draws, seed)
+    test = list(task.test)
+    warnings = _split_warnings(task, train, test)
+    if not test:
+        warnings.append("no test problems: runs train without a held-out evaluation")
+    tiny = _tiny_team(team, dialogues)
+    chat = _chat(tiny)
+    train_played = _fitting(tiny, chat, train, "training", warnings)[:1]
+    test_played = _fitting(tiny, chat, test, "test", warnings)[:1]
+    if not train_played + test_played:
+        warnings.append(
+            f"no dialogue of {tiny.sampler.turns} turns fits the tiny model's {TINY_POSITIONS} "
+            "positions: the reward was not called"
+        )
+        return TaskCheck(
+            task.name, len(train), len(test), 0, False, (0.0, 0.0), None, tuple(warnings)
+        )
+    played = _played(task, tiny, train_played, test_played, dialogues, seed)
+    rewards, scores, per_turn = _scored_twice(task, played)
+    return TaskCheck(
+        task=task.name,
+        train_drawn=len(train),
+        test_problems=len(test),
+        dialogues=len(played),
+        per_turn=per_turn,
+        reward_range=(min(rewards), max(rewards)),
+        score_range=(min(scores), max(scores)) if scores else None,
+        warnings=tuple(warnings),
+    )
+
+
+def _team_of(task: Task, config: RunConfig | None) -> RunConfig:
+    """The run's team with the task's roles; without a run, one agent per role, each once."""
+    from llm.training.builder import configured_for_task, with_roles
+
     if config is None:
         config = RunConfig()
         if task.roles is not None and task.roles.role_prompts is not None:
-            # No run to take the team from: as many agents as the task has roles, each once.
             n = len(task.roles.role_prompts)
             config = configured_for_task(config, {"n_agents": n, "turns": n}, task)
-    config = with_roles(config, task)
+    return with_roles(config, task)
+
+
+def _reproducible_draw(task: Task, draws: int, seed: int) -> list[Problem]:
+    """``draws`` training problems, drawn twice from one seed: a draw must follow the
+    generator it is given, or runs neither reproduce nor resume."""
     train = _drawn(task, draws, seed)
     again = _drawn(task, draws, seed)
     if [identity_of(p) for p in train] != [identity_of(p) for p in again]:
@@ -95,11 +133,14 @@ def check_task(
             f"task {task.name!r}: two draws from generators of the same seed gave other "
             "problems; draw from the generator given (rng), so that runs reproduce and resume"
         )
-    test = list(task.test)
-    warnings = _split_warnings(task, train, test)
-    if not test:
-        warnings.append("no test problems: runs train without a held-out evaluation")
-    tiny = configured(
+    return train
+
+
+def _tiny_team(config: RunConfig, dialogues: int) -> RunConfig:
+    """The run's team on the tiny random model, one group of ``dialogues`` per problem."""
+    from llm.training.builder import configured
+
+    return configured(
         config,
         {
             "source": "tiny",
@@ -116,35 +157,43 @@ def check_task(
             "signal_groups": 0,
         },
     )
-    chat = _chat(tiny)
-    train_played = _fitting(tiny, chat, train, "training", warnings)[:1]
-    test_played = _fitting(tiny, chat, test, "test", warnings)[:1]
-    if not train_played + test_played:
-        warnings.append(
-            f"no dialogue of {tiny.sampler.turns} turns fits the tiny model's {TINY_POSITIONS} "
-            "positions: the reward was not called"
-        )
-        return TaskCheck(
-            task.name, len(train), len(test), 0, False, (0.0, 0.0), None, tuple(warnings)
-        )
-    probe = dataclasses.replace(
-        task, train=tuple(train_played or test_played), test=tuple(test_played)
-    )
+
+
+def _played(
+    task: Task,
+    tiny: RunConfig,
+    train: list[Problem],
+    test: list[Problem],
+    dialogues: int,
+    seed: int,
+) -> list[tuple[bool, Dialogue]]:
+    """``dialogues`` finished dialogues of each problem, each marked held out or not."""
+    from llm.training.builder import build
+
+    probe = dataclasses.replace(task, train=tuple(train or test), test=tuple(test))
     parts = build(tiny, progress=False, task=probe)
-    sampler = parts.sampler
     started = [
         Episode(problem, tuple(parts.chat.encode_prompt(problem.question)), route_seed)
-        for problem in (*train_played, *test_played)
+        for problem in (*train, *test)
         for route_seed in range(dialogues)
     ]
-    finished, _ = sampler.play(parts.team, started, seed=seed)
-    is_test = [False] * len(train_played) * dialogues + [True] * len(test_played) * dialogues
-    episodes = list(zip(is_test, finished, strict=True))
+    finished, _ = parts.sampler.play(parts.team, started, seed=seed)
+    is_test = [False] * len(train) * dialogues + [True] * len(test) * dialogues
+    return [
+        (held_out, parts.sampler.dialogue(episode))
+        for held_out, episode in zip(is_test, finished, strict=True)
+    ]
+
+
+def _scored_twice(
+    task: Task, played: list[tuple[bool, Dialogue]]
+) -> tuple[list[float], list[float], bool]:
+    """Every dialogue's training reward and (held out) score, its reward computed twice (it
+    must be deterministic), and whether the reward is per turn (the same kind for all)."""
     rewards: list[float] = []
     scores: list[float] = []
     per_turn: list[bool] = []
-    for held_out, episode in episodes:
-        dialogue = sampler.dialogue(episode)
+    for held_out, dialogue in played:
         first = task.returns(dialogue)
         second = task.returns(_copy(dialogue))
         if first != second:
@@ -162,16 +211,7 @@ def check_task(
             f"reward of task {task.name!r} returned one float for some dialogues and one per "
             "turn for others; return the same kind for every dialogue"
         )
-    return TaskCheck(
-        task=task.name,
-        train_drawn=len(train),
-        test_problems=len(test),
-        dialogues=len(episodes),
-        per_turn=per_turn[0],
-        reward_range=(min(rewards), max(rewards)),
-        score_range=(min(scores), max(scores)) if scores else None,
-        warnings=tuple(warnings),
-    )
+    return rewards, scores, per_turn[0]
 
 
 def _drawn(task: Task, count: int, seed: int) -> list[Problem]:

@@ -257,8 +257,8 @@ def align_adapter(
     ``probe_episodes`` are complete dialogues sampled by ``team`` (agent ``agent`` must speak in
     them). ``sampling`` is the team's sampler settings: the policy is softmax(logits /
     ``sampling.temperature``) as in sampling and training, and probe episodes are scored
-    ``sampling.score_chunk`` at a time. ``team`` itself is not changed; agent ``agent``'s slot of its backbone is used as
-    scratch space and ends holding the returned policy.
+    ``sampling.score_chunk`` at a time. ``team`` itself is not changed; agent ``agent``'s slot
+    of its backbone is used as scratch space and ends holding the returned policy.
     """
     s = settings or AlignmentSettings()
     if not 0 <= agent < team.n_agents:
@@ -268,25 +268,153 @@ def align_adapter(
         pre.tensors[key].shape != cur.tensors[key].shape for key in cur.tensors
     ):
         raise AlignmentError("the new adapter's tensors do not match the agent's LoRA slot")
-    probe = _Probe(team, agent, chat, probe_episodes, sampling or SamplerSettings())
-    references = probe.references(pre, cur)
-    n_tokens = sum(int(chunk.mask.sum()) for chunk in references)
-    if n_tokens == 0:
-        raise AlignmentError(f"agent {agent} never speaks in the probe dialogues")
-    trust_region = TrustRegion(s.delta0, tolerance=0.0)
+    projection = _Projection(
+        team,
+        agent,
+        pre,
+        cur,
+        _Probe(team, agent, chat, probe_episodes, sampling or SamplerSettings()),
+        s,
+    )
+    # Complementary slackness: π_pre already inside the region is its own projection (λ = 0).
+    if projection.trust_region.admits(projection.pre_kl_to_cur):
+        return projection.result(
+            dict(pre.tensors),
+            _Measurement(0.0, projection.pre_kl_to_cur),
+            0.0,
+            0.0,
+            1.0,
+            0.0,
+            policy=pre,
+        )
+    # 1. The closed form's multiplier λ on the probe tokens.
+    multiplier, closed_form = _closed_form(projection.references, s.delta0, projection.n_tokens)
+    # 2. A feasible start on the weight segment from θ_cur (t = 0) to θ_pre (t = 1).
+    low, start, at_start = projection.feasible_start()
+    if s.steps == 0 or not math.isfinite(multiplier):
+        return projection.result(start, at_start, multiplier, closed_form, low, at_start.kl_to_pre)
+    # 3. Gradient steps on the Lagrangian KL(π‖π_pre) + λ KL(π‖π_cur), kept inside δ0.
+    final, current, steps, backtracks, penalty = projection.lagrangian_steps(
+        start, at_start, multiplier
+    )
+    return projection.result(
+        final,
+        current,
+        multiplier,
+        closed_form,
+        low,
+        at_start.kl_to_pre,
+        steps,
+        backtracks,
+        penalty=penalty,
+    )
 
-    def measure() -> _Measurement:
+
+class _Projection:
+    """The probe, its reference log-probs and the region of one ``align_adapter`` call, with
+    one method per step of the projection (the module's docstring)."""
+
+    def __init__(
+        self,
+        team: LoraTeam,
+        agent: int,
+        pre: AdapterWeights,
+        cur: AdapterWeights,
+        probe: _Probe,
+        settings: AlignmentSettings,
+    ) -> None:
+        self.team, self.agent, self.pre, self.cur = team, agent, pre, cur
+        self.probe = probe
+        self.settings = settings
+        self.references = probe.references(pre, cur)
+        self.n_tokens = sum(int(chunk.mask.sum()) for chunk in self.references)
+        if self.n_tokens == 0:
+            raise AlignmentError(f"agent {agent} never speaks in the probe dialogues")
+        self.trust_region = TrustRegion(settings.delta0, tolerance=0.0)
+        probe.set_weights(dict(pre.tensors))
+        self.pre_kl_to_cur = self.measure().kl_to_cur
+
+    def measure(self) -> _Measurement:
+        """E KL(π‖π_pre) and E KL(π‖π_cur) over the probe tokens, at the slot's weights."""
         to_pre = to_cur = 0.0
         with torch.no_grad():
-            for chunk in references:
-                a, b = probe.losses(chunk)
+            for chunk in self.references:
+                a, b = self.probe.losses(chunk)
                 to_pre, to_cur = to_pre + float(a), to_cur + float(b)
-        return _Measurement(to_pre / n_tokens, to_cur / n_tokens)
+        return _Measurement(to_pre / self.n_tokens, to_cur / self.n_tokens)
 
-    probe.set_weights(dict(pre.tensors))
-    pre_kl_to_cur = measure().kl_to_cur
+    def interpolated(self, t: float) -> dict[str, torch.Tensor]:
+        cur, pre = self.cur.tensors, self.pre.tensors
+        return {key: torch.lerp(cur[key], pre[key], t) for key in cur}
 
-    def finish(
+    def feasible_start(self) -> tuple[float, dict[str, torch.Tensor], _Measurement]:
+        """The largest t found by bisection with θ(t) inside δ0, its weights and measurement."""
+        low, high = 0.0, 1.0  # invariant: θ(low) inside the region, θ(high) outside
+        self.probe.set_weights(dict(self.cur.tensors))
+        low_measured = self.measure()
+        for _ in range(self.settings.bisection_steps):
+            middle = 0.5 * (low + high)
+            self.probe.set_weights(self.interpolated(middle))
+            measured = self.measure()
+            if self.trust_region.admits(measured.kl_to_cur):
+                low, low_measured = middle, measured
+            else:
+                high = middle
+        return low, self.interpolated(low), low_measured
+
+    def lagrangian_steps(
+        self, start: dict[str, torch.Tensor], at_start: _Measurement, multiplier: float
+    ) -> tuple[dict[str, torch.Tensor], _Measurement, int, int, float]:
+        """Adam steps on KL(π‖π_pre) + μ KL(π‖π_cur) from ``start``, μ from λ upwards; returns
+        the last admitted weights, their measurement, steps, backtracks and the final μ."""
+        s, probe = self.settings, self.probe
+        probe.set_weights(start)
+        probe.backbone.speak_as(self.agent)
+        parameters = list(probe.parameters.values())
+        optimizer = torch.optim.Adam(parameters, lr=s.learning_rate)
+        current = at_start
+
+        def admitted_statistic(measured: _Measurement) -> float:
+            # Inside δ0 is the trust region's test; a step must also lower the objective.
+            return measured.kl_to_cur if measured.kl_to_pre < current.kl_to_pre else math.nan
+
+        steps = backtracks = 0
+        penalty = multiplier
+        for _ in range(s.steps):
+            for _ in range(s.penalty_increases + 1):
+
+                def lagrangian_gradient(penalty: float = penalty) -> None:
+                    for chunk in self.references:
+                        to_pre, to_cur = probe.losses(chunk)
+                        ((to_pre + penalty * to_cur) / self.n_tokens).backward()
+
+                result = backtracked_step(
+                    parameters,
+                    optimizer,
+                    s.learning_rate,
+                    lagrangian_gradient,
+                    self.measure,
+                    admitted_statistic,
+                    self.trust_region,
+                    shrink=s.shrink,
+                    max_backtracks=s.max_backtracks,
+                )
+                backtracks += result.backtracks
+                if result.accepted:
+                    break
+                # Dual ascent: in weight space the constraint binds harder than the closed
+                # form's λ says, so weigh KL(π‖π_cur) more and try the step again.
+                penalty *= s.penalty_growth
+            if not result.accepted or result.candidate is None:
+                break  # backtracked_step restored the last admitted iterate
+            steps += 1
+            current = result.candidate
+        optimizer.zero_grad(set_to_none=True)
+        final = {key: p.detach().clone() for key, p in probe.parameters.items()}
+        return final, current, steps, backtracks, penalty
+
+    def result(
+        self,
         policy_tensors: dict[str, torch.Tensor],
         measured: _Measurement,
         multiplier: float,
@@ -298,12 +426,13 @@ def align_adapter(
         policy: AdapterWeights | None = None,
         penalty: float | None = None,
     ) -> AlignmentResult:
-        probe.set_weights(policy_tensors)
+        """The slot set to ``policy_tensors`` and what the projection measured on the way."""
+        self.probe.set_weights(policy_tensors)
         return AlignmentResult(
-            policy=policy if policy is not None else team.backbone.snapshot(agent),
+            policy=policy if policy is not None else self.team.backbone.snapshot(self.agent),
             kl_to_pre=measured.kl_to_pre,
             kl_to_cur=measured.kl_to_cur,
-            pre_kl_to_cur=pre_kl_to_cur,
+            pre_kl_to_cur=self.pre_kl_to_cur,
             closed_form_kl_to_pre=closed_form,
             multiplier=multiplier,
             penalty=multiplier if penalty is None else penalty,
@@ -311,90 +440,6 @@ def align_adapter(
             interpolated_kl_to_pre=interpolated_kl_to_pre,
             steps=steps,
             backtracks=backtracks,
-            tokens=n_tokens,
-            delta0=s.delta0,
+            tokens=self.n_tokens,
+            delta0=self.settings.delta0,
         )
-
-    # Complementary slackness: π_pre already inside the region is its own projection (λ = 0).
-    if trust_region.admits(pre_kl_to_cur):
-        return finish(
-            dict(pre.tensors), _Measurement(0.0, pre_kl_to_cur), 0.0, 0.0, 1.0, 0.0, policy=pre
-        )
-
-    # 1. The closed form's multiplier λ on the probe tokens.
-    multiplier, closed_form = _closed_form(references, s.delta0, n_tokens)
-
-    # 2. A feasible start on the weight segment from θ_cur (t = 0) to θ_pre (t = 1).
-    def interpolated(t: float) -> dict[str, torch.Tensor]:
-        return {key: torch.lerp(cur.tensors[key], pre.tensors[key], t) for key in cur.tensors}
-
-    low, high = 0.0, 1.0  # invariant: θ(low) inside the region, θ(high) outside
-    probe.set_weights(dict(cur.tensors))
-    low_measured = measure()
-    for _ in range(s.bisection_steps):
-        middle = 0.5 * (low + high)
-        probe.set_weights(interpolated(middle))
-        measured = measure()
-        if trust_region.admits(measured.kl_to_cur):
-            low, low_measured = middle, measured
-        else:
-            high = middle
-    start = interpolated(low)
-    if s.steps == 0 or not math.isfinite(multiplier):
-        return finish(start, low_measured, multiplier, closed_form, low, low_measured.kl_to_pre)
-
-    # 3. Gradient steps on the Lagrangian KL(π‖π_pre) + λ KL(π‖π_cur), kept inside δ0.
-    probe.set_weights(start)
-    probe.backbone.speak_as(agent)
-    parameters = list(probe.parameters.values())
-    optimizer = torch.optim.Adam(parameters, lr=s.learning_rate)
-    current = low_measured
-
-    def admitted_statistic(measured: _Measurement) -> float:
-        # Inside δ0 is the trust region's test; a step must also lower the objective.
-        return measured.kl_to_cur if measured.kl_to_pre < current.kl_to_pre else math.nan
-
-    steps = backtracks = 0
-    penalty = multiplier
-    for _ in range(s.steps):
-        for _ in range(s.penalty_increases + 1):
-
-            def lagrangian_gradient(penalty: float = penalty) -> None:
-                for chunk in references:
-                    to_pre, to_cur = probe.losses(chunk)
-                    ((to_pre + penalty * to_cur) / n_tokens).backward()
-
-            result = backtracked_step(
-                parameters,
-                optimizer,
-                s.learning_rate,
-                lagrangian_gradient,
-                measure,
-                admitted_statistic,
-                trust_region,
-                shrink=s.shrink,
-                max_backtracks=s.max_backtracks,
-            )
-            backtracks += result.backtracks
-            if result.accepted:
-                break
-            # Dual ascent: in weight space the constraint binds harder than the closed form's
-            # λ says, so weigh KL(π‖π_cur) more and try the step again.
-            penalty *= s.penalty_growth
-        if not result.accepted or result.candidate is None:
-            break  # backtracked_step restored the last admitted iterate
-        steps += 1
-        current = result.candidate
-    optimizer.zero_grad(set_to_none=True)
-    final = {key: p.detach().clone() for key, p in probe.parameters.items()}
-    return finish(
-        final,
-        current,
-        multiplier,
-        closed_form,
-        low,
-        low_measured.kl_to_pre,
-        steps,
-        backtracks,
-        penalty=penalty,
-    )

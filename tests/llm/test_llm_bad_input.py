@@ -191,7 +191,7 @@ def test_missing_or_empty_dataset(tmp_path, capsys):
     _, err = train_fails(
         tmp_path, text.replace(f'train_file = "{tmp_path / "none.jsonl"}"', ""), capsys
     )
-    assert '[task]: kind = "jsonl" needs train_file' in err
+    assert '[task] train_file: kind = "jsonl" needs train_file' in err
 
 
 def test_bad_eval_and_resume_arguments(tmp_path, capsys):
