@@ -107,13 +107,14 @@ def budget_clock_minutes(run_dir: Path) -> float | None:
     return None if point is None else point.elapsed_seconds / 60.0
 
 
-def _final_evaluation(spec: RunSpec, stages: list[dict[str, Any]]) -> dict[str, float]:
+def _final_evaluation(spec: RunSpec, stages: list[dict[str, Any]]) -> dict[str, float] | None:
+    """The trained team's evaluation: the eval file given, else the last stage's own; None
+    for a run that never evaluates while training (``[run] eval_every = 0``: its checkpoints
+    are evaluated afterwards, ``studies.llm.checkpoint_curves``)."""
     if str(spec.trained_eval) != "-":
         return _evaluation(spec.trained_eval)
     final = stages[-1].get("eval") if stages else None
-    if not final:
-        raise SystemExit(f"{spec.run_dir}: its last stage has no evaluation; pass an eval file")
-    return _evaluation_of(final)
+    return _evaluation_of(final) if final else None
 
 
 def summarise(spec: RunSpec) -> dict[str, Any]:

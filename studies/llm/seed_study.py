@@ -194,7 +194,9 @@ def aggregate(methods: list[str], results: Path) -> dict[str, Any]:
             "untrained_accuracy": None if untrained is None else untrained["accuracy"],
             "seeds": [r["seed"] for r in records],
         }
-        if records:
+        # Runs that evaluate only afterwards (eval_every = 0) have no trained accuracy here.
+        evaluated = bool(records) and all(r["trained"] is not None for r in records)
+        if evaluated:
             entry["trained_accuracy"] = mean_and_error([r["trained"]["accuracy"] for r in records])
             entry["gain"] = mean_and_error(
                 [r["trained"]["accuracy"] - r["untrained"]["accuracy"] for r in records]
@@ -207,6 +209,7 @@ def aggregate(methods: list[str], results: Path) -> dict[str, Any]:
             untrained_held_out = None if untrained is None else eval_only_accuracy(untrained)
             if untrained_held_out is not None:
                 entry["untrained_eval_only_template_accuracy"] = untrained_held_out
+        if records:
             entry["stages"] = mean_and_error([float(r["stages_trained"]) for r in records])
             entry["agent_updates"] = mean_and_error(
                 [float(sum(len(s["updates"]) for s in r["stages"])) for r in records]
@@ -220,7 +223,7 @@ def aggregate(methods: list[str], results: Path) -> dict[str, Any]:
             entry["per_seed"] = [
                 {
                     "seed": r["seed"],
-                    "trained": r["trained"]["accuracy"],
+                    "trained": None if r["trained"] is None else r["trained"]["accuracy"],
                     "stages": r["stages_trained"],
                     "budget_clock_minutes_used": r["budget_clock_minutes_used"],
                     "regressions": regressions(r),

@@ -160,3 +160,23 @@ def test_a_regression_is_a_drop_of_more_than_two_standard_errors():
         ],
     }
     assert regressions(small) == 0
+
+
+def test_runs_evaluated_only_afterwards_are_recorded_without_a_trained_accuracy(tmp_path):
+    """``eval_every = 0`` (the step-size map: every checkpoint is evaluated afterwards by
+    ``studies.llm.checkpoint_curves``): the study records the run and aggregates what it has."""
+    config = tmp_path / "quiet.toml"
+    smoke = (REPO / "configs" / "smoke.toml").read_text()
+    assert "stages = 2" in smoke and "eval_every = 1" in smoke
+    config.write_text(
+        smoke.replace("stages = 2", "stages = 1").replace("eval_every = 1", "eval_every = 0")
+    )
+    results, runs = tmp_path / "study", tmp_path / "runs"
+    arguments = ["--method", f"quiet={config}", "--seeds", "0", "--results", str(results),
+                 "--runs", str(runs), "--plot", str(tmp_path / "s.png"), "--jobs", "1"]  # fmt: skip
+    assert main(arguments) == 0
+    record = json.loads((results / "quiet-s0.json").read_text())
+    assert record["trained"] is None and record["stages_trained"] == 1
+    entry = json.loads((tmp_path / "study.json").read_text())["methods"]["quiet"]
+    assert "trained_accuracy" not in entry and entry["per_seed"][0]["trained"] is None
+    assert entry["stages"]["mean"] == 1.0
