@@ -1,0 +1,234 @@
+"""The step-size map (docs/step_size.md): where resampling pays, read from a seed study's runs.
+
+Each method is named ``<scheme>-d<tag>`` (``llm/configs/stepsize/``: ``d004`` is δ = 0.04,
+``d02`` 0.2, ``d1`` 1.0); its runs are ``<method>-s<seed>``. From every run's held-out curve
+(``studies.llm.checkpoint_curves``: every stage's checkpoint evaluated afterwards) and its
+``metrics.jsonl`` this writes, per scheme and δ:
+
+- the last checkpoint's turn credit and accuracy (mean ± standard error over seeds);
+- regressions per run: checkpoints whose turn credit (and, separately, accuracy) fell by more
+  than twice the standard error of the difference below the one before, the untrained team
+  first (``studies.llm.run_records.held_out_drops``);
+- how the trust region bound the updates: the share that backtracked, that ended with a KL of
+  at least half the radius, and that were rejected;
+- the stage certificates (Thm 3.6's sum of the kept updates' Thm 3.4 bounds) against the
+  measured change of the training reward from one stage's first batch to the next one's
+  (``rollout_rewards[0]``, a fresh batch of the stage-start team): the share of stages where
+  the change was at least the certificate, and the mean certificate.
+
+Usage::
+
+    python -m studies.llm.step_size_map --curves results/stepsize_curves \\
+        --metrics results/stepsize_metrics --untrained results/stepsize/untrained_teamtr-d1.json \\
+        --json results/stepsize_map.json --plot figures/step_size_map.png --markdown
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from studies.llm.run_records import held_out_drops, mean_and_error
+
+RADIUS_TAGS = {"d004": 0.04, "d02": 0.2, "d1": 1.0}
+"""A method's radius tag -> δ in nats per message (the config files' names)."""
+RUN_NAME = re.compile(r"(?P<scheme>[a-z]+)-(?P<tag>d\d+)-s(?P<seed>\d+)")
+
+
+def parse_run(name: str) -> tuple[str, float, int]:
+    """``teamtr-d1-s0`` -> ("teamtr", 1.0, 0)."""
+    match = RUN_NAME.fullmatch(name)
+    if match is None or match["tag"] not in RADIUS_TAGS:
+        raise ValueError(f"{name!r}: expected <scheme>-<{'|'.join(RADIUS_TAGS)}>-s<seed>")
+    return match["scheme"], RADIUS_TAGS[match["tag"]], int(match["seed"])
+
+
+def update_shares(stages: list[dict[str, Any]], radius: float) -> dict[str, float]:
+    """Of every update of the run's stages: the shares that backtracked, that ended at a KL of
+    at least radius / 2, and that were not kept."""
+    updates = [u for stage in stages for u in stage["updates"]]
+    if not updates:
+        return {"updates": 0.0, "backtracked": 0.0, "near_radius": 0.0, "rejected": 0.0}
+    count = float(len(updates))
+    return {
+        "updates": count,
+        "backtracked": sum(u["backtracks"] > 0 for u in updates) / count,
+        "near_radius": sum(u["kept"] and u["kl"] >= 0.5 * radius for u in updates) / count,
+        "rejected": sum(not u["kept"] for u in updates) / count,
+    }
+
+
+def certificate_checks(stages: list[dict[str, Any]]) -> dict[str, float | None]:
+    """Per stage followed by another: the measured change of the training reward (the next
+    stage's first batch against this one's) against the stage certificate."""
+    pairs = [
+        (stage["certificate"], after["rollout_rewards"][0] - stage["rollout_rewards"][0])
+        for stage, after in zip(stages, stages[1:], strict=False)
+    ]
+    if not pairs:
+        return {"stages": 0.0, "held": None, "mean_certificate": None, "mean_change": None}
+    return {
+        "stages": float(len(pairs)),
+        "held": sum(change >= certificate for certificate, change in pairs) / len(pairs),
+        "mean_certificate": sum(c for c, _ in pairs) / len(pairs),
+        "mean_change": sum(d for _, d in pairs) / len(pairs),
+    }
+
+
+def run_record(
+    curve: dict[str, Any], stages: list[dict[str, Any]], untrained: dict[str, float]
+) -> dict[str, Any]:
+    """One run: its scheme, δ and seed, last checkpoint, regressions and update shares."""
+    scheme, radius, seed = parse_run(curve["run"])
+    evaluations = [untrained] + [point["metrics"] for point in curve["curve"]]
+    last = evaluations[-1]
+    return {
+        "run": curve["run"],
+        "scheme": scheme,
+        "radius": radius,
+        "seed": seed,
+        "stages": len(stages),
+        "checkpoints": len(curve["curve"]),
+        "turn_credit": last["turn_credit"],
+        "accuracy": last["accuracy"],
+        "turn_credit_curve": [e["turn_credit"] for e in evaluations],
+        "regressions_turn_credit": held_out_drops(evaluations, "turn_credit"),
+        "regressions_accuracy": held_out_drops(evaluations, "accuracy"),
+        "generated_tokens_per_stage": sum(s["generated_tokens"] for s in stages) / len(stages),
+        "cpu_seconds_per_stage": sum(s["cpu_seconds"] for s in stages) / len(stages),
+        **{f"share_{k}": v for k, v in update_shares(stages, radius).items()},
+        **{f"certificate_{k}": v for k, v in certificate_checks(stages).items()},
+    }
+
+
+def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per (scheme, δ): means (± standard error over seeds) of the runs' records."""
+    groups: dict[tuple[str, float], list[dict[str, Any]]] = {}
+    for run in runs:
+        groups.setdefault((run["scheme"], run["radius"]), []).append(run)
+    rows = []
+    for (scheme, radius), members in sorted(
+        groups.items(), key=lambda item: (item[0][1], item[0][0])
+    ):
+        row: dict[str, Any] = {"scheme": scheme, "radius": radius, "seeds": len(members)}
+        for key in (
+            "turn_credit",
+            "accuracy",
+            "regressions_turn_credit",
+            "regressions_accuracy",
+            "stages",
+            "generated_tokens_per_stage",
+            "cpu_seconds_per_stage",
+            "share_backtracked",
+            "share_near_radius",
+            "share_rejected",
+        ):
+            row[key] = mean_and_error([float(m[key]) for m in members])
+        row["certificates_held"] = [m["certificate_held"] for m in members]
+        row["mean_certificate"] = [m["certificate_mean_certificate"] for m in members]
+        rows.append(row)
+    return {"rows": rows, "runs": runs}
+
+
+def _cell(stat: dict[str, float | None], digits: int, scale: float = 1.0) -> str:
+    error = stat["standard_error"]
+    text = f"{scale * stat['mean']:.{digits}f}"  # type: ignore[operator]
+    return text if error is None else f"{text} ± {scale * error:.{digits}f}"
+
+
+def markdown(summary: dict[str, Any]) -> str:
+    lines = [
+        "| δ | scheme | seeds | final turn credit | final accuracy | regressions per run "
+        "(turn credit, accuracy) | stages | tokens / stage | CPU s / stage | updates "
+        "backtracked | at ≥ δ/2 | rejected |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in summary["rows"]:
+        lines.append(
+            f"| {row['radius']:g} | {row['scheme']} | {row['seeds']} | "
+            f"{_cell(row['turn_credit'], 3)} | {_cell(row['accuracy'], 1, 100)}% | "
+            f"{_cell(row['regressions_turn_credit'], 2)}, {_cell(row['regressions_accuracy'], 2)} | "
+            f"{_cell(row['stages'], 1)} | {row['generated_tokens_per_stage']['mean']:.0f} | "
+            f"{row['cpu_seconds_per_stage']['mean']:.0f} | "
+            f"{100 * row['share_backtracked']['mean']:.0f}% | "
+            f"{100 * row['share_near_radius']['mean']:.0f}% | "
+            f"{100 * row['share_rejected']['mean']:.0f}% |"
+        )
+    return "\n".join(lines)
+
+
+def plot(summary: dict[str, Any], destination: Path) -> Path:
+    """Final turn credit and regressions per run against δ, one line per scheme (mean ± s.e.,
+    dots: seeds); the held-out curves beside them."""
+    from studies.figures import plt, save_figure
+
+    figure, (credit, drops, curves) = plt.subplots(1, 3, figsize=(15, 4.2))
+    schemes = sorted({row["scheme"] for row in summary["rows"]})
+    for index, scheme in enumerate(schemes):
+        colour = f"C{index}"
+        rows = [row for row in summary["rows"] if row["scheme"] == scheme]
+        radii = [row["radius"] for row in rows]
+        for axes, key in ((credit, "turn_credit"), (drops, "regressions_turn_credit")):
+            means = [row[key]["mean"] for row in rows]
+            errors = [row[key]["standard_error"] or 0.0 for row in rows]
+            axes.errorbar(
+                radii, means, yerr=errors, marker="o", color=colour, capsize=3, label=scheme
+            )
+        for run in summary["runs"]:
+            if run["scheme"] != scheme:
+                continue
+            credit.plot([run["radius"]], [run["turn_credit"]], ".", color=colour, alpha=0.5)
+            style = "-" if run["radius"] == max(radii) else ":"
+            curves.plot(run["turn_credit_curve"], style, color=colour, alpha=0.7)
+    for axes in (credit, drops):
+        axes.set_xscale("log")
+        axes.set_xlabel("δ, nats per message (trust-region radius)")
+        axes.legend()
+    credit.set_ylabel("held-out turn credit, last checkpoint")
+    drops.set_ylabel("regressions per run (turn credit)")
+    curves.set_xlabel("checkpoint (0 = untrained)")
+    curves.set_ylabel("held-out turn credit (solid: largest δ)")
+    figure.suptitle("4-agent relay chain: stale against TeamTR at equal CPU, by step size")
+    return save_figure(figure, destination)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--curves", type=Path, required=True, help="checkpoint_curves results")
+    parser.add_argument("--metrics", type=Path, required=True, help="folder of <run>.jsonl")
+    parser.add_argument("--untrained", type=Path, required=True, help="untrained evaluation")
+    parser.add_argument("--json", type=Path, help="write the summary here")
+    parser.add_argument("--plot", type=Path, help="write the figure here")
+    parser.add_argument("--markdown", action="store_true", help="print the table")
+    args = parser.parse_args(argv)
+    untrained = json.loads(args.untrained.read_text())
+    runs = []
+    for path in sorted(args.curves.glob("*.json")):
+        curve = json.loads(path.read_text())
+        metrics = args.metrics / f"{curve['run']}.jsonl"
+        if not metrics.is_file():
+            print(f"{curve['run']}: no {metrics}; skipped", file=sys.stderr)
+            continue
+        stages = [json.loads(line) for line in metrics.read_text().splitlines()]
+        runs.append(run_record(curve, stages, untrained))
+    if not runs:
+        print(
+            f"no runs with curves in {args.curves} and metrics in {args.metrics}", file=sys.stderr
+        )
+        return 2
+    summary = summarise(runs)
+    if args.json:
+        args.json.write_text(json.dumps(summary, indent=1) + "\n")
+    if args.plot:
+        plot(summary, args.plot)
+    if args.markdown:
+        print(markdown(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,124 @@
+"""The step-size map's summary, on runs written out here: what it counts is what the records say."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from studies.llm.step_size_map import (
+    certificate_checks,
+    main,
+    parse_run,
+    run_record,
+    summarise,
+    update_shares,
+)
+
+
+def evaluation(credit: float, accuracy: float, credit_error: float = 0.01) -> dict[str, float]:
+    return {
+        "turn_credit": credit,
+        "turn_credit_standard_error": credit_error,
+        "accuracy": accuracy,
+        "n": 50.0,
+    }
+
+
+def stage(certificate: float, first_reward: float, updates: list[tuple[float, int, bool]]):
+    return {
+        "certificate": certificate,
+        "rollout_rewards": [first_reward, first_reward + 0.1],
+        "generated_tokens": 100,
+        "cpu_seconds": 60.0,
+        "updates": [{"kl": kl, "backtracks": b, "kept": kept} for kl, b, kept in updates],
+    }
+
+
+def test_a_run_name_gives_scheme_radius_and_seed():
+    assert parse_run("teamtr-d1-s2") == ("teamtr", 1.0, 2)
+    assert parse_run("stale-d004-s0") == ("stale", 0.04, 0)
+    with pytest.raises(ValueError, match="expected"):
+        parse_run("teamtr-d7-s0")
+
+
+def test_update_shares_count_backtracks_the_radius_and_rejections():
+    stages = [
+        stage(-1.0, 0.1, [(0.6, 2, True), (0.2, 0, True)]),
+        stage(-1.0, 0.2, [(0.0, 4, False), (0.5, 0, True)]),
+    ]
+    shares = update_shares(stages, radius=1.0)
+    assert shares == {"updates": 4.0, "backtracked": 0.5, "near_radius": 0.5, "rejected": 0.25}
+
+
+def test_a_certificate_holds_where_the_measured_change_reaches_it():
+    stages = [stage(-0.5, 0.1, []), stage(0.2, 0.3, []), stage(0.0, 0.35, [])]
+    checks = certificate_checks(stages)
+    # 0.3 - 0.1 = 0.2 >= -0.5 holds; 0.35 - 0.3 = 0.05 < 0.2 does not.
+    assert checks["stages"] == 2.0 and checks["held"] == 0.5
+    assert checks["mean_certificate"] == pytest.approx(-0.15)
+    assert checks["mean_change"] == pytest.approx(0.125)
+
+
+def test_a_drop_beyond_two_standard_errors_is_a_regression():
+    curve = {
+        "run": "stale-d1-s0",
+        "curve": [
+            {"metrics": evaluation(0.5, 0.2)},
+            {"metrics": evaluation(0.4, 0.2)},  # 0.1 > 2 * hypot(0.01, 0.01): a regression
+            {"metrics": evaluation(0.39, 0.2)},  # 0.01 is not
+        ],
+    }
+    record = run_record(curve, [stage(-1.0, 0.1, [(0.9, 1, True)])], evaluation(0.25, 0.0))
+    assert record["regressions_turn_credit"] == 1
+    assert record["regressions_accuracy"] == 0
+    assert record["turn_credit_curve"] == [0.25, 0.5, 0.4, 0.39]
+    assert (record["scheme"], record["radius"], record["turn_credit"]) == ("stale", 1.0, 0.39)
+
+
+def test_the_summary_averages_over_seeds_and_the_command_writes_it(tmp_path, capsys):
+    curves, metrics = tmp_path / "curves", tmp_path / "metrics"
+    curves.mkdir()
+    metrics.mkdir()
+    for seed, credit in enumerate((0.6, 0.8)):
+        run = f"teamtr-d1-s{seed}"
+        curve = {"run": run, "curve": [{"metrics": evaluation(credit, credit / 2)}]}
+        (curves / f"{run}.json").write_text(json.dumps(curve))
+        line = json.dumps(stage(-1.0, 0.1, [(0.7, 1, True)]))
+        (metrics / f"{run}.jsonl").write_text(line + "\n")
+    untrained = tmp_path / "untrained.json"
+    untrained.write_text(json.dumps(evaluation(0.25, 0.0)))
+    out = tmp_path / "map.json"
+    assert (
+        main(
+            [
+                "--curves",
+                str(curves),
+                "--metrics",
+                str(metrics),
+                "--untrained",
+                str(untrained),
+                "--json",
+                str(out),
+                "--markdown",
+            ]
+        )
+        == 0
+    )
+    assert (tmp_path / "map.png").stat().st_size > 10_000
+    row = json.loads(out.read_text())["rows"][0]
+    assert row["seeds"] == 2 and row["turn_credit"]["mean"] == pytest.approx(0.7)
+    assert row["turn_credit"]["standard_error"] == pytest.approx(0.1)  # sd 0.1414 / sqrt 2
+    assert "| 1 | teamtr | 2 | 0.700 ± 0.100 |" in capsys.readouterr().out
+    assert (
+        summarise(
+            [
+                run_record(
+                    json.loads((curves / "teamtr-d1-s0.json").read_text()),
+                    [stage(-1.0, 0.1, [])],
+                    evaluation(0.25, 0.0),
+                )
+            ]
+        )["rows"][0]["seeds"]
+        == 1
+    )
