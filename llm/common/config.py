@@ -260,7 +260,7 @@ def check_run_name(name: str, where: str) -> None:
     """A run directory name (``[run] name``'s rule, ``llm.common.rules``) for a name given
     elsewhere (``--name``); ``where`` names the option."""
     rule = KEY_RULES[("run", "name")]
-    if not rule.admits(name):
+    if not name or not rule.admits(name):  # in a config, "" means the default name
         raise ConfigError(f"{where}: {rule.expected}, got {name!r}")
 
 

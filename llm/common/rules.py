@@ -176,7 +176,7 @@ def _signal_groups_fit_the_batch(sampler: Any) -> str | None:
     if sampler.signal_groups <= sampler.prompts_per_batch:
         return None
     return (
-        f"must be <= [sampler] prompts_per_batch ({sampler.prompts_per_batch}; 0 = off), "
+        f"must lie in 0..prompts_per_batch ({sampler.prompts_per_batch}; 0 = off), "
         f"got {sampler.signal_groups}"
     )
 
