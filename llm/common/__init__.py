@@ -1,6 +1,7 @@
-"""What every room below uses and that knows no model: the settings dataclasses and the run config
-read from TOML (both import no torch), devices, CPU-time profiling sections, the collective that
-sums over data-parallel ranks, and the Hugging Face compatibility shims.
+"""What every room below uses and that knows no model: the settings dataclasses, their rules and
+the run config read from TOML (all three import no torch), devices, CPU-time profiling sections,
+progress bars, the collective that sums over data-parallel ranks, and the Hugging Face
+compatibility shims.
 
 Room 1 of 9 in data-flow order: it imports only from no other room and the core ``teamtr``,
 never from a room after it (tests/test_package_imports.py).

@@ -1,6 +1,6 @@
 """A training run from a config to its results: assembling the parts, the run driver with its
-budget and events, checkpoints, run directories and their lock, held-out evaluation, progress
-bars, preflight checks and data-parallel ranks.
+budget and events, checkpoints, run directories and their lock, held-out evaluation, the task
+checker, preflight checks and data-parallel ranks.
 
 Room 8 of 9 in data-flow order: it imports only from ``llm.common``, ``llm.problems``,
 ``llm.conversation``, ``llm.models``, ``llm.logprobs``, ``llm.sampling``, ``llm.update`` and the

@@ -49,6 +49,7 @@ from llm.common.config import (
     load_config,
 )
 from llm.common.devices import DeviceNotAvailableError, Placement, agent_devices, resolve_placement
+from llm.common.progress import library_bars, on_terminal
 from llm.common.rules import SettingError
 from llm.conversation.dialogue import ChatFormat
 from llm.conversation.router import make_router
@@ -65,7 +66,6 @@ from llm.problems.tasks import Problem
 from llm.sampling.sampler import DialogueSampler
 from llm.training.distributed import ShardedSampler, check_world, effective_shards
 from llm.training.preflight import require_context_fits
-from llm.training.progress import library_bars, on_terminal
 from llm.update.updater import TrustRegionUpdater
 from teamtr.penalty import EpisodicPenalty
 

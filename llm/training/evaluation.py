@@ -13,6 +13,7 @@ import numpy as np
 from math_verify import parse, verify
 
 from llm.common.collective import Collective
+from llm.common.progress import CountProgress
 from llm.conversation.dialogue import Episode, Turn
 from llm.models.agents import LoraTeam
 from llm.problems.phrasings import TEMPLATES
@@ -21,7 +22,6 @@ from llm.problems.rewards import Grade
 from llm.problems.task import verdict_of
 from llm.problems.tasks import Problem
 from llm.sampling.sampler import DialogueSampler
-from llm.training.progress import CountProgress
 
 EVAL_ONLY_TEMPLATES = frozenset(
     t.id

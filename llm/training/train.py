@@ -31,6 +31,7 @@ from typing import Any, TextIO
 from llm.common import profiling
 from llm.common.collective import Collective
 from llm.common.config import ConfigError, RunConfig, load_config
+from llm.common.progress import StageProgress
 from llm.models.agents import LoraTeam
 from llm.training.builder import Components, build, configured_task
 from llm.training.checkpoint import (
@@ -58,7 +59,6 @@ from llm.training.preflight import (
     check_run_name,
     require_writable_directory,
 )
-from llm.training.progress import StageProgress
 from llm.training.records import RunPosition, StageMetrics, final_summary, log_scalars
 from llm.training.rundir import (
     RunFailed,

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from llm_test_support import arithmetic_sampler, make_team
 
-import llm.training.progress
+import llm.common.progress
+from llm.common.progress import StageProgress, library_bars
 from llm.interface.cli import main
 from llm.problems.tasks import MAX_LINE_BYTES, Problem, TaskDataError, load_jsonl
 from llm.training.evaluation import evaluate_team
-from llm.training.progress import StageProgress, library_bars
 
 REPO = Path(__file__).resolve().parents[2]
 SMOKE = REPO / "configs" / "smoke.toml"
@@ -138,7 +138,7 @@ def test_without_a_terminal_each_stage_prints_one_plain_line(tmp_path, capsys):
 
 
 def test_a_budgeted_bar_counts_the_budget_and_a_plain_one_the_stages(monkeypatch, capsys):
-    monkeypatch.setattr(llm.training.progress, "on_terminal", lambda: True)
+    monkeypatch.setattr(llm.common.progress, "on_terminal", lambda: True)
     common = {"scheme": "teamtr", "start_stage": 0, "enabled": True}
     budgeted = StageProgress(stages=1000, budget_seconds=1800, elapsed_seconds=90, **common)
     assert budgeted.bar is not None and (budgeted.bar.total, budgeted.bar.n) == (1800, 90)

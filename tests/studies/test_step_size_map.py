@@ -100,6 +100,8 @@ def test_the_summary_averages_over_seeds_and_the_command_writes_it(tmp_path, cap
                 str(untrained),
                 "--json",
                 str(out),
+                "--plot",
+                str(tmp_path / "map.png"),
                 "--markdown",
             ]
         )
