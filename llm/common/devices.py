@@ -48,11 +48,12 @@ def cuda_device_count() -> int:
 
 
 @contextlib.contextmanager
-def seeded_generation(seed: int) -> Iterator[None]:
+def seeded(seed: int) -> Iterator[None]:
     """Random draws inside seeded with ``seed`` on the CPU and every CUDA device, and torch's
-    global generators put back as they were afterwards. Hugging Face ``generate`` samples from
-    the global generators and takes no generator of its own: this keeps its seeding from
-    reaching any other draw of the process."""
+    global generators put back as they were afterwards. Hugging Face ``generate`` and PEFT's
+    adapter initialisation draw from the global generators and take no generator of their own:
+    this keeps their seeding from reaching any other draw of the process (the one global
+    seeding is the run's, ``llm.training.builder.seed_everything``)."""
     with torch.random.fork_rng(devices=range(cuda_device_count())):
         torch.manual_seed(seed)
         yield

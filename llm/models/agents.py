@@ -27,6 +27,7 @@ import torch
 from peft import LoraConfig, PeftModel, get_peft_model
 from transformers import PreTrainedModel
 
+from llm.common.devices import seeded
 from llm.common.settings import LoraSettings
 from llm.models.generation import MergedGenerationCopy
 
@@ -144,11 +145,11 @@ class LoraBackbone(AdapterSlots):
         if n_agents < 1:
             raise ValueError(f"n_agents must be >= 1, got {n_agents}")
         config = settings.peft_config()
-        torch.manual_seed(seed)
-        model = wrap_in_peft(base, config, slot_name(0))
+        with seeded(seed):
+            model = wrap_in_peft(base, config, slot_name(0))
         for index in range(1, n_agents):
-            torch.manual_seed(seed + index)
-            model.add_adapter(slot_name(index), config)
+            with seeded(seed + index):
+                model.add_adapter(slot_name(index), config)
         model.eval()
         return cls(model, n_agents)
 
@@ -209,8 +210,8 @@ class SeparateBackbone(AdapterSlots):
             raise ValueError("each agent needs its own model object (load one per agent)")
         models = []
         for index, base in enumerate(bases):
-            torch.manual_seed(seed + index)
-            model = wrap_in_peft(base, settings.peft_config(), slot_name(index))
+            with seeded(seed + index):
+                model = wrap_in_peft(base, settings.peft_config(), slot_name(index))
             model.eval()
             models.append(model)
         return cls(models)

