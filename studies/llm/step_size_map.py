@@ -5,7 +5,10 @@ Each method is named ``<scheme>-d<tag>`` (``llm/configs/stepsize/``: ``d004`` is
 (``studies.llm.checkpoint_curves``: every stage's checkpoint evaluated afterwards) and its
 ``metrics.jsonl`` this writes, per scheme and δ:
 
-- the last checkpoint's turn credit and accuracy (mean ± standard error over seeds);
+- the last checkpoint's turn credit and accuracy (mean ± standard error over seeds), the
+  training CPU it had used, and the turn credit at equal CPU (``--at``, the runs' budget:
+  linear between the checkpoints either side; a run whose last checkpoint came earlier holds
+  its last value);
 - regressions per run: checkpoints whose turn credit (and, separately, accuracy) fell by more
   than twice the standard error of the difference below the one before, the untrained team
   first (``studies.llm.run_records.held_out_drops``);
@@ -79,13 +82,28 @@ def certificate_checks(stages: list[dict[str, Any]]) -> dict[str, float | None]:
     }
 
 
+def value_at(points: list[tuple[float, float]], minutes: float) -> float:
+    """The curve (minutes, value), starting at (0, untrained), at ``minutes``: linear between
+    the points either side, the last value beyond the last point."""
+    for (x0, y0), (x1, y1) in zip(points, points[1:], strict=False):
+        if x0 <= minutes <= x1:
+            return y0 if x1 == x0 else y0 + (y1 - y0) * (minutes - x0) / (x1 - x0)
+    return points[-1][1]
+
+
 def run_record(
-    curve: dict[str, Any], stages: list[dict[str, Any]], untrained: dict[str, float]
+    curve: dict[str, Any],
+    stages: list[dict[str, Any]],
+    untrained: dict[str, float],
+    at_minutes: float = 8.0,
 ) -> dict[str, Any]:
     """One run: its scheme, δ and seed, last checkpoint, regressions and update shares."""
     scheme, radius, seed = parse_run(curve["run"])
     evaluations = [untrained] + [point["metrics"] for point in curve["curve"]]
     last = evaluations[-1]
+    credit_curve = [(0.0, untrained["turn_credit"])] + [
+        (point["budget_minutes"], point["metrics"]["turn_credit"]) for point in curve["curve"]
+    ]
     return {
         "run": curve["run"],
         "scheme": scheme,
@@ -95,6 +113,8 @@ def run_record(
         "checkpoints": len(curve["curve"]),
         "turn_credit": last["turn_credit"],
         "accuracy": last["accuracy"],
+        "minutes": credit_curve[-1][0],
+        "turn_credit_at_budget": value_at(credit_curve, at_minutes),
         "turn_credit_curve": [e["turn_credit"] for e in evaluations],
         "regressions_turn_credit": held_out_drops(evaluations, "turn_credit"),
         "regressions_accuracy": held_out_drops(evaluations, "accuracy"),
@@ -118,6 +138,8 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
         for key in (
             "turn_credit",
             "accuracy",
+            "minutes",
+            "turn_credit_at_budget",
             "regressions_turn_credit",
             "regressions_accuracy",
             "stages",
@@ -142,15 +164,17 @@ def _cell(stat: dict[str, float | None], digits: int, scale: float = 1.0) -> str
 
 def markdown(summary: dict[str, Any]) -> str:
     lines = [
-        "| δ | scheme | seeds | final turn credit | final accuracy | regressions per run "
-        "(turn credit, accuracy) | stages | tokens / stage | CPU s / stage | updates "
-        "backtracked | at ≥ δ/2 | rejected |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| δ | scheme | seeds | turn credit at the budget | final turn credit | final accuracy "
+        "| at CPU-minutes | regressions per run (turn credit, accuracy) | stages | tokens / stage "
+        "| CPU s / stage | updates backtracked | at ≥ δ/2 | rejected |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in summary["rows"]:
         lines.append(
             f"| {row['radius']:g} | {row['scheme']} | {row['seeds']} | "
+            f"{_cell(row['turn_credit_at_budget'], 3)} | "
             f"{_cell(row['turn_credit'], 3)} | {_cell(row['accuracy'], 1, 100)}% | "
+            f"{_cell(row['minutes'], 1)} | "
             f"{_cell(row['regressions_turn_credit'], 2)}, {_cell(row['regressions_accuracy'], 2)} | "
             f"{_cell(row['stages'], 1)} | {row['generated_tokens_per_stage']['mean']:.0f} | "
             f"{row['cpu_seconds_per_stage']['mean']:.0f} | "
@@ -204,6 +228,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="write the summary here")
     parser.add_argument("--plot", type=Path, help="write the figure here")
     parser.add_argument("--markdown", action="store_true", help="print the table")
+    parser.add_argument(
+        "--at", type=float, default=8.0, help="training CPU-minutes of the equal-CPU comparison"
+    )
     args = parser.parse_args(argv)
     untrained = json.loads(args.untrained.read_text())
     runs = []
@@ -214,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{curve['run']}: no {metrics}; skipped", file=sys.stderr)
             continue
         stages = [json.loads(line) for line in metrics.read_text().splitlines()]
-        runs.append(run_record(curve, stages, untrained))
+        runs.append(run_record(curve, stages, untrained, args.at))
     if not runs:
         print(
             f"no runs with curves in {args.curves} and metrics in {args.metrics}", file=sys.stderr

@@ -13,6 +13,7 @@ from studies.llm.step_size_map import (
     run_record,
     summarise,
     update_shares,
+    value_at,
 )
 
 
@@ -60,13 +61,23 @@ def test_a_certificate_holds_where_the_measured_change_reaches_it():
     assert checks["mean_change"] == pytest.approx(0.125)
 
 
+def test_the_value_at_equal_cpu_is_linear_between_checkpoints():
+    points = [(0.0, 0.0), (4.0, 0.4), (9.0, 0.9)]
+    assert value_at(points, 6.0) == pytest.approx(0.6)
+    assert value_at(points, 4.0) == pytest.approx(0.4)
+    assert value_at(points, 12.0) == 0.9  # beyond the last checkpoint: its value
+
+
 def test_a_drop_beyond_two_standard_errors_is_a_regression():
     curve = {
         "run": "stale-d1-s0",
         "curve": [
-            {"metrics": evaluation(0.5, 0.2)},
-            {"metrics": evaluation(0.4, 0.2)},  # 0.1 > 2 * hypot(0.01, 0.01): a regression
-            {"metrics": evaluation(0.39, 0.2)},  # 0.01 is not
+            {"budget_minutes": 2.0, "metrics": evaluation(0.5, 0.2)},
+            {
+                "budget_minutes": 4.0,
+                "metrics": evaluation(0.4, 0.2),
+            },  # 0.1 > 2 * hypot(0.01, 0.01): a regression
+            {"budget_minutes": 6.0, "metrics": evaluation(0.39, 0.2)},  # 0.01 is not
         ],
     }
     record = run_record(curve, [stage(-1.0, 0.1, [(0.9, 1, True)])], evaluation(0.25, 0.0))
@@ -74,6 +85,7 @@ def test_a_drop_beyond_two_standard_errors_is_a_regression():
     assert record["regressions_accuracy"] == 0
     assert record["turn_credit_curve"] == [0.25, 0.5, 0.4, 0.39]
     assert (record["scheme"], record["radius"], record["turn_credit"]) == ("stale", 1.0, 0.39)
+    assert record["minutes"] == 6.0 and record["turn_credit_at_budget"] == 0.39  # held
 
 
 def test_the_summary_averages_over_seeds_and_the_command_writes_it(tmp_path, capsys):
@@ -82,7 +94,10 @@ def test_the_summary_averages_over_seeds_and_the_command_writes_it(tmp_path, cap
     metrics.mkdir()
     for seed, credit in enumerate((0.6, 0.8)):
         run = f"teamtr-d1-s{seed}"
-        curve = {"run": run, "curve": [{"metrics": evaluation(credit, credit / 2)}]}
+        curve = {
+            "run": run,
+            "curve": [{"budget_minutes": 16.0, "metrics": evaluation(credit, credit / 2)}],
+        }
         (curves / f"{run}.json").write_text(json.dumps(curve))
         line = json.dumps(stage(-1.0, 0.1, [(0.7, 1, True)]))
         (metrics / f"{run}.jsonl").write_text(line + "\n")
@@ -110,8 +125,12 @@ def test_the_summary_averages_over_seeds_and_the_command_writes_it(tmp_path, cap
     assert (tmp_path / "map.png").stat().st_size > 10_000
     row = json.loads(out.read_text())["rows"][0]
     assert row["seeds"] == 2 and row["turn_credit"]["mean"] == pytest.approx(0.7)
+    # At 8 of the 16 minutes to the only checkpoint: halfway from the untrained 0.25.
+    assert row["turn_credit_at_budget"]["mean"] == pytest.approx(
+        (0.25 + 0.6) / 2 / 2 + (0.25 + 0.8) / 2 / 2
+    )
     assert row["turn_credit"]["standard_error"] == pytest.approx(0.1)  # sd 0.1414 / sqrt 2
-    assert "| 1 | teamtr | 2 | 0.700 ± 0.100 |" in capsys.readouterr().out
+    assert "| 0.700 ± 0.100 | 35.0 ± 5.0% | 16.0 ± 0.0 |" in capsys.readouterr().out
     assert (
         summarise(
             [
