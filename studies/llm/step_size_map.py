@@ -115,7 +115,7 @@ def run_record(
         "accuracy": last["accuracy"],
         "minutes": credit_curve[-1][0],
         "turn_credit_at_budget": value_at(credit_curve, at_minutes),
-        "turn_credit_curve": [e["turn_credit"] for e in evaluations],
+        "turn_credit_curve": credit_curve,
         "regressions_turn_credit": held_out_drops(evaluations, "turn_credit"),
         "regressions_accuracy": held_out_drops(evaluations, "accuracy"),
         "generated_tokens_per_stage": sum(s["generated_tokens"] for s in stages) / len(stages),
@@ -185,7 +185,7 @@ def markdown(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def plot(summary: dict[str, Any], destination: Path) -> Path:
+def plot(summary: dict[str, Any], destination: Path, at_minutes: float = 8.0) -> Path:
     """Final turn credit and regressions per run against δ, one line per scheme (mean ± s.e.,
     dots: seeds); the held-out curves beside them."""
     from studies.figures import plt, save_figure
@@ -196,7 +196,7 @@ def plot(summary: dict[str, Any], destination: Path) -> Path:
         colour = f"C{index}"
         rows = [row for row in summary["rows"] if row["scheme"] == scheme]
         radii = [row["radius"] for row in rows]
-        for axes, key in ((credit, "turn_credit"), (drops, "regressions_turn_credit")):
+        for axes, key in ((credit, "turn_credit_at_budget"), (drops, "regressions_turn_credit")):
             means = [row[key]["mean"] for row in rows]
             errors = [row[key]["standard_error"] or 0.0 for row in rows]
             axes.errorbar(
@@ -205,17 +205,22 @@ def plot(summary: dict[str, Any], destination: Path) -> Path:
         for run in summary["runs"]:
             if run["scheme"] != scheme:
                 continue
-            credit.plot([run["radius"]], [run["turn_credit"]], ".", color=colour, alpha=0.5)
-            style = "-" if run["radius"] == max(radii) else ":"
-            curves.plot(run["turn_credit_curve"], style, color=colour, alpha=0.7)
+            credit.plot(
+                [run["radius"]], [run["turn_credit_at_budget"]], ".", color=colour, alpha=0.5
+            )
+            style = "o-" if run["radius"] == max(radii) else "o:"
+            minutes, values = zip(*run["turn_credit_curve"], strict=True)
+            curves.plot(minutes, values, style, color=colour, alpha=0.7, markersize=3)
+    curves.axvline(at_minutes, color="grey", linewidth=0.8, linestyle="--")
     for axes in (credit, drops):
         axes.set_xscale("log")
         axes.set_xlabel("δ, nats per message (trust-region radius)")
         axes.legend()
-    credit.set_ylabel("held-out turn credit, last checkpoint")
+    credit.set_ylabel("held-out turn credit at the CPU budget")
     drops.set_ylabel("regressions per run (turn credit)")
-    curves.set_xlabel("checkpoint (0 = untrained)")
-    curves.set_ylabel("held-out turn credit (solid: largest δ)")
+    curves.set_xlabel("training CPU minutes (evaluations excluded)")
+    curves.set_ylabel("held-out turn credit")
+    curves.set_title("solid: the largest δ, dotted: the others", fontsize=9)
     figure.suptitle("4-agent relay chain: stale against TeamTR at equal CPU, by step size")
     return save_figure(figure, destination)
 
@@ -251,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps(summary, indent=1) + "\n")
     if args.plot:
-        plot(summary, args.plot)
+        plot(summary, args.plot, args.at)
     if args.markdown:
         print(markdown(summary))
     return 0

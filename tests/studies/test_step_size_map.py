@@ -83,7 +83,7 @@ def test_a_drop_beyond_two_standard_errors_is_a_regression():
     record = run_record(curve, [stage(-1.0, 0.1, [(0.9, 1, True)])], evaluation(0.25, 0.0))
     assert record["regressions_turn_credit"] == 1
     assert record["regressions_accuracy"] == 0
-    assert record["turn_credit_curve"] == [0.25, 0.5, 0.4, 0.39]
+    assert record["turn_credit_curve"] == [(0.0, 0.25), (2.0, 0.5), (4.0, 0.4), (6.0, 0.39)]
     assert (record["scheme"], record["radius"], record["turn_credit"]) == ("stale", 1.0, 0.39)
     assert record["minutes"] == 6.0 and record["turn_credit_at_budget"] == 0.39  # held
 
