@@ -214,6 +214,26 @@ def test_the_chain_training_table_is_the_committed_checkpoint_curves_summary():
         assert all(row in present for row in rows), [r for r in rows if r not in present]
 
 
+def test_the_step_size_table_is_the_committed_map_of_the_committed_runs():
+    """docs/step_size.md and docs/results.md print ``studies.llm.step_size_map``'s table of
+    ``results/stepsize_map.json``, which is what the per-run curves and stage records give."""
+    from studies.llm.step_size_map import markdown, run_record, summarise
+
+    untrained = json.loads((RESULTS / "stepsize" / "untrained_teamtr-d1.json").read_text())
+    runs = []
+    for path in sorted((RESULTS / "stepsize_curves").glob("*.json")):
+        curve = json.loads(path.read_text())
+        lines = (RESULTS / "stepsize_metrics" / f"{curve['run']}.jsonl").read_text().splitlines()
+        runs.append(run_record(curve, [json.loads(line) for line in lines], untrained))
+    again = summarise(runs)
+    committed = json.loads((RESULTS / "stepsize_map.json").read_text())
+    assert json.loads(json.dumps(again)) == committed
+    rows = table_rows(markdown(committed))
+    for text in (RESULTS_PAGE, (ROOT / "docs" / "step_size.md").read_text()):
+        present = table_rows(text)
+        assert all(row in present for row in rows), [r for r in rows if r not in present]
+
+
 def test_the_sum_probe_table_is_the_committed_probe():
     """The role-by-role probe of the 3-agent sum (docs/teams_that_learn.md and docs/results.md) is
     ``studies.llm.sum_probe.markdown`` of ``results/sum3_probe.json``."""
