@@ -32,6 +32,9 @@ class UpdateMetrics:
     """The first non-finite quantity the update met (``LoraUpdate.non_finite``), if any."""
     penalty: float
     certificate: float
+    effective_sample_size: float
+    """Of the batch's episode weights (``LoraUpdate.effective_sample_size``): 1 on-policy,
+    below 1 for HAPPO's reweighted batches."""
 
     @classmethod
     def of(cls, record: UpdateRecord) -> UpdateMetrics:
@@ -47,6 +50,7 @@ class UpdateMetrics:
             non_finite=lora_update(update).non_finite,
             penalty=record.penalty,
             certificate=record.certificate,
+            effective_sample_size=lora_update(update).effective_sample_size,
         )
 
 

@@ -5,7 +5,10 @@ core's meaning; this adds what only this backend knows, instead of status string
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass
+
+import numpy as np
 
 from teamtr.reports import AgentUpdate
 
@@ -39,6 +42,9 @@ class LoraUpdate(AgentUpdate):
     """The agent's message tokens in the (global) batch."""
     steps: int = 0
     """Adam steps admitted."""
+    effective_sample_size: float = 1.0
+    """(sum w)^2 / (N sum w^2) of the batch's episode weights (``effective_sample_size``): 1
+    for on-policy rollouts, below 1 where HAPPO reweighted a cached batch."""
 
     def __post_init__(self) -> None:
         if (self.outcome is Outcome.NON_FINITE) != (self.non_finite is not None):
@@ -47,6 +53,17 @@ class LoraUpdate(AgentUpdate):
             )
         if self.accepted != (self.outcome is not Outcome.REJECTED and self.non_finite is None):
             raise ValueError(f"LoraUpdate: outcome {self.outcome.value}, accepted={self.accepted}")
+
+
+def effective_sample_size(weights: np.ndarray) -> float:
+    """Kish's effective sample size of importance weights, as a share of the batch:
+    (sum w)^2 / (N sum w^2), in (0, 1], 1 exactly when every weight is the same. HAPPO's
+    reweighted batch estimates the intermediate team's surrogate from as many independent
+    episodes as this share of N would (nan where a weight is not finite)."""
+    w = np.asarray(weights, dtype=np.float64)
+    if not np.isfinite(w).all():
+        return math.nan
+    return float(w.sum() ** 2 / (len(w) * np.square(w).sum()))
 
 
 def lora_update(update: AgentUpdate) -> LoraUpdate:

@@ -33,7 +33,7 @@ from __future__ import annotations
 import functools
 import math
 import operator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -52,7 +52,7 @@ from llm.logprobs.scoring import MessageBatch, message_logits, message_tokens, s
 from llm.models.agents import LoraTeam
 from llm.sampling.sampler import DialogueRollouts
 from llm.update.backtracking import ParameterSnapshot, backtracked_step
-from llm.update.outcome import LoraUpdate, Outcome
+from llm.update.outcome import LoraUpdate, Outcome, effective_sample_size
 from teamtr.trust_region import TrustRegion, statistic_of
 
 STEP_SCALE_KEY = "teamtr_step_scale"
@@ -459,9 +459,11 @@ class TrustRegionUpdater:
         steps, each shrunk until E_d̄[KL_i] (or its quantile) is at most ``radius``."""
         # 1. Updates that need no forward pass.
         n_tokens = int(self.collective.sum(message_tokens(self.chat, rollouts.episodes, agent)))
+        weights = self.collective.concatenate(rollouts.episode_weights())
+        sample_size = effective_sample_size(weights)
         unchanged = self._without_a_pass(team, agent, rollouts, n_tokens)
         if unchanged is not None:
-            return unchanged
+            return replace(unchanged, effective_sample_size=sample_size)
 
         # 2. The pre-update policy on the batch: what every ratio and KL is measured against,
         #    and (reuse_work) the first step's gradient from the same pass; then the check that
@@ -486,7 +488,8 @@ class TrustRegionUpdater:
         self._store_step_scale(optimizer, scale)
 
         # 4. The report.
-        return self._report(team, agent, rollouts.a_max, n_tokens, walk)
+        report = self._report(team, agent, rollouts.a_max, n_tokens, walk)
+        return replace(report, effective_sample_size=sample_size)
 
     def _steps(
         self,
