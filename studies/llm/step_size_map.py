@@ -14,6 +14,8 @@ Each method is named ``<scheme>-d<tag>`` (``llm/configs/stepsize/``: ``d004`` is
   first (``studies.llm.run_records.held_out_drops``);
 - how the trust region bound the updates: the share that backtracked, that ended with a KL of
   at least half the radius, and that were rejected;
+- for HAPPO, the effective sample size of each update's reweighted batch by its place in the
+  stage (the k-th update's batch carries the ratios of the k agents before it);
 - the stage certificates (Thm 3.6's sum of the kept updates' Thm 3.4 bounds) against the
   measured change of the training reward from one stage's first batch to the next one's
   (``rollout_rewards[0]``, a fresh batch of the stage-start team): the share of stages where
@@ -39,11 +41,13 @@ from studies.llm.run_records import held_out_drops, mean_and_error
 
 RADIUS_TAGS = {"d004": 0.04, "d02": 0.2, "d1": 1.0}
 """A method's radius tag -> δ in nats per message (the config files' names)."""
-RUN_NAME = re.compile(r"(?P<scheme>[a-z]+)-(?P<tag>d\d+)-s(?P<seed>\d+)")
+RUN_NAME = re.compile(r"(?P<scheme>[a-z]+(?:-[a-z]+)*)-(?P<tag>d\d+)-s(?P<seed>\d+)")
+"""``<scheme>-<tag>-s<seed>``; an ablation names itself after its scheme (``teamtr-norad``:
+TeamTR's steps without the trust region, ``llm/configs/stepsize/teamtr_noradius_d1.toml``)."""
 
 
 def parse_run(name: str) -> tuple[str, float, int]:
-    """``teamtr-d1-s0`` -> ("teamtr", 1.0, 0)."""
+    """``teamtr-d1-s0`` -> ("teamtr", 1.0, 0); ``teamtr-norad-d1-s0`` -> ("teamtr-norad", 1.0, 0)."""
     match = RUN_NAME.fullmatch(name)
     if match is None or match["tag"] not in RADIUS_TAGS:
         raise ValueError(f"{name!r}: expected <scheme>-<{'|'.join(RADIUS_TAGS)}>-s<seed>")
@@ -63,6 +67,22 @@ def update_shares(stages: list[dict[str, Any]], radius: float) -> dict[str, floa
         "near_radius": sum(u["kept"] and u["kl"] >= 0.5 * radius for u in updates) / count,
         "rejected": sum(not u["kept"] for u in updates) / count,
     }
+
+
+def sample_size_by_position(stages: list[dict[str, Any]]) -> list[float] | None:
+    """The mean effective sample size (``updates[].effective_sample_size``) of a stage's k-th
+    update, k = 0, 1, ...: HAPPO's k-th agent trains on the stage-start batch weighted by the
+    k agents updated before it. None where the records do not have it (runs before it was
+    recorded)."""
+    by_position: dict[int, list[float]] = {}
+    for stage in stages:
+        for position, update in enumerate(stage["updates"]):
+            if "effective_sample_size" not in update:
+                return None
+            by_position.setdefault(position, []).append(update["effective_sample_size"])
+    if not by_position:
+        return None
+    return [sum(v) / len(v) for _, v in sorted(by_position.items())]
 
 
 def certificate_checks(stages: list[dict[str, Any]]) -> dict[str, float | None]:
@@ -120,6 +140,7 @@ def run_record(
         "regressions_accuracy": held_out_drops(evaluations, "accuracy"),
         "generated_tokens_per_stage": sum(s["generated_tokens"] for s in stages) / len(stages),
         "cpu_seconds_per_stage": sum(s["cpu_seconds"] for s in stages) / len(stages),
+        "effective_sample_size_by_position": sample_size_by_position(stages),
         **{f"share_{k}": v for k, v in update_shares(stages, radius).items()},
         **{f"certificate_{k}": v for k, v in certificate_checks(stages).items()},
     }
@@ -150,6 +171,12 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
             "share_rejected",
         ):
             row[key] = mean_and_error([float(m[key]) for m in members])
+        sizes = [m["effective_sample_size_by_position"] for m in members]
+        row["effective_sample_size_by_position"] = (
+            [mean_and_error(list(column)) for column in zip(*sizes, strict=False)]
+            if sizes and all(sizes)
+            else None
+        )
         row["certificates_held"] = [m["certificate_held"] for m in members]
         row["mean_certificate"] = [m["certificate_mean_certificate"] for m in members]
         rows.append(row)
@@ -182,6 +209,27 @@ def markdown(summary: dict[str, Any]) -> str:
             f"{100 * row['share_near_radius']['mean']:.0f}% | "
             f"{100 * row['share_rejected']['mean']:.0f}% |"
         )
+    weighted = [
+        row
+        for row in summary["rows"]
+        if row["effective_sample_size_by_position"] is not None and row["scheme"] == "happo"
+    ]
+    if weighted:
+        positions = max(len(row["effective_sample_size_by_position"]) for row in weighted)
+        lines += [
+            "",
+            "| δ | scheme | seeds | "
+            + " | ".join(f"ESS, update {k + 1}" for k in range(positions))
+            + " |",
+            "|---|---|---|" + "---|" * positions,
+        ]
+        for row in weighted:
+            cells = [_cell(stat, 2) for stat in row["effective_sample_size_by_position"]]
+            lines.append(
+                f"| {row['radius']:g} | {row['scheme']} | {row['seeds']} | "
+                + " | ".join(cells)
+                + " |"
+            )
     return "\n".join(lines)
 
 

@@ -9,8 +9,10 @@ import pytest
 from studies.llm.step_size_map import (
     certificate_checks,
     main,
+    markdown,
     parse_run,
     run_record,
+    sample_size_by_position,
     summarise,
     update_shares,
     value_at,
@@ -39,8 +41,42 @@ def stage(certificate: float, first_reward: float, updates: list[tuple[float, in
 def test_a_run_name_gives_scheme_radius_and_seed():
     assert parse_run("teamtr-d1-s2") == ("teamtr", 1.0, 2)
     assert parse_run("stale-d004-s0") == ("stale", 0.04, 0)
+    assert parse_run("teamtr-norad-d1-s1") == ("teamtr-norad", 1.0, 1)  # an ablation
     with pytest.raises(ValueError, match="expected"):
         parse_run("teamtr-d7-s0")
+
+
+def curve_point(minutes: float, credit: float, accuracy: float) -> dict:
+    return {"budget_minutes": minutes, "metrics": evaluation(credit, accuracy)}
+
+
+def weighted_stage(sizes: list[float]):
+    record = stage(-1.0, 0.1, [(0.1, 0, True)] * len(sizes))
+    for update, size in zip(record["updates"], sizes, strict=True):
+        update["effective_sample_size"] = size
+    return record
+
+
+def test_the_effective_sample_size_is_averaged_per_update_position():
+    stages = [weighted_stage([1.0, 0.8, 0.5]), weighted_stage([1.0, 0.6, 0.3])]
+    assert sample_size_by_position(stages) == pytest.approx([1.0, 0.7, 0.4])
+    # Records from before the field was written: no figure rather than a wrong one.
+    assert sample_size_by_position([stage(-1.0, 0.1, [(0.1, 0, True)])]) is None
+
+
+def test_happo_rows_get_an_effective_sample_size_table():
+    curve = {"run": "happo-d1-s0", "curve": [curve_point(16.0, 0.5, 0.2)]}
+    other = {"run": "happo-d1-s1", "curve": [curve_point(16.0, 0.6, 0.3)]}
+    runs = [
+        run_record(curve, [weighted_stage([1.0, 0.5])], evaluation(0.25, 0.0)),
+        run_record(other, [weighted_stage([1.0, 0.3])], evaluation(0.25, 0.0)),
+    ]
+    summary = summarise(runs)
+    (row,) = summary["rows"]
+    assert [c["mean"] for c in row["effective_sample_size_by_position"]] == pytest.approx(
+        [1.0, 0.4]
+    )
+    assert "| 1 | happo | 2 | 1.00 ± 0.00 | 0.40 ± 0.10 |" in markdown(summary)
 
 
 def test_update_shares_count_backtracks_the_radius_and_rejections():
