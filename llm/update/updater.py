@@ -90,6 +90,13 @@ class _Reference:
     def vocabulary_log_probs(self) -> torch.Tensor:
         return self.batch.log_probs() if self.log_probs is None else self.log_probs
 
+    @property
+    def has_signal(self) -> bool:
+        """False when every (weighted) advantage of the chunk is 0: its clipped surrogate is
+        0 x ratio whatever the parameters, so its gradient is exactly 0 and computing it can
+        be skipped. Dynamic sampling's filler groups (no reward difference) are such chunks."""
+        return bool(self.advantages.any())
+
 
 @dataclass(frozen=True)
 class _ReferencePass:
@@ -165,9 +172,11 @@ class TrustRegionUpdater:
     pass that scores the pre-update policy also gives the first step's gradient (the loss there
     is the surrogate at ratio 1), every backtrack reuses its step's gradient
     (``llm.update.backtracking``), and the pre-update log-softmax over the vocabulary is kept for every
-    KL measurement, and each GRPO group's prompt is scored once (``llm.logprobs.scoring.message_logits``;
+    KL measurement, each GRPO group's prompt is scored once (``llm.logprobs.scoring.message_logits``;
     the sampler's ``reuse_work`` must match, so that the ratio check compares two identical
-    computations). ``reuse_work=False`` is the straightforward path, kept as the reference the
+    computations), and a chunk whose advantages are all 0 (dynamic sampling's filler groups)
+    gets no gradient pass: its gradient is exactly 0 (``_Reference.has_signal``; it is still
+    scored, since the trust region's KL is a mean over the whole batch). ``reuse_work=False`` is the straightforward path, kept as the reference the
     equality tests and the stage profile compare against.
     """
 
@@ -283,7 +292,7 @@ class TrustRegionUpdater:
                     chunk, detached, logps.detach(), advantages, log_probs.detach()
                 )
                 chunks.append(reference)
-                if finite_loss:
+                if finite_loss and reference.has_signal:  # else its gradient is exactly 0
                     loss = self._surrogate_loss(batch, reference, n_tokens, logps)
                     finite_loss = bool(torch.isfinite(loss))
                     if finite_loss:
@@ -339,6 +348,8 @@ class TrustRegionUpdater:
         model = team.backbone.training_model(agent)
         finite_loss = True
         for reference in references:
+            if self.reuse_work and not reference.has_signal:
+                continue  # a zero gradient: adding it changes no float of the sum
             with profiling.section("train forward"):
                 batch = self._score(model, rollouts, agent, reference.indices)
                 loss = self._surrogate_loss(batch, reference, n_tokens, batch.token_logps())

@@ -246,3 +246,34 @@ def test_generation_from_shared_prompts_samples_what_whole_contexts_sample(
             torch.manual_seed(1)
             shared = generate_messages(model, contexts, char_chat, 6, temperature, prompt_lengths)
             assert shared == whole, turn
+
+
+RADIUS_FOR_TWO = 0.02
+"""Wide enough that both steps of the update are admitted (after backtracking)."""
+
+
+def test_a_chunk_without_signal_gets_no_gradient_pass_and_changes_no_bit(team, char_chat):
+    """Dynamic sampling's filler group (equal rewards: every advantage 0) is scored for the KL
+    but gets no training pass, and the update is bit for bit the straightforward one."""
+    settings = UpdaterSettings(learning_rate=0.05, steps=2, max_backtracks=6, warm_start=False)
+    rollouts, _ = rollouts_of(team, char_chat, reuse_work=False)
+    rollouts = with_rewards(rollouts, [1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0])
+    assert not rollouts.advantages[4:].any() and rollouts.advantages[:4].all()
+    results, profiles = [], []
+    for reuse in (False, True):
+        # One group a chunk, so that the second chunk is the filler group alone.
+        updater = TrustRegionUpdater(
+            char_chat, settings, score_chunk=4, reuse_work=reuse, share_prompt=False
+        )
+        with profiling.recording() as profile:
+            results.append(updater.update(team, 1, rollouts, radius=RADIUS_FOR_TWO))
+        profiles.append(profile)
+    old, new = results
+    assert old.accepted and old.steps == 2
+    assert (new.kl, new.surrogate, new.backtracks) == (old.kl, old.surrogate, old.backtracks)
+    assert all(torch.equal(new.policy.tensors[k], v) for k, v in old.policy.tensors.items())
+    # Two gradients, each of the one chunk with signal: the first from the reference pass, the
+    # second step's from one training forward pass; the straightforward path trains on both
+    # chunks at both steps (and again at every backtrack).
+    assert (profiles[1].calls["train backward"], profiles[1].calls["train forward"]) == (2, 1)
+    assert (profiles[0].calls["train backward"], profiles[0].calls["train forward"]) == (4, 4)
