@@ -284,3 +284,17 @@ def test_every_number_of_the_readmes_headline_table_is_a_number_of_the_results_p
         number = row.split("|")[2]
         for value in re.findall(r"\d+(?:\.\d+)?", number):
             assert value in page, (value, row)
+
+
+def test_the_trl_comparison_is_the_committed_benchmark():
+    """The GRPO step against TRL (docs/results.md, README) is ``bench/peer_grpo_step.py``'s
+    committed result: each repeat's CPU and tokens, the medians and their ratio."""
+    result = json.loads((RESULTS / "peer_grpo_step.json").read_text())
+    for name, label in (("teamtr", "teamtr"), ("trl", "TRL `GRPOTrainer`")):
+        runs = result["runs"][name]
+        cells = " | ".join(f"{r['cpu_seconds']:.1f}, {r['generated_tokens']}" for r in runs)
+        median = result["median_cpu_seconds"][name]
+        assert f"| {label} (CPU s, tokens) | {cells} | {median:.1f} |" in RESULTS_PAGE
+    ratio = f"{result['teamtr_over_trl']:.2f}×"
+    assert f"teamtr's step costs {ratio} TRL's" in RESULTS_PAGE
+    assert f"| {ratio} CPU (median of 2 each" in README
