@@ -42,13 +42,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
+from graded_rollouts import AlternatingRewards
 
 from llm.common import profiling
 from llm.common.config import RunConfig, load_config
-from llm.logprobs.losses import group_normalised_advantages
-from llm.sampling.sampler import DialogueRollouts, DialogueSampler, generate_messages
+from llm.sampling.sampler import generate_messages
 from llm.training.builder import Components, build
 from llm.training.train import train
 
@@ -76,20 +75,6 @@ GROUPS = {
     "grading": ("grading",),
 }
 """Table rows: the profile's sections grouped by name prefix (first match wins)."""
-
-
-class AlternatingRewards(DialogueSampler):
-    """Real rollouts graded 1, 0, 1, 0, ... (``--quick``, or ``--signal-every-update``): a
-    random model never answers right, and a batch without reward variance is skipped without
-    any update; so every update of every case carries a signal and does its full work."""
-
-    def finish(self, team, episodes, generated, reused, started) -> DialogueRollouts:
-        rollouts = super().finish(team, episodes, generated, reused, started)
-        rewards = np.array([float(i % 2 == 0) for i in range(len(rollouts.episodes))])
-        advantages = group_normalised_advantages(
-            torch.tensor(rewards), self.settings.group_size, self.settings.a_max
-        ).numpy()
-        return dataclasses.replace(rollouts, rewards=rewards, advantages=advantages)
 
 
 def case_config(

@@ -47,31 +47,14 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from graded_rollouts import AlternatingRewards, alternating  # noqa: E402
+
 from llm.common.config import RunConfig, load_config  # noqa: E402
-from llm.logprobs.losses import group_normalised_advantages  # noqa: E402
 from llm.models.loading import load_model, load_tokenizer  # noqa: E402
-from llm.sampling.sampler import DialogueRollouts, DialogueSampler  # noqa: E402
 from llm.training.builder import build  # noqa: E402
 from llm.training.train import train  # noqa: E402
 
 CONFIG = ROOT / "configs" / "compare" / "grpo.toml"
-
-
-def alternating(count: int) -> list[float]:
-    """1, 0, 1, 0, ...: every group of an even size holds both rewards."""
-    return [float(i % 2 == 0) for i in range(count)]
-
-
-class AlternatingRewards(DialogueSampler):
-    """teamtr's sampler with its rollouts graded ``alternating`` (see the module docstring)."""
-
-    def finish(self, team, episodes, generated, reused, started, **kwargs) -> DialogueRollouts:
-        rollouts = super().finish(team, episodes, generated, reused, started, **kwargs)
-        rewards = torch.tensor(alternating(len(rollouts.episodes)))
-        advantages = group_normalised_advantages(
-            rewards, self.settings.group_size, self.settings.a_max
-        ).numpy()
-        return dataclasses.replace(rollouts, rewards=rewards.numpy(), advantages=advantages)
 
 
 def step_config(scratch: Path, seed: int, source: str) -> RunConfig:
