@@ -238,7 +238,11 @@ def plot(summary: dict[str, Any], destination: Path, at_minutes: float = 8.0) ->
     dots: seeds); the held-out curves beside them."""
     from studies.figures import plt, save_figure
 
-    figure, (credit, drops, curves) = plt.subplots(1, 3, figsize=(15, 4.2))
+    weighted = [r for r in summary["rows"] if r["effective_sample_size_by_position"] is not None]
+    weighted = [r for r in weighted if r["scheme"] == "happo"]
+    panels = 4 if weighted else 3
+    figure, axes_row = plt.subplots(1, panels, figsize=(5 * panels, 4.2))
+    credit, drops, curves = axes_row[:3]
     schemes = sorted({row["scheme"] for row in summary["rows"]})
     for index, scheme in enumerate(schemes):
         colour = f"C{index}"
@@ -269,6 +273,24 @@ def plot(summary: dict[str, Any], destination: Path, at_minutes: float = 8.0) ->
     curves.set_xlabel("training CPU minutes (evaluations excluded)")
     curves.set_ylabel("held-out turn credit")
     curves.set_title("solid: the largest δ, dotted: the others", fontsize=9)
+    if weighted:
+        sizes = axes_row[3]
+        for row in weighted:
+            stats = row["effective_sample_size_by_position"]
+            positions = range(1, len(stats) + 1)
+            sizes.errorbar(
+                positions,
+                [stat["mean"] for stat in stats],
+                yerr=[stat["standard_error"] or 0.0 for stat in stats],
+                marker="o",
+                capsize=3,
+                label=f"δ = {row['radius']:g}",
+            )
+        sizes.set_ylim(0, 1.05)
+        sizes.set_xlabel("update within the stage (HAPPO)")
+        sizes.set_ylabel("effective sample size / batch")
+        sizes.set_title("(Σw)² / (N Σw²) of the reweighted batch", fontsize=9)
+        sizes.legend()
     figure.suptitle("4-agent relay chain: stale against TeamTR at equal CPU, by step size")
     return save_figure(figure, destination)
 

@@ -11,6 +11,7 @@ from studies.llm.step_size_map import (
     main,
     markdown,
     parse_run,
+    plot,
     run_record,
     sample_size_by_position,
     summarise,
@@ -64,7 +65,7 @@ def test_the_effective_sample_size_is_averaged_per_update_position():
     assert sample_size_by_position([stage(-1.0, 0.1, [(0.1, 0, True)])]) is None
 
 
-def test_happo_rows_get_an_effective_sample_size_table():
+def test_happo_rows_get_an_effective_sample_size_table_and_panel(tmp_path):
     curve = {"run": "happo-d1-s0", "curve": [curve_point(16.0, 0.5, 0.2)]}
     other = {"run": "happo-d1-s1", "curve": [curve_point(16.0, 0.6, 0.3)]}
     runs = [
@@ -77,6 +78,11 @@ def test_happo_rows_get_an_effective_sample_size_table():
         [1.0, 0.4]
     )
     assert "| 1 | happo | 2 | 1.00 ± 0.00 | 0.40 ± 0.10 |" in markdown(summary)
+    figure = plot(summary, tmp_path / "map.png")
+    assert figure.stat().st_size > 10_000
+    from PIL import Image
+
+    assert Image.open(figure).size[0] > Image.open(figure).size[1] * 4  # four panels in a row
 
 
 def test_update_shares_count_backtracks_the_radius_and_rejections():
