@@ -286,6 +286,9 @@ def plot(summary: dict[str, Any], destination: Path, at_minutes: float = 8.0) ->
                 capsize=3,
                 label=f"δ = {row['radius']:g}",
             )
+        sizes.set_xticks(
+            range(1, max(len(r["effective_sample_size_by_position"]) for r in weighted) + 1)
+        )
         sizes.set_ylim(0, 1.05)
         sizes.set_xlabel("update within the stage (HAPPO)")
         sizes.set_ylabel("effective sample size / batch")
