@@ -40,7 +40,8 @@ from typing import Any
 from studies.llm.run_records import held_out_drops, mean_and_error
 
 RADIUS_TAGS = {"d004": 0.04, "d02": 0.2, "d1": 1.0}
-"""A method's radius tag -> δ in nats per message (the config files' names)."""
+"""A method's radius tag -> δ, the [stage] radius: nats per turn of the average occupancy (the
+mean over the dialogue's 4 turns, so an agent's one message may move 4δ nats)."""
 RUN_NAME = re.compile(r"(?P<scheme>[a-z]+(?:-[a-z]+)*)-(?P<tag>d\d+)-s(?P<seed>\d+)")
 """``<scheme>-<tag>-s<seed>``; an ablation names itself after its scheme (``teamtr-norad``:
 TeamTR's steps without the trust region, ``llm/configs/stepsize/teamtr_noradius_d1.toml``)."""
@@ -266,7 +267,7 @@ def plot(summary: dict[str, Any], destination: Path, at_minutes: float = 8.0) ->
     curves.axvline(at_minutes, color="grey", linewidth=0.8, linestyle="--")
     for axes in (credit, drops):
         axes.set_xscale("log")
-        axes.set_xlabel("δ, nats per message (trust-region radius)")
+        axes.set_xlabel("δ, nats per turn (trust-region radius)")
         axes.legend()
     credit.set_ylabel("held-out turn credit at the CPU budget")
     drops.set_ylabel("regressions per run (turn credit)")
