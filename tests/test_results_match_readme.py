@@ -298,3 +298,31 @@ def test_the_trl_comparison_is_the_committed_benchmark():
     ratio = f"{result['teamtr_over_trl']:.2f}×"
     assert f"teamtr's step costs {ratio} TRL's" in RESULTS_PAGE
     assert f"| {ratio} CPU (median of 2 each" in README
+
+
+@pytest.mark.parametrize(
+    ("summary", "label", "seeds"),
+    [
+        ("llm_scaling.json", "0.01 (message 0.04)", 3),
+        ("llm_scaling_turn_r0.2.json", "0.2", 1),
+        ("llm_scaling_message_r1.json", "0.25 (message 1.0)", 1),
+        ("llm_scaling_turn_r1.0.json", "1.0", 1),
+    ],
+)
+def test_the_step_size_drift_table_is_the_committed_drift_studies(summary, label, seeds):
+    """docs/step_size.md's drift table: the n = 4 row of each study's ``--markdown`` table."""
+    from studies.llm.scaling import markdown as scaling_markdown
+
+    result = json.loads((RESULTS / summary).read_text())
+    (row,) = [r for r in scaling_markdown(result).splitlines() if r.startswith("| 4 |")]
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    expected = (
+        f"| {label} | {seeds} | {cells[1]} | {cells[2]} | {cells[5]} | {cells[6]} | {cells[7]} "
+        f"| {cells[8]}, {cells[9]} |"
+    )
+    assert expected in (ROOT / "docs" / "step_size.md").read_text()
+    assert len(result["seeds"]) == seeds
+    # The label's radius is the study's, in the unit it was run with.
+    radius, unit = result["settings"]["radius"], result["settings"]["radius_unit"]
+    per_turn = radius / 4 if unit == "message" else radius
+    assert label.startswith(f"{per_turn:g}")
