@@ -326,3 +326,22 @@ def test_the_step_size_drift_table_is_the_committed_drift_studies(summary, label
     radius, unit = result["settings"]["radius"], result["settings"]["radius_unit"]
     per_turn = radius / 4 if unit == "message" else radius
     assert label.startswith(f"{per_turn:g}")
+
+
+def test_the_filler_rerun_table_is_the_committed_runs():
+    """docs/results.md's rerun of the default run with the filler groups' gradient pass
+    skipped: each seed's stage CPU, before (``default_pooled``) and now (``default_filler``),
+    and the minutes to 90% of ``results/default_filler.json``."""
+    reach = json.loads((RESULTS / "default_filler.json").read_text())["methods"]["teamtr"]
+    minutes = reach["reach"]["minutes"]
+
+    def stage_cpu(study: str, seed: int) -> str:
+        path = RESULTS / study / f"teamtr-s{seed}.metrics.jsonl"
+        return ", ".join(
+            f"{json.loads(line)['cpu_seconds']:.0f}" for line in path.read_text().splitlines()
+        )
+
+    for seed, reached in enumerate(minutes):
+        before, now = stage_cpu("default_pooled", seed), stage_cpu("default_filler", seed)
+        cell = f"{reached:.1f}" if reached is not None else "not in 3 stages"
+        assert f"| {seed} | {before} | {now} | {cell}" in RESULTS_PAGE
