@@ -38,7 +38,7 @@ class UpdateMetrics:
 
     @classmethod
     def of(cls, record: UpdateRecord) -> UpdateMetrics:
-        update = record.update
+        update = lora_update(record.update)
         return cls(
             agent=record.agent,
             kept=record.kept,
@@ -47,10 +47,10 @@ class UpdateMetrics:
             kl=update.kl,
             kl_quantile=update.kl_quantile,
             backtracks=update.backtracks,
-            non_finite=lora_update(update).non_finite,
+            non_finite=update.non_finite,
             penalty=record.penalty,
             certificate=record.certificate,
-            effective_sample_size=lora_update(update).effective_sample_size,
+            effective_sample_size=update.effective_sample_size,
         )
 
 

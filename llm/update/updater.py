@@ -176,8 +176,9 @@ class TrustRegionUpdater:
     the sampler's ``reuse_work`` must match, so that the ratio check compares two identical
     computations), and a chunk whose advantages are all 0 (dynamic sampling's filler groups)
     gets no gradient pass: its gradient is exactly 0 (``_Reference.has_signal``; it is still
-    scored, since the trust region's KL is a mean over the whole batch). ``reuse_work=False`` is the straightforward path, kept as the reference the
-    equality tests and the stage profile compare against.
+    scored, since the trust region's KL is a mean over the whole batch). ``reuse_work=False``
+    is the straightforward path, kept as the reference the equality tests and the stage
+    profile compare against.
     """
 
     def __init__(
