@@ -77,13 +77,17 @@ def step_config(scratch: Path, seed: int, source: str) -> RunConfig:
     )
 
 
-def first_prompts(config: RunConfig) -> tuple[list[str], list[list[int]]]:
-    """The first batch's problems as teamtr's single agent sees them: text and token ids."""
+def first_prompts(config: RunConfig, tokenizer: Any) -> list[str]:
+    """The first batch's problems as teamtr's single agent sees them, as text that
+    ``tokenizer`` (as TRL calls it) turns back into teamtr's token ids."""
     parts = build(config, progress=False)
     episodes = parts.sampler.new_episodes()
     ids = [parts.chat.context(e, 0) for e in episodes[:: config.sampler.group_size]]
-    tokenizer = load_tokenizer(config.model.source)
-    return [tokenizer.decode(i, skip_special_tokens=False) for i in ids], ids
+    prompts = [tokenizer.decode(i, skip_special_tokens=False) for i in ids]
+    # TRL tokenises a text prompt itself: the ids must be teamtr's, or the work differs.
+    if any(tokenizer(p)["input_ids"] != i for p, i in zip(prompts, ids, strict=True)):
+        raise SystemExit("TRL's tokenisation of the prompts differs from teamtr's")
+    return prompts
 
 
 def teamtr_step(config: RunConfig) -> dict[str, Any]:
@@ -101,12 +105,13 @@ def teamtr_step(config: RunConfig) -> dict[str, Any]:
     }
 
 
-def trl_step(config: RunConfig, prompts: list[str], scratch: Path, seed: int) -> dict[str, Any]:
+def trl_step(
+    config: RunConfig, prompts: list[str], tokenizer: Any, scratch: Path, seed: int
+) -> dict[str, Any]:
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
     s = config.sampler
-    tokenizer = load_tokenizer(config.model.source)
     model = load_model(config.model.source, seed=seed)
     # The GGUF file is dequantized to float32 at load, but transformers keeps its quantizer
     # attached and its Trainer refuses to train a GGUF-"quantized" model: detach the label.
@@ -171,18 +176,14 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--repeats must be at least 1")
     torch.set_num_threads(1)
     runs: dict[str, list[dict[str, Any]]] = {"teamtr": [], "trl": []}
+    tokenizer = load_tokenizer(args.source)
     with tempfile.TemporaryDirectory() as scratch_dir:
         scratch = Path(scratch_dir)
         for repeat in range(args.repeats):
             config = step_config(scratch, seed=repeat, source=args.source)
-            prompts, ids = first_prompts(config)
-            tokenizer = load_tokenizer(args.source)
-            # TRL tokenises a text prompt itself: the ids must be teamtr's, or the work differs.
-            same = [tokenizer(p)["input_ids"] == i for p, i in zip(prompts, ids, strict=True)]
-            if not all(same):
-                raise SystemExit("TRL's tokenisation of the prompts differs from teamtr's")
+            prompts = first_prompts(config, tokenizer)
             runs["teamtr"].append(teamtr_step(config))
-            runs["trl"].append(trl_step(config, prompts, scratch, repeat))
+            runs["trl"].append(trl_step(config, prompts, tokenizer, scratch, repeat))
             print(
                 f"repeat {repeat}: teamtr {runs['teamtr'][-1]['cpu_seconds']:.1f} CPU-s "
                 f"({runs['teamtr'][-1]['generated_tokens']} tokens), "

@@ -175,13 +175,22 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
         sizes = [m["effective_sample_size_by_position"] for m in members]
         row["effective_sample_size_by_position"] = (
             [mean_and_error(list(column)) for column in zip(*sizes, strict=False)]
-            if sizes and all(sizes)
+            if all(sizes)
             else None
         )
         row["certificates_held"] = [m["certificate_held"] for m in members]
         row["mean_certificate"] = [m["certificate_mean_certificate"] for m in members]
         rows.append(row)
     return {"rows": rows, "runs": runs}
+
+
+def reweighted_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """HAPPO's rows whose records hold each update's effective sample size."""
+    return [
+        row
+        for row in summary["rows"]
+        if row["scheme"] == "happo" and row["effective_sample_size_by_position"] is not None
+    ]
 
 
 def _cell(stat: dict[str, float | None], digits: int, scale: float = 1.0) -> str:
@@ -210,11 +219,7 @@ def markdown(summary: dict[str, Any]) -> str:
             f"{100 * row['share_near_radius']['mean']:.0f}% | "
             f"{100 * row['share_rejected']['mean']:.0f}% |"
         )
-    weighted = [
-        row
-        for row in summary["rows"]
-        if row["effective_sample_size_by_position"] is not None and row["scheme"] == "happo"
-    ]
+    weighted = reweighted_rows(summary)
     if weighted:
         positions = max(len(row["effective_sample_size_by_position"]) for row in weighted)
         lines += [
@@ -239,8 +244,7 @@ def plot(summary: dict[str, Any], destination: Path, at_minutes: float = 8.0) ->
     dots: seeds); the held-out curves beside them."""
     from studies.figures import plt, save_figure
 
-    weighted = [r for r in summary["rows"] if r["effective_sample_size_by_position"] is not None]
-    weighted = [r for r in weighted if r["scheme"] == "happo"]
+    weighted = reweighted_rows(summary)
     panels = 4 if weighted else 3
     figure, axes_row = plt.subplots(1, panels, figsize=(5 * panels, 4.2))
     credit, drops, curves = axes_row[:3]
