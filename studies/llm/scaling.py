@@ -464,20 +464,56 @@ def _mean_and_error(values: Sequence[float]) -> dict[str, Any]:
     }
 
 
+def prefix_reuse_token_ratio(n_agents: int) -> float:
+    """TeamTR's generated tokens over stale's in one stage of the chain when every draw plays
+    the same groups, messages have equal lengths and agents are updated in speaking order
+    (docs/llm_scaling.md, "Cost"): the first draw, then after updating agent k < n - 1 the
+    turns from agent k's on, n - k of n: 1 + sum_k (n - k)/n = 1 + (n + 1)/2 - 1/n."""
+    if n_agents < 1:
+        raise ValueError(f"a team has at least one agent, got n_agents={n_agents}")
+    return 1.0 + (n_agents + 1) / 2.0 - 1.0 / n_agents
+
+
+def groups_per_draw(unit: dict[str, Any], scheme: str) -> float | None:
+    """Groups a draw of ``scheme``'s stage played, on average: stale's updates all train on the
+    stage-start draw (one draw), each of TeamTR's on its own. None for units recorded before
+    ``groups_drawn`` was."""
+    drawn = [u.get("groups_drawn") for u in unit["schemes"][scheme].get("updates", [])]
+    if not drawn or any(d is None for d in drawn):
+        return None
+    return float(drawn[0]) if scheme == "stale" else float(np.mean(drawn))
+
+
 def _cost_ratio(units: Sequence[dict[str, Any]]) -> dict[str, float | None]:
     """TeamTR's stage over stale's, summed over the seeds of one n (side by side: each unit ran
-    both stages in one process, one after the other)."""
+    both stages in one process, one after the other). ``tokens_per_group`` divides out how many
+    groups the draws played: the tokens ratio had every TeamTR draw played as many groups as
+    stale's, which is what ``prefix_reuse_bound`` assumes (dynamic sampling's extra rounds
+    are chance draws of the stopping rule, not the cost of resampling)."""
 
     def total(scheme: str, metric: str) -> float:
         return sum(u["schemes"][scheme]["metrics"][metric] for u in units)
 
+    def per_draw(scheme: str) -> float | None:
+        counts = [groups_per_draw(u, scheme) for u in units]
+        return None if not counts or None in counts else float(np.mean(counts))
+
+    tokens = total("teamtr", "stage_generated_tokens") / total("stale", "stage_generated_tokens")
+    stale_groups, teamtr_groups = per_draw("stale"), per_draw("teamtr")
+    per_group = (
+        None
+        if stale_groups is None or teamtr_groups is None
+        else tokens * stale_groups / teamtr_groups
+    )
     return {
-        "tokens": finite_or_none(
-            total("teamtr", "stage_generated_tokens") / total("stale", "stage_generated_tokens")
-        ),
+        "tokens": finite_or_none(tokens),
         "cpu": finite_or_none(
             total("teamtr", "stage_cpu_seconds") / total("stale", "stage_cpu_seconds")
         ),
+        "groups_per_draw_stale": stale_groups,
+        "groups_per_draw_teamtr": teamtr_groups,
+        "tokens_per_group": finite_or_none(per_group) if per_group is not None else None,
+        "prefix_reuse_bound": prefix_reuse_token_ratio(units[0]["n"]) if units else None,
     }
 
 
@@ -668,7 +704,8 @@ def format_table(summary: dict[str, Any]) -> str:
             )
             lines.append(f"{scheme:<7} {metric:<23} {alpha:<23} {cells}")
     ratios = "  ".join(
-        f"n={n}: {_num(r['tokens'])}x tokens, {_num(r['cpu'])}x CPU"
+        f"n={n}: {_num(r['tokens'])}x tokens ({_num(r.get('tokens_per_group'))}x per group "
+        f"played, bound {_num(r.get('prefix_reuse_bound'))}), {_num(r['cpu'])}x CPU"
         for n, r in summary["cost_ratio"].items()
     )
     lines.append(f"teamtr stage / stale stage: {ratios}")

@@ -129,6 +129,40 @@ def test_exponents_of_exact_power_laws_are_recovered():
     )
 
 
+def test_prefix_reuse_bound_is_the_sum_of_the_regenerated_turns():
+    for n in range(1, 10):
+        # After updating agent k < n - 1 (speaking order) the turns from k's on: n - k of n.
+        regenerated = sum(n - k for k in range(n - 1)) / n
+        assert drift_study.prefix_reuse_token_ratio(n) == pytest.approx(1 + regenerated, abs=1e-12)
+    assert [drift_study.prefix_reuse_token_ratio(n) for n in (2, 4, 8)] == [2.0, 3.25, 5.375]
+    with pytest.raises(ValueError, match="at least one agent"):
+        drift_study.prefix_reuse_token_ratio(0)
+
+
+def test_tokens_per_group_divides_out_the_groups_each_draw_played():
+    def unit(seed: int, stale_tokens: float, teamtr_tokens: float, drawn: list[int]) -> dict:
+        row = _unit(4, seed, 1.0, 1.0)
+        row["schemes"]["stale"]["metrics"]["stage_generated_tokens"] = stale_tokens
+        row["schemes"]["teamtr"]["metrics"]["stage_generated_tokens"] = teamtr_tokens
+        # Stale's four updates share the stage-start draw; TeamTR's draw each their own.
+        row["schemes"]["stale"]["updates"] = [{"groups_drawn": drawn[0]}] * 4
+        row["schemes"]["teamtr"]["updates"] = [{"groups_drawn": d} for d in drawn]
+        return row
+
+    # Seed 0 drew 2 groups at the start, then 4 in each resample; seed 1 2 in every draw.
+    units = [unit(0, 185.0, 975.0, [2, 4, 4, 4]), unit(1, 190.0, 562.0, [2, 2, 2, 2])]
+    ratio = summarise(units, StudySettings(), n_bootstrap=10)["cost_ratio"]["4"]
+    assert ratio["tokens"] == pytest.approx(1537 / 375, abs=1e-12)
+    assert ratio["groups_per_draw_stale"] == 2.0
+    assert ratio["groups_per_draw_teamtr"] == pytest.approx((3.5 + 2.0) / 2, abs=1e-12)
+    assert ratio["tokens_per_group"] == pytest.approx(1537 / 375 * 2.0 / 2.75, abs=1e-12)
+    assert ratio["prefix_reuse_bound"] == 3.25
+    # Units recorded before groups_drawn was: no per-group ratio, the rest as before.
+    del units[1]["schemes"]["teamtr"]["updates"][0]["groups_drawn"]
+    ratio = summarise(units, StudySettings(), n_bootstrap=10)["cost_ratio"]["4"]
+    assert ratio["tokens_per_group"] is None and ratio["tokens"] == pytest.approx(1537 / 375)
+
+
 def test_unit_metrics_of_a_stage_without_kept_updates():
     updates = [
         {
