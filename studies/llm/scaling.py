@@ -496,7 +496,8 @@ def _cost_ratio(units: Sequence[dict[str, Any]]) -> dict[str, float | None]:
 
     def per_draw(scheme: str) -> float | None:
         counts = [groups_per_draw(u, scheme) for u in units]
-        return None if not counts or None in counts else float(np.mean(counts))
+        known = [c for c in counts if c is not None]
+        return float(np.mean(known)) if known and len(known) == len(counts) else None
 
     tokens = total("teamtr", "stage_generated_tokens") / total("stale", "stage_generated_tokens")
     stale_groups, teamtr_groups = per_draw("stale"), per_draw("teamtr")
