@@ -345,3 +345,26 @@ def test_the_filler_rerun_table_is_the_committed_runs():
         before, now = stage_cpu("default_pooled", seed), stage_cpu("default_filler", seed)
         cell = f"{reached:.1f}" if reached is not None else "not in 3 stages"
         assert f"| {seed} | {before} | {now} | {cell}" in RESULTS_PAGE
+
+
+def test_the_prefix_reuse_table_is_the_committed_units():
+    """docs/results.md's table of TeamTR's stage against stale's with prefix reuse under dynamic
+    sampling: seed 0's unit per n in ``results/llm_scaling_pooled``, its ratios as
+    ``studies.llm.scaling`` computes them; and every unit's per-group ratio within the bound."""
+    from studies.llm.scaling import _cost_ratio
+
+    for n in (2, 4, 8):
+        unit = json.loads((RESULTS / "llm_scaling_pooled" / f"n{n}_seed0.json").read_text())
+        ratio = _cost_ratio([unit])
+        stale, teamtr = (unit["schemes"][s]["metrics"] for s in ("stale", "teamtr"))
+        row = (
+            f"| {n} | {stale['stage_generated_tokens']:,.0f}, {stale['stage_cpu_seconds']:.1f} "
+            f"| {teamtr['stage_generated_tokens']:,.0f}, {teamtr['stage_cpu_seconds']:.1f} "
+            f"| {ratio['tokens']:.2f}× | {ratio['groups_per_draw_stale']:g}, "
+            f"{ratio['groups_per_draw_teamtr']:g} | {ratio['tokens_per_group']:.2f}× "
+            f"| {ratio['prefix_reuse_bound']:g} | {ratio['cpu']:.2f}× |"
+        )
+        assert row in RESULTS_PAGE, row
+    for path in sorted((RESULTS / "llm_scaling_pooled").glob("n*_seed*.json")):
+        ratio = _cost_ratio([json.loads(path.read_text())])
+        assert ratio["tokens_per_group"] <= ratio["prefix_reuse_bound"], path.name
