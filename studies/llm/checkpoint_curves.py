@@ -38,6 +38,7 @@ from studies.llm.run_records import (
     mean_and_error,
     stage_ends_minutes,
     training_cpu_ends,
+    value_at,
 )
 
 
@@ -144,11 +145,14 @@ def summarise(
     untrained: dict[str, float] | None,
     runs_dir: Path | None = None,
     reach: float | None = None,
+    at: float | None = None,
 ) -> dict[str, Any]:
     """Per method: the last checkpoint's ``metric`` (mean ± s.e. over runs), its accuracy, the
     regressions of every run, and every run's curve against ``training_clock``; with
     ``runs_dir`` (the run directories, where still present) also what the stages cost
-    (``stage_costs``); with ``reach``, the minutes each run took to reach that ``metric``."""
+    (``stage_costs``); with ``reach``, the minutes each run took to reach that ``metric``; with
+    ``at``, every run's ``metric`` at that many minutes (``value_at``: linear between the
+    checkpoints either side, from the untrained team at 0), the comparison at equal CPU."""
     methods: dict[str, list[dict[str, Any]]] = {}
     for curve in curves:
         methods.setdefault(method_of(curve["run"]), []).append(curve)
@@ -180,6 +184,14 @@ def summarise(
                 # Over seeds only when every run got there (a run that did not is no time).
                 "mean": mean_and_error(reached) if None not in reached else None,
             }
+        if at is not None:
+            origin = [] if untrained is None else [(0.0, untrained[metric])]
+            values = [
+                value_at(origin + [(p[clock], p["metrics"][metric]) for p in run["curve"]], at)
+                for run in runs
+            ]
+            summary["methods"][method]["at"] = {"minutes": at, "values": values}
+            summary["methods"][method]["at"].update(mean_and_error(values))
         present = [] if runs_dir is None else [runs_dir / run["run"] for run in runs]
         if present and all((d / "metrics.jsonl").is_file() for d in present):
             costs = [stage_costs(d) for d in present]
@@ -207,10 +219,17 @@ def markdown(summary: dict[str, Any]) -> str:
     if reach:
         level = next(iter(summary["methods"].values()))["reach"]["level"]
         extra += f" minutes to {metric} {level:g}, per run |"
+    at = all("at" in row for row in summary["methods"].values()) and summary["methods"]
+    if at:
+        minutes = next(iter(summary["methods"].values()))["at"]["minutes"]
+        extra += f" {metric} at {minutes:g} minutes (mean ± s.e.) | per run |"
     lines = [
         f"| method | final {metric} (mean ± s.e.) | final accuracy | checkpoints | regressions |"
         + extra,
-        "|---|---|---|---|---|" + "---|---|---|" * costs + "---|" * bool(reach),
+        "|---|---|---|---|---|"
+        + "---|---|---|" * costs
+        + "---|" * bool(reach)
+        + "---|---|" * bool(at),
     ]
     if "untrained" in summary:
         untrained = summary["untrained"]
@@ -218,6 +237,7 @@ def markdown(summary: dict[str, Any]) -> str:
             f"| untrained | {untrained[metric]:.3f} | {100 * untrained['accuracy']:.1f}% | 0 | — |"
             + " — | — | — |" * costs
             + " — |" * bool(reach)
+            + " — | — |" * bool(at)
         )
     for method, row in summary["methods"].items():
         lines.append(
@@ -233,6 +253,12 @@ def markdown(summary: dict[str, Any]) -> str:
                 else ""
             )
             + (f" {_reached(row['reach']['minutes'])} |" if reach else "")
+            + (
+                f" {_with_error(row['at']['mean'], row['at']['standard_error'], 3)} |"
+                f" {', '.join(f'{v:.2f}' for v in row['at']['values'])} |"
+                if at
+                else ""
+            )
         )
     return "\n".join(lines)
 
@@ -290,6 +316,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--reach", type=float, help="also report the minutes each run took to reach this metric"
     )
+    parser.add_argument(
+        "--at",
+        type=float,
+        help="also report each run's metric at this many minutes (linear between checkpoints)",
+    )
     return parser
 
 
@@ -314,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
         where = ", ".join(missing) or str(args.untrained)
         print(f"error: --metric {args.metric}: not in the evaluations of {where}", file=sys.stderr)
         return 2
-    summary = summarise(curves, args.metric, untrained, args.runs, args.reach)
+    summary = summarise(curves, args.metric, untrained, args.runs, args.reach, args.at)
     if args.json is not None:
         args.json.write_text(json.dumps(summary, indent=1) + "\n")
     if args.plot is not None:

@@ -51,6 +51,15 @@ def mean_and_error(values: list[float]) -> dict[str, float | None]:
     return {"mean": mean, "standard_error": spread / math.sqrt(k), "seeds": float(k)}
 
 
+def value_at(points: list[tuple[float, float]], minutes: float) -> float:
+    """The curve (minutes, value), starting at (0, untrained), at ``minutes``: linear between
+    the points either side, the last value beyond the last point."""
+    for (x0, y0), (x1, y1) in zip(points, points[1:], strict=False):
+        if x0 <= minutes <= x1:
+            return y0 if x1 == x0 else y0 + (y1 - y0) * (minutes - x0) / (x1 - x0)
+    return points[-1][1]
+
+
 def held_out_drops(evaluations: list[dict[str, Any]], metric: str = "accuracy") -> int:
     """Evaluations whose ``metric`` fell by more than twice the standard error of the
     difference below the one before, sqrt(se_1^2 + se_2^2) (independent draws: conservative on

@@ -37,7 +37,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from studies.llm.run_records import held_out_drops, mean_and_error
+from studies.llm.run_records import held_out_drops, mean_and_error, value_at
 
 RADIUS_TAGS = {"d004": 0.04, "d02": 0.2, "d1": 1.0}
 """A method's radius tag -> δ, the [stage] radius: nats per turn of the average occupancy (the
@@ -101,15 +101,6 @@ def certificate_checks(stages: list[dict[str, Any]]) -> dict[str, float | None]:
         "mean_certificate": sum(c for c, _ in pairs) / len(pairs),
         "mean_change": sum(d for _, d in pairs) / len(pairs),
     }
-
-
-def value_at(points: list[tuple[float, float]], minutes: float) -> float:
-    """The curve (minutes, value), starting at (0, untrained), at ``minutes``: linear between
-    the points either side, the last value beyond the last point."""
-    for (x0, y0), (x1, y1) in zip(points, points[1:], strict=False):
-        if x0 <= minutes <= x1:
-            return y0 if x1 == x0 else y0 + (y1 - y0) * (minutes - x0) / (x1 - x0)
-    return points[-1][1]
 
 
 def run_record(

@@ -119,3 +119,14 @@ def test_the_summary_groups_runs_by_method_and_draws_every_curve(tmp_path, capsy
         "mean": None,
     }
     assert "| 4.0, 4.0 |" in capsys.readouterr().out
+    # At equal minutes: linear between the checkpoints either side, from the untrained team at
+    # 0 (teamtr-s0 at 3 minutes: halfway from 0.3 to 0.4; at 1 minute: halfway from 0 to 0.3).
+    assert main([*arguments, "--at", "3"]) == 0
+    summary = json.loads(summary_file.read_text())
+    at = summary["methods"]["teamtr"]["at"]
+    assert at["minutes"] == 3.0 and at["values"] == pytest.approx([0.35, 0.45], abs=1e-12)
+    assert at["mean"] == pytest.approx(0.4) and at["standard_error"] == pytest.approx(0.05)
+    assert "| 0.400 ± 0.050 | 0.35, 0.45 |" in capsys.readouterr().out
+    assert main([*arguments, "--at", "1"]) == 0
+    summary = json.loads(summary_file.read_text())
+    assert summary["methods"]["stale"]["at"]["values"] == pytest.approx([0.15, 0.15], abs=1e-12)
