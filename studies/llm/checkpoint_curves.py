@@ -364,6 +364,20 @@ def evaluate_runs(args: argparse.Namespace) -> int:
     if not runs:
         print(f"error: --runs {args.runs}: no run directory (config.json) in it", file=sys.stderr)
         return 2
+    # A file of the run's name that is not a curve (a seed study's per-run summary, say) would
+    # otherwise read as "already evaluated" and the run would be skipped without a word.
+    foreign = [
+        destination
+        for destination in (args.results / f"{r.name}.json" for r in runs)
+        if destination.is_file() and "curve" not in _read_object(destination)
+    ]
+    if foreign:
+        print(
+            f"error: --results {args.results}: {foreign[0].name} is not a curve file (a seed "
+            "study's results?); give the curves a folder of their own",
+            file=sys.stderr,
+        )
+        return 2
     args.results.mkdir(parents=True, exist_ok=True)
     for run_dir in runs:
         destination = args.results / f"{run_dir.name}.json"
@@ -375,6 +389,15 @@ def evaluate_runs(args: argparse.Namespace) -> int:
         partial.replace(destination)  # a crash never leaves a half-written results file
         print(f"{run_dir.name}: {len(curve['curve'])} checkpoints -> {destination}", flush=True)
     return 0
+
+
+def _read_object(path: Path) -> dict[str, Any]:
+    """A JSON file's top-level object ({} for anything else, which is no curve either)."""
+    try:
+        value = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 if __name__ == "__main__":

@@ -63,6 +63,18 @@ def test_a_folder_without_runs_is_one_line_and_exit_2(tmp_path, capsys):
     assert main(["--runs", str(tmp_path / "none"), "--results", str(tmp_path / "r")]) == 2
 
 
+def test_a_seed_studys_file_of_the_runs_name_is_refused_not_taken_for_its_curve(tmp_path, capsys):
+    run = tmp_path / "runs" / "teamtr-s0"
+    run.mkdir(parents=True)
+    (run / "config.json").write_text("{}")
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "teamtr-s0.json").write_text(json.dumps({"run": "teamtr-s0", "trained": 0.5}))
+    assert main(["--runs", str(tmp_path / "runs"), "--results", str(results)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "teamtr-s0.json is not a curve file" in err
+
+
 def point(credit: float, error: float, accuracy: float = 0.0) -> dict:
     return {"turn_credit": credit, "turn_credit_standard_error": error, "accuracy": accuracy,
             "n": 45.0}  # fmt: skip
