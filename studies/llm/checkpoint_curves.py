@@ -303,6 +303,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--runs", type=Path, help="parent of the run directories")
     parser.add_argument("--results", type=Path, required=True, help="folder of per-run files")
+    parser.add_argument(
+        "--more-results",
+        type=Path,
+        nargs="*",
+        default=[],
+        help="further folders of per-run files, summarised with --results (never written)",
+    )
     parser.add_argument("--only", nargs="*", default=None, help="run names (default: every run)")
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
     parser.add_argument(
@@ -332,7 +339,10 @@ def main(argv: list[str] | None = None) -> int:
             return status
     if args.json is None and args.plot is None and not args.markdown:
         return 0  # no summary asked for
-    records = [json.loads(path.read_text()) for path in sorted(args.results.glob("*.json"))]
+    paths = [
+        p for folder in (args.results, *args.more_results) for p in sorted(folder.glob("*.json"))
+    ]
+    records = [json.loads(path.read_text()) for path in paths]
     curves = [record for record in records if "curve" in record]  # not a summary written there
     if args.only is not None:
         curves = [c for c in curves if c["run"] in args.only]

@@ -142,3 +142,12 @@ def test_the_summary_groups_runs_by_method_and_draws_every_curve(tmp_path, capsy
     assert main([*arguments, "--at", "1"]) == 0
     summary = json.loads(summary_file.read_text())
     assert summary["methods"]["stale"]["at"]["values"] == pytest.approx([0.15, 0.15], abs=1e-12)
+    # Curves in another folder join the summary (a run made under another name or config).
+    other = tmp_path / "other"
+    other.mkdir()
+    curve = [{"stages_trained": 1, "budget_minutes": 2.0, "metrics": point(0.8, 0.01)}]
+    (other / "default-s0.json").write_text(json.dumps({"run": "default-s0", "curve": curve}))
+    assert main([*arguments, "--more-results", str(other)]) == 0
+    summary = json.loads(summary_file.read_text())
+    assert set(summary["methods"]) == {"teamtr", "stale", "default"}
+    assert summary["methods"]["default"]["final"] == 0.8
