@@ -368,3 +368,31 @@ def test_the_prefix_reuse_table_is_the_committed_units():
     for path in sorted((RESULTS / "llm_scaling_pooled").glob("n*_seed*.json")):
         ratio = _cost_ratio([json.loads(path.read_text())])
         assert ratio["tokens_per_group"] <= ratio["prefix_reuse_bound"], path.name
+
+
+def test_the_relay_changes_table_is_the_committed_curves():
+    """The default relay's changes separated (docs/results.md, docs/teams_that_learn.md):
+    ``checkpoint_curves``'s summary of the committed per-run curves, recomputed, is the
+    committed ``relay_changes_curves.json``, and its table is on both pages."""
+    from studies.llm.checkpoint_curves import markdown as curves_markdown
+    from studies.llm.checkpoint_curves import summarise as summarise_curves
+
+    paths = [
+        *(RESULTS / "relay_changes_curves").glob("*.json"),
+        *(RESULTS / "default_quiet").glob("*.json"),
+    ]
+    curves = [json.loads(p.read_text()) for p in sorted(paths)]
+    untrained = json.loads((RESULTS / "default" / "untrained_teamtr.json").read_text())
+    again = summarise_curves(curves, "accuracy", untrained, None, 0.9, 4.0)
+    committed = json.loads((RESULTS / "relay_changes_curves.json").read_text())
+    assert json.loads(json.dumps(again)) == committed
+    rows = table_rows(curves_markdown(committed))
+    for text in (RESULTS_PAGE, (ROOT / "docs" / "teams_that_learn.md").read_text()):
+        present = table_rows(text)
+        assert all(row in present for row in rows), [r for r in rows if r not in present]
+    # The README's minutes are the runs' own: the default's and the wider region's.
+    reach = {m: committed["methods"][m]["reach"]["minutes"] for m in ("teamtr", "wide-region")}
+    assert "3.9, 3.5 and 5.5 CPU-minutes" in README and reach["teamtr"][2] > 5
+    assert "90% after 2.9, 2.5 and 1.0 CPU-minutes" in README
+    assert [f"{m:.1f}" for m in reach["wide-region"]] == ["2.9", "2.5", "1.0"]
+    assert [f"{m:.1f}" for m in reach["teamtr"]] == ["3.9", "3.5", "5.5"]
