@@ -53,6 +53,17 @@ def table_rows(text: str) -> list[str]:
     return [" ".join(line.split()) for line in text.splitlines() if line.lstrip().startswith("|")]
 
 
+def assert_rows_on_pages(rows: list[str], *pages: str) -> None:
+    """Every table row is on every page (a page's text, or a file name under docs/)."""
+    for page in pages:
+        text = page if "\n" in page else (ROOT / "docs" / page).read_text()
+        present = table_rows(text)
+        assert all(row in present for row in rows), (
+            page[:40],
+            [r for r in rows if r not in present],
+        )
+
+
 def runs_of(study: str, method: str) -> list[dict]:
     paths = sorted((RESULTS / study).glob(f"{method}-s*.json"), key=lambda p: p.name)
     return [json.loads(p.read_text()) for p in paths]
@@ -228,10 +239,7 @@ def test_the_step_size_table_is_the_committed_map_of_the_committed_runs():
     again = summarise(runs)
     committed = json.loads((RESULTS / "stepsize_map.json").read_text())
     assert json.loads(json.dumps(again)) == committed
-    rows = table_rows(markdown(committed))
-    for text in (RESULTS_PAGE, (ROOT / "docs" / "step_size.md").read_text()):
-        present = table_rows(text)
-        assert all(row in present for row in rows), [r for r in rows if r not in present]
+    assert_rows_on_pages(table_rows(markdown(committed)), RESULTS_PAGE, "step_size.md")
 
 
 def test_the_sum_probe_table_is_the_committed_probe():
@@ -396,10 +404,9 @@ def test_the_relay_changes_table_is_the_committed_curves():
     again = summarise_curves(curves, "accuracy", untrained, None, 0.9, 4.0)
     committed = json.loads((RESULTS / "relay_changes_curves.json").read_text())
     assert json.loads(json.dumps(again)) == committed
-    rows = table_rows(curves_markdown(committed))
-    for text in (RESULTS_PAGE, (ROOT / "docs" / "teams_that_learn.md").read_text()):
-        present = table_rows(text)
-        assert all(row in present for row in rows), [r for r in rows if r not in present]
+    assert_rows_on_pages(
+        table_rows(curves_markdown(committed)), RESULTS_PAGE, "teams_that_learn.md"
+    )
     # The README's minutes are the runs' own: the default's and the wider region's.
     reach = {m: committed["methods"][m]["reach"]["minutes"] for m in ("teamtr", "wide-region")}
     assert "3.9, 3.5 and 5.5 CPU-minutes" in README and reach["teamtr"][2] > 5

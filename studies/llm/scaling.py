@@ -504,7 +504,7 @@ def _cost_ratio(units: Sequence[dict[str, Any]]) -> dict[str, float | None]:
     per_group = (
         None
         if stale_groups is None or teamtr_groups is None
-        else tokens * stale_groups / teamtr_groups
+        else finite_or_none(tokens * stale_groups / teamtr_groups)
     )
     return {
         "tokens": finite_or_none(tokens),
@@ -513,7 +513,7 @@ def _cost_ratio(units: Sequence[dict[str, Any]]) -> dict[str, float | None]:
         ),
         "groups_per_draw_stale": stale_groups,
         "groups_per_draw_teamtr": teamtr_groups,
-        "tokens_per_group": finite_or_none(per_group) if per_group is not None else None,
+        "tokens_per_group": per_group,
         "prefix_reuse_bound": prefix_reuse_token_ratio(units[0]["n"]) if units else None,
     }
 
