@@ -47,13 +47,19 @@ class TaskCheck:
     reward_range: tuple[float, float]
     score_range: tuple[float, float] | None
     warnings: tuple[str, ...] = field(default=())
+    train_problems: int | None = None
+    """How many training problems the task holds; None where a function draws them."""
 
     def lines(self) -> list[str]:
         low, high = self.reward_range
         kind = "per-turn" if self.per_turn else "one per dialogue"
+        training = (
+            f"{self.train_drawn} training problems drawn"
+            if self.train_problems is None
+            else f"{self.train_problems} training problems ({self.train_drawn} draws checked)"
+        )
         lines = [
-            f"task {self.task!r}: {self.train_drawn} training problems drawn, "
-            f"{self.test_problems} held out; {self.dialogues} dialogues played on a tiny "
+            f"task {self.task!r}: {training}, {self.test_problems} held out; {self.dialogues} dialogues played on a tiny "
             f"random model; rewards ({kind}) in [{low:g}, {high:g}]"
             + (
                 f", held-out scores in [{self.score_range[0]:g}, {self.score_range[1]:g}]"
@@ -81,6 +87,7 @@ def check_task(
         raise TaskError(f"check_task: expected an llm.Task, got {type(task).__name__}")
     team = _team_of(task, config)
     train = _reproducible_draw(task, draws, seed)
+    train_problems = None if callable(task.train) else len(task.known_train)
     test = list(task.test)
     warnings = _split_warnings(task, train, test)
     if not test:
@@ -95,7 +102,15 @@ def check_task(
             "positions: the reward was not called"
         )
         return TaskCheck(
-            task.name, len(train), len(test), 0, False, (0.0, 0.0), None, tuple(warnings)
+            task.name,
+            len(train),
+            len(test),
+            0,
+            False,
+            (0.0, 0.0),
+            None,
+            tuple(warnings),
+            train_problems,
         )
     played = _played(task, tiny, train_played, test_played, dialogues, seed)
     rewards, scores, per_turn = _scored_twice(task, played)
@@ -108,6 +123,7 @@ def check_task(
         reward_range=(min(rewards), max(rewards)),
         score_range=(min(scores), max(scores)) if scores else None,
         warnings=tuple(warnings),
+        train_problems=train_problems,
     )
 
 

@@ -115,6 +115,11 @@ def test_check_task_plays_dialogues_and_reports_the_reward_kind():
     assert report.dialogues == 8 and report.test_problems == 1 and not report.per_turn
     assert report.reward_range == (0.0, 0.0)  # a random model names no capital
     assert "1 held out" in report.lines()[0]
+    # a list of problems says how many it holds, beside the draws the split check made
+    assert report.train_problems == len(PROBLEMS)
+    assert f"{len(PROBLEMS)} training problems (200 draws checked)" in report.lines()[0]
+    drawn = llm.check_task(llm.Task(lambda rng, count: [PROBLEMS[0]] * count, reward=exact))
+    assert drawn.train_problems is None and "200 training problems drawn" in drawn.lines()[0]
 
 
 def test_check_task_catches_a_reward_that_is_not_deterministic():
