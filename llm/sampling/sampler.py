@@ -56,15 +56,17 @@ beyond the previous draw's is fresh. ``reused_turns`` counts the kept prefix tur
 
 from __future__ import annotations
 
+import contextlib
 import time
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
 from peft import PeftModel
-from transformers import GenerationConfig, PreTrainedModel
+from transformers import DynamicCache, GenerationConfig, PreTrainedModel
+from transformers.cache_utils import DynamicLayer
 
 from llm.common import profiling
 from llm.common.devices import model_device, seeded
@@ -77,6 +79,7 @@ from llm.logprobs.scoring import score_chunks
 from llm.models.agents import LoraTeam
 from llm.problems.rewards import Grade
 from llm.problems.task import Dialogue, ProblemSource, Task, verdict_of
+from llm.sampling.context_cache import ContextCaches, ContextSource, LayerTensors, SnapshotKey
 
 
 class BehaviourLogps(Sequence[Sequence[torch.Tensor]]):
@@ -243,6 +246,7 @@ def generate_messages(
     temperature: float,
     prompt_lengths: Sequence[int] | None = None,
     sampled_logps: list[torch.Tensor] | None = None,
+    kept: tuple[ContextCaches, SnapshotKey] | None = None,
 ) -> list[tuple[int, ...]]:
     """One message per context, sampled with the KV cache (temperature 0 = greedy).
 
@@ -254,12 +258,18 @@ def generate_messages(
     cache (causal attention: a prompt's keys and values do not depend on what follows it), so a
     group of G dialogues on one problem pays for its prompt once instead of G times.
 
+    ``kept`` (with ``prompt_lengths``): the contexts ``model``'s snapshot read before
+    (``llm.sampling.context_cache``). A row whose context shares a longer prefix with one of
+    them than its prompt continues from that context's keys and values; afterwards every row's
+    context is kept there for later calls.
+
     ``sampled_logps``, when a list is given (sampling only), receives one tensor per message: the
     log-probability of each of its tokens under the distribution it was drawn from,
     log softmax(logits / T), as the generating model computed it (for measuring its gap from the
     training forward pass, ``bench/behaviour_logp_gap.py``).
     """
     rows = len(contexts)
+    layout: _CachedLayout | None = None
     if prompt_lengths is None:
         width = max(len(c) for c in contexts)
         input_ids = torch.full((rows, width), chat.pad_id, dtype=torch.long)
@@ -269,10 +279,13 @@ def generate_messages(
             attention[row, width - len(context) :] = 1
         cache = None
     else:
-        input_ids, attention, cache = _prompt_cache(model, contexts, chat, prompt_lengths)
+        caches, key = kept if kept is not None else (None, None)
+        layout = _cached_layout(model, contexts, chat, prompt_lengths, caches, key)
+        input_ids, attention, cache = layout.input_ids, layout.attention, layout.cache
         width = input_ids.shape[1]
     greedy = temperature == 0
     record = sampled_logps is not None
+    keeping = kept is not None and layout is not None and layout.keepable
     if record and greedy:
         raise ValueError("sampled_logps needs sampling (temperature > 0)")
     config = GenerationConfig(
@@ -284,7 +297,7 @@ def generate_messages(
         eos_token_id=chat.stop_id,
         pad_token_id=chat.pad_id,
         output_scores=record,
-        return_dict_in_generate=record,
+        return_dict_in_generate=record or keeping,
     )
     device = model_device(model)
     # A PeftModel forwards ``generate`` to the model it wraps; its stubs do not declare it.
@@ -296,7 +309,10 @@ def generate_messages(
             generation_config=config,
             **cache_argument(cache),
         )
-    sequences = output.sequences if record else output
+    sequences = output.sequences if record or keeping else output
+    if keeping:
+        assert kept is not None and layout is not None
+        layout.keep_contexts(contexts, cache_of(output), *kept)
     messages = []
     new_tokens = sequences[:, width:]
     if sampled_logps is not None:
@@ -320,51 +336,177 @@ def generate_messages(
     return messages
 
 
-def _prompt_cache(
+@dataclass
+class _CachedLayout:
+    """Inputs laid out as [left-padded cached part | left-padded rest], the cached part's keys
+    and values, and each row's cached length."""
+
+    input_ids: torch.Tensor
+    attention: torch.Tensor
+    cache: typing.Any
+    cached: list[int]
+    cached_width: int
+    keepable: bool
+    """Whether the cache is one plain key/value tensor pair per layer (``DynamicLayer``), so
+    that rows of it can be kept for later calls."""
+
+    def keep_contexts(
+        self,
+        contexts: Sequence[Sequence[int]],
+        final_cache: typing.Any,
+        caches: ContextCaches,
+        key: SnapshotKey,
+    ) -> None:
+        """Keep every row's context: where its tokens lie in the cache generation left."""
+        layers = _layer_tensors(final_cache)
+        if layers is None:
+            return
+        cached_width = self.cached_width
+        width = self.input_ids.shape[1]
+        for row, context in enumerate(contexts):
+            rest = len(context) - self.cached[row]
+            positions = torch.cat(
+                [
+                    torch.arange(cached_width - self.cached[row], cached_width),
+                    torch.arange(width - rest, width),
+                ]
+            )
+            caches.keep(key, context, ContextSource(layers, row, positions))
+
+
+def _layer_tensors(cache: typing.Any) -> LayerTensors | None:
+    """Per layer (keys, values) of a cache of plain ``DynamicLayer``s; None for another kind
+    (sliding windows, quantised or offloaded layers: their rows are not kept)."""
+    layers = getattr(cache, "layers", None)
+    if not layers or any(type(layer) is not DynamicLayer for layer in layers):
+        return None
+    return tuple((layer.keys, layer.values) for layer in layers)
+
+
+def _cached_layout(
     model: torch.nn.Module,
     contexts: Sequence[Sequence[int]],
     chat: ChatFormat,
     prompt_lengths: Sequence[int],
-):
-    """Inputs laid out as [left-padded prompt | left-padded rest] and the prompts' cache.
+    caches: ContextCaches | None = None,
+    key: SnapshotKey | None = None,
+) -> _CachedLayout:
+    """Each row's longest prefix whose keys and values are known, as one cache.
 
-    The padding between prompt and rest is masked; positions follow the attention mask, so
-    every real token sits at the position it has in its unpadded context.
+    A row's cached part is the longest prefix of its context that ``caches`` holds for snapshot
+    ``key`` (a context it read before), when longer than the prompt; otherwise its prompt but
+    the last token (every row keeps at least one token to process), run here once per distinct
+    prompt. The padding between the cached part and the rest is masked; positions follow the
+    attention mask, so every real token sits at the position it has in its unpadded context,
+    the one its kept keys were computed at.
     """
-    # All but each prompt's last token, so that every row keeps at least one token to process.
+    rows = len(contexts)
     prompts = [tuple(c[: p - 1]) for c, p in zip(contexts, prompt_lengths, strict=True)]
     if min(len(p) for p in prompts) == 0:
         raise ValueError("prompt_lengths must be >= 2 (one-token prompts share nothing)")
-    distinct = list(dict.fromkeys(prompts))
-    group_of = [distinct.index(p) for p in prompts]
-    prompt_width = max(len(p) for p in distinct)
-    rest_width = max(len(c) - len(p) for c, p in zip(contexts, prompts, strict=True))
-    rows = len(contexts)
-    prefix_ids = torch.full((len(distinct), prompt_width), chat.pad_id, dtype=torch.long)
-    prefix_mask = torch.zeros((len(distinct), prompt_width), dtype=torch.long)
-    for g, prompt in enumerate(distinct):
-        prefix_ids[g, prompt_width - len(prompt) :] = torch.tensor(prompt)
-        prefix_mask[g, prompt_width - len(prompt) :] = 1
     device = model_device(model)
-    with torch.no_grad():
-        cache = cache_of(
-            model(
-                input_ids=prefix_ids.to(device),
-                attention_mask=prefix_mask.to(device),
-                position_ids=(prefix_mask.cumsum(-1) - 1).clamp(min=0).to(device),
-                use_cache=True,
+    sources: list[tuple[LayerTensors, int, torch.Tensor] | None] = [None] * rows
+    if caches is not None and key is not None:
+        for row, context in enumerate(contexts):
+            length, source = caches.longest(key, context)
+            if source is not None and length > len(prompts[row]):
+                sources[row] = (source.layers, source.row, source.positions[:length])
+    missing = [row for row in range(rows) if sources[row] is None]
+    keepable = True
+    if missing:
+        distinct = list(dict.fromkeys(prompts[row] for row in missing))
+        prompt_width = max(len(p) for p in distinct)
+        prefix_ids = torch.full((len(distinct), prompt_width), chat.pad_id, dtype=torch.long)
+        prefix_mask = torch.zeros((len(distinct), prompt_width), dtype=torch.long)
+        for g, prompt in enumerate(distinct):
+            prefix_ids[g, prompt_width - len(prompt) :] = torch.tensor(prompt)
+            prefix_mask[g, prompt_width - len(prompt) :] = 1
+        with torch.no_grad():
+            prompt_cache = cache_of(
+                model(
+                    input_ids=prefix_ids.to(device),
+                    attention_mask=prefix_mask.to(device),
+                    position_ids=(prefix_mask.cumsum(-1) - 1).clamp(min=0).to(device),
+                    use_cache=True,
+                )
             )
-        )
-    cache.reorder_cache(torch.tensor(group_of, device=device))  # one cache row per context
-    input_ids = torch.full((rows, prompt_width + rest_width), chat.pad_id, dtype=torch.long)
-    attention = torch.zeros((rows, prompt_width + rest_width), dtype=torch.long)
-    for row, (context, prompt) in enumerate(zip(contexts, prompts, strict=True)):
-        input_ids[row, :prompt_width] = prefix_ids[group_of[row]]
-        attention[row, :prompt_width] = prefix_mask[group_of[row]]
-        rest = context[len(prompt) :]
+        prompt_layers = _layer_tensors(prompt_cache)
+        if prompt_layers is None or len(missing) == rows:
+            # No kept row: one cache row per context from the prompts' own cache.
+            group_of = [distinct.index(prompts[row]) for row in range(rows)]
+            prompt_cache.reorder_cache(torch.tensor(group_of, device=device))
+            return _finish_layout(
+                contexts, prompts, chat, prompt_cache, prompt_width, prompt_layers is not None
+            )
+        for row in missing:
+            prompt = prompts[row]
+            start = prompt_width - len(prompt)
+            sources[row] = (
+                prompt_layers,
+                distinct.index(prompt),
+                torch.arange(start, prompt_width),
+            )
+    ready = typing.cast(list[tuple[LayerTensors, int, torch.Tensor]], sources)
+    cached_width = max(len(positions) for _, _, positions in ready)
+    # Per row, the source positions of its cached part, right-aligned in ``cached_width``; the
+    # padding slots repeat its first position (finite values that the mask hides).
+    index = torch.stack(
+        [
+            torch.cat([positions[:1].expand(cached_width - len(positions)), positions])
+            for _, _, positions in ready
+        ]
+    ).to(device)
+    layer_count = len(ready[0][0])
+    by_source: dict[int, list[int]] = {}
+    for row, (layers, _, _) in enumerate(ready):
+        by_source.setdefault(id(layers), []).append(row)
+    assembled = []
+    for layer in range(layer_count):
+        pair = []
+        for part in (0, 1):
+            sample = ready[0][0][layer][part]
+            out = sample.new_empty((rows, sample.shape[1], cached_width, sample.shape[3]))
+            for members in by_source.values():
+                layers = ready[members[0]][0]
+                source_rows = torch.tensor([ready[r][1] for r in members], device=device)
+                # (rows, width) advanced indices around a slice: (rows, width, heads, dim)
+                gathered = layers[layer][part][source_rows[:, None], :, index[members], :]
+                out[members] = gathered.permute(0, 2, 1, 3)
+            pair.append(out)
+        assembled.append((pair[0], pair[1]))
+    cached_prefixes = [tuple(contexts[r][: len(p)]) for r, (_, _, p) in enumerate(ready)]
+    fresh = set(missing)
+    profiling.count(
+        "kept context positions", sum(len(p) for r, (_, _, p) in enumerate(ready) if r not in fresh)
+    )
+    return _finish_layout(
+        contexts, cached_prefixes, chat, DynamicCache(assembled), cached_width, keepable
+    )
+
+
+def _finish_layout(
+    contexts: Sequence[Sequence[int]],
+    cached_prefixes: Sequence[Sequence[int]],
+    chat: ChatFormat,
+    cache: typing.Any,
+    cached_width: int,
+    keepable: bool,
+) -> _CachedLayout:
+    """The [left-padded cached part | left-padded rest] inputs for a cache of ``cached_width``
+    positions whose row r holds ``cached_prefixes[r]`` right-aligned."""
+    rows = len(contexts)
+    cached = [len(p) for p in cached_prefixes]
+    rest_width = max(len(c) - n for c, n in zip(contexts, cached, strict=True))
+    input_ids = torch.full((rows, cached_width + rest_width), chat.pad_id, dtype=torch.long)
+    attention = torch.zeros((rows, cached_width + rest_width), dtype=torch.long)
+    for row, (context, prefix) in enumerate(zip(contexts, cached_prefixes, strict=True)):
+        if prefix:
+            input_ids[row, cached_width - len(prefix) : cached_width] = torch.tensor(prefix)
+            attention[row, cached_width - len(prefix) : cached_width] = 1
+        rest = context[len(prefix) :]
         input_ids[row, input_ids.shape[1] - len(rest) :] = torch.tensor(rest, dtype=torch.long)
         attention[row, attention.shape[1] - len(rest) :] = 1
-    return input_ids, attention, cache
+    return _CachedLayout(input_ids, attention, cache, cached, cached_width, keepable)
 
 
 class DialogueSampler:
@@ -394,6 +536,31 @@ class DialogueSampler:
         self.rng = np.random.default_rng(settings.seed)
         """The sampler's generator (problems, routes, sampling seeds); checkpoints save and
         restore its state, so a resumed run draws what a straight run would."""
+        self.context_caches = ContextCaches()
+        """The keys and values each speaker snapshot computed over its contexts in the last
+        two draws (``[sampler] keep_contexts``), read by the next draw's generation."""
+        self._keeping = False
+
+    @property
+    def keeps_contexts(self) -> bool:
+        """Whether draws keep their speakers' contexts for the next draw: on the default path
+        (``reuse_work``), with ``keep_contexts`` and dialogues of 3 or more turns (with 2, no
+        unchanged speaker follows a kept turn: nothing could be read again)."""
+        return self.reuse_work and self.settings.keep_contexts and self.settings.turns >= 3
+
+    @contextlib.contextmanager
+    def drawing(self, team: LoraTeam) -> Iterator[None]:
+        """One draw of ``team``: its generation reads and keeps speakers' contexts (where
+        ``keeps_contexts``); evaluation and other plays outside a draw do neither."""
+        if not self.keeps_contexts:
+            yield
+            return
+        self.context_caches.new_draw([(k, p.version) for k, p in enumerate(team.policies)])
+        self._keeping = True
+        try:
+            yield
+        finally:
+            self._keeping = False
 
     # -- generation ---------------------------------------------------------------------------
     def new_episodes(self, count: int | None = None) -> list[Episode]:
@@ -474,6 +641,10 @@ class DialogueSampler:
                 recorded: list[torch.Tensor] | None = (
                     [] if self.records_logps(model, temperature) else None
                 )
+                kept = None
+                if self._keeping and prompt_lengths is not None:
+                    policy = self.chat.policy(agent)
+                    kept = (self.context_caches, (policy, team.agent(policy).version))
                 with profiling.section(f"sampling turn {len(episodes[indices[0]].turns) + 1}"):
                     messages = generate_messages(
                         model,
@@ -483,6 +654,7 @@ class DialogueSampler:
                         temperature,
                         prompt_lengths,
                         sampled_logps=recorded,
+                        kept=kept,
                     )
                 for k, (index, message) in enumerate(zip(indices, messages, strict=True)):
                     episode = episodes[index]
@@ -610,16 +782,17 @@ class DialogueSampler:
         ``signal_groups`` > 0, fresh groups filtered for differing rewards (and no reuse)."""
         started = time.perf_counter()
         reusable = prefixes_reusable(team, previous, updated_agent)
-        if self.settings.signal_groups:
-            pooled = previous if reusable else None
-            return self.sample_with_signal(team, started, pooled, updated_agent)
-        if not reusable:
-            episodes, generated = self.play(team, self.new_episodes())
-            return self.finish(team, episodes, generated, 0, started)
-        assert previous is not None and updated_agent is not None
-        truncated, reused = self.reusable_prefixes(previous, updated_agent)
-        episodes, generated = self.play(team, truncated)
-        return self.finish(team, episodes, generated, reused, started)
+        with self.drawing(team):
+            if self.settings.signal_groups:
+                pooled = previous if reusable else None
+                return self.sample_with_signal(team, started, pooled, updated_agent)
+            if not reusable:
+                episodes, generated = self.play(team, self.new_episodes())
+                return self.finish(team, episodes, generated, 0, started)
+            assert previous is not None and updated_agent is not None
+            truncated, reused = self.reusable_prefixes(previous, updated_agent)
+            episodes, generated = self.play(team, truncated)
+            return self.finish(team, episodes, generated, reused, started)
 
     def sample_with_signal(
         self,

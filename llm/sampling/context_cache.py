@@ -1,0 +1,122 @@
+"""Keys and values an unchanged agent computed over its contexts, kept for the next draw.
+
+After agent k's update, TeamTR's resample keeps each dialogue's turns before agent k's first and
+regenerates the rest (prefix reuse, THEORY.md Lemma 3.1's setting). Every later speaker j is
+unchanged, and in the previous draw it already read the prompt and the kept turns: a decoder's
+keys and values at a position depend only on the tokens up to that position and on the weights
+(causal attention), so those it computed then are the ones it would compute now. Generation
+therefore runs a context only from the end of the longest prefix it shares with a context the
+same snapshot read before. No distribution changes, only which float operations compute the
+same numbers (tests/llm/test_llm_context_cache.py: the same samples with and without).
+
+On the n-agent chain, where every context holds all turns before it, this is the part of a
+resample's prefill that grows with n: the turns before agent k, re-read by each of the n - k
+later speakers (docs/stage_cost.md, "The unchanged agents' keys and values").
+
+What is kept: per speaker snapshot (policy slot and ``AdapterWeights.version``, which is unique
+per weights), the contexts of the last two draws and where their keys and values lie in the
+cache their generation call left (a reference, no copy). With the fixed update order every later
+speaker regenerated in the previous draw, so two draws hold every useful entry; a snapshot that
+left the team is dropped at once (it can never speak again).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+LayerTensors = tuple[tuple[torch.Tensor, torch.Tensor], ...]
+"""Per decoder layer, (keys, values) of one generation call: [rows, kv heads, positions, dim]."""
+
+SnapshotKey = tuple[int, int]
+"""(policy slot, snapshot version): who computed the keys and values."""
+
+
+@dataclass(frozen=True)
+class ContextSource:
+    """Where one context's keys and values lie: row ``row`` of ``layers``, at ``positions``
+    (one per context token, in order; the cache's padding is skipped)."""
+
+    layers: LayerTensors
+    row: int
+    positions: torch.Tensor
+
+
+class _Node:
+    """A node of the token trie: the contexts through it share the tokens on its path."""
+
+    __slots__ = ("children", "source")
+
+    def __init__(self) -> None:
+        self.children: dict[int, _Node] = {}
+        self.source: ContextSource | None = None
+
+
+class SpeakerContexts:
+    """One snapshot's kept contexts, as a trie over their tokens: a lookup walks the longest
+    shared prefix in as many steps as it has tokens, however many contexts are kept."""
+
+    def __init__(self) -> None:
+        self._root = _Node()
+        self.size = 0
+
+    def longest(self, context: Sequence[int]) -> tuple[int, ContextSource | None]:
+        """A kept context sharing the longest prefix with ``context``, and that length (at
+        most ``len(context) - 1``: generation needs one token of its own to run)."""
+        node, length = self._root, 0
+        for token in context[: len(context) - 1]:
+            child = node.children.get(int(token))
+            if child is None:
+                break
+            node, length = child, length + 1
+        return length, node.source
+
+    def keep(self, context: Sequence[int], source: ContextSource) -> None:
+        node = self._root
+        for token in context:
+            node = node.children.setdefault(int(token), _Node())
+            if node.source is None:  # every context through a node shares its whole path
+                node.source = source
+        self.size += 1
+
+
+class ContextCaches:
+    """The contexts every speaker snapshot read in the current and the previous draw."""
+
+    def __init__(self) -> None:
+        self._current: dict[SnapshotKey, SpeakerContexts] = {}
+        self._previous: dict[SnapshotKey, SpeakerContexts] = {}
+
+    def new_draw(self, snapshots: Sequence[SnapshotKey]) -> None:
+        """A draw of a team whose slots hold ``snapshots`` begins: the previous draw's entries
+        are dropped, the last draw's become the previous, those of snapshots the team no longer
+        holds go at once."""
+        alive = set(snapshots)
+        self._previous = {key: kept for key, kept in self._current.items() if key in alive}
+        self._current = {}
+
+    def longest(self, key: SnapshotKey, context: Sequence[int]) -> tuple[int, ContextSource | None]:
+        """The longest prefix of ``context`` that snapshot ``key`` read in either draw (at most
+        all but its last token), and where its keys and values lie."""
+        best: tuple[int, ContextSource | None] = (0, None)
+        for draw in (self._current, self._previous):
+            if key in draw:
+                found = draw[key].longest(context)
+                if found[0] > best[0]:
+                    best = found
+        return best
+
+    def keep(self, key: SnapshotKey, context: Sequence[int], source: ContextSource) -> None:
+        """Keep that snapshot ``key`` read ``context``, whose keys and values ``source`` holds."""
+        self._current.setdefault(key, SpeakerContexts()).keep(context, source)
+
+    def clear(self) -> None:
+        self._current = {}
+        self._previous = {}
+
+    @property
+    def size(self) -> int:
+        """Contexts kept, over both draws."""
+        return sum(kept.size for draw in (self._current, self._previous) for kept in draw.values())
