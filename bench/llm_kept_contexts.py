@@ -6,7 +6,7 @@ first n - 1 agents changes (its LoRA B drawn at random, standing in for its upda
 the intermediate team with prefix reuse, as ``run_stage`` calls the sampler. The same sequence
 runs twice in one process from the same generator states, with ``[sampler] keep_contexts`` off
 and on, draw by draw in alternation so that both see the same machine: CPU seconds of each draw,
-the positions the kept contexts spared, and whether both produced the same dialogues (they
+the positions the kept contexts spared, the memory they hold, and whether both produced the same dialogues (they
 must, up to a float-rounding tie; a differing one is counted and reported).
 
 Usage: ``OMP_NUM_THREADS=1 .venv/bin/python bench/llm_kept_contexts.py --agents 8
@@ -79,6 +79,7 @@ def measure(n_agents: int, seed: int, quick: bool) -> dict[str, Any]:
             row[f"{label}_kept_positions"] = int(profile.counts.get("kept context positions", 0))
             row[f"{label}_generated_tokens"] = rollouts.generated_tokens
             row[f"{label}_groups_drawn"] = rollouts.groups_drawn
+            row[f"{label}_held_megabytes"] = samplers[keep].context_caches.held_bytes / 2**20
         dialogues = {
             keep: [[t.message for t in e.turns] for e in rollouts.pool or rollouts.episodes]
             for keep, rollouts in outcome.items()
@@ -108,6 +109,7 @@ def measure(n_agents: int, seed: int, quick: bool) -> dict[str, Any]:
             "ratio": resample_kept / resample_plain if resample_plain else float("nan"),
         },
         "all_same_dialogues": all(d["same_dialogues"] for d in draws),
+        "most_held_megabytes": max(d["kept_held_megabytes"] for d in draws),
     }
 
 
@@ -128,7 +130,8 @@ def main(argv: list[str] | None = None) -> int:
         f"n = {args.agents}: a stage's sampling {total['plain']:.1f} -> {total['kept']:.1f} "
         f"CPU-s ({total['ratio']:.2f}x); its resampling {resampling['plain']:.1f} -> "
         f"{resampling['kept']:.1f} CPU-s ({resampling['ratio']:.2f}x); same dialogues: "
-        f"{result['all_same_dialogues']}"
+        f"{result['all_same_dialogues']}; kept keys and values held at most "
+        f"{result['most_held_megabytes']:.0f} MB"
     )
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

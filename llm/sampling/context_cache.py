@@ -61,6 +61,8 @@ class SpeakerContexts:
     def __init__(self) -> None:
         self._root = _Node()
         self.size = 0
+        self.caches: dict[int, LayerTensors] = {}
+        """The generation calls' caches this snapshot's contexts lie in, by identity."""
 
     def longest(self, context: Sequence[int]) -> tuple[int, ContextSource | None]:
         """A kept context sharing the longest prefix with ``context``, and that length (at
@@ -80,6 +82,7 @@ class SpeakerContexts:
             if node.source is None:  # every context through a node shares its whole path
                 node.source = source
         self.size += 1
+        self.caches[id(source.layers)] = source.layers
 
 
 class ContextCaches:
@@ -112,9 +115,18 @@ class ContextCaches:
         """Keep that snapshot ``key`` read ``context``, whose keys and values ``source`` holds."""
         self._current.setdefault(key, SpeakerContexts()).keep(context, source)
 
-    def clear(self) -> None:
-        self._current = {}
-        self._previous = {}
+    @property
+    def held_bytes(self) -> int:
+        """Memory the kept contexts hold: the caches of the generation calls they point into."""
+        held = {
+            identity: layers
+            for draw in (self._current, self._previous)
+            for kept in draw.values()
+            for identity, layers in kept.caches.items()
+        }
+        return sum(
+            keys.nbytes + values.nbytes for layers in held.values() for keys, values in layers
+        )
 
     @property
     def size(self) -> int:

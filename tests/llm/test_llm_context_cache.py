@@ -86,7 +86,10 @@ def test_kept_contexts_sample_what_a_fresh_prefill_samples(team, char_chat, sign
             expected += longest
     assert expected > 0
     assert profile.counts["kept context positions"] == expected
-    assert sampler.context_caches.size > 0
+    assert sampler.context_caches.size > 0 and sampler.context_caches.held_bytes > 0
+    # A team in which every agent changed can read none of it: a draw of it lets it all go.
+    sampler.context_caches.new_draw([(k, -1 - k) for k in range(team.n_agents)])
+    assert sampler.context_caches.size == 0 and sampler.context_caches.held_bytes == 0
 
 
 def test_plays_outside_a_draw_keep_nothing_and_two_turns_keep_nothing(team, char_chat):
@@ -151,6 +154,8 @@ def test_the_benchmark_runs_a_stage_of_the_chain_with_and_without(tmp_path):
     report = json.loads(out.read_text())
     assert report["all_same_dialogues"] and len(report["draws"]) == 3
     assert all(draw["plain_kept_positions"] == 0 for draw in report["draws"])
+    assert all(draw["plain_held_megabytes"] == 0 for draw in report["draws"])
+    assert report["most_held_megabytes"] > 0
     assert all(draw["kept_kept_positions"] > 0 for draw in report["draws"][1:])
     assert all(
         draw["kept_generated_tokens"] == draw["plain_generated_tokens"] for draw in report["draws"]
