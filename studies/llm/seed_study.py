@@ -11,7 +11,9 @@ and a CPU-time budget make runs that share a machine comparable). The study
    a run interrupted earlier is resumed from its newest checkpoint;
 3. writes each finished run's summary to ``RESULTS/METHOD-sSEED.json`` at once (run directories
    may not outlive the machine; these files are small enough to commit), and after every run
-   the aggregate ``RESULTS.json`` (per method: mean ± standard error over seeds) and its figure.
+   the aggregate ``RESULTS.json`` (per method: mean ± standard error over seeds) and its figure,
+   over the methods named and every other method with runs in ``RESULTS`` (a batch of some
+   methods into a folder another batch filled keeps the others).
 
 Usage (``python -m studies.llm.seed_study`` takes the same options)::
 
@@ -283,7 +285,20 @@ def rerecord(methods: list[str], results: Path, runs: Path) -> None:
                 record_run(results, runs, method, seed)
 
 
+def methods_with_runs(named: list[str], results: Path) -> list[str]:
+    """``named``, then every other method with a recorded run in ``results``: the aggregate
+    covers the whole folder, so that a batch of some methods run into a folder another batch
+    filled never drops the others from RESULTS.json."""
+    found = {
+        path.stem.rpartition("-s")[0]
+        for path in results.glob("*-s*.json")
+        if path.stem.rpartition("-s")[2].isdigit()
+    }
+    return [*named, *sorted(found - set(named))]
+
+
 def report(methods: list[str], results: Path, figure: Path | None) -> dict[str, Any]:
+    methods = methods_with_runs(methods, results)
     summary = aggregate(methods, results)
     write_json(results.with_suffix(".json"), summary)
     if figure is not None:

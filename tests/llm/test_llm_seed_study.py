@@ -84,6 +84,12 @@ def test_a_study_of_two_methods_and_two_seeds(tmp_path):
     before = {p: p.stat().st_mtime_ns for p in results.glob("*-s*.json")}
     assert main(arguments) == 0
     assert {p: p.stat().st_mtime_ns for p in results.glob("*-s*.json")} == before
+    # A batch naming one method, run into the same folder, keeps the other's runs in the
+    # aggregate (named methods first).
+    assert main(arguments[2:]) == 0
+    again = json.loads((tmp_path / "study.json").read_text())["methods"]
+    assert list(again) == ["shared", "teamtr"]
+    assert again["teamtr"] == summary["teamtr"]
 
 
 def test_evaluations_during_training_are_kept_and_drawn_as_a_curve(tmp_path):
