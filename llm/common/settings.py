@@ -118,7 +118,8 @@ class SamplerSettings:
     (``llm.sampling.context_cache``): after an update, an unchanged later speaker then reads
     only what was regenerated, not the prompt and kept turns again. The same samples up to
     float rounding; costs one draw's keys and values of memory per speaker (about 46 KB a
-    token for SmolLM2-135M). Only dialogues of 3 or more turns can gain, and only they keep."""
+    token for SmolLM2-135M). Only dialogues of 3 or more turns can gain, and only they keep;
+    only the draws of one stage share them."""
     seed: int = 0
 
     def __post_init__(self) -> None:

@@ -17,7 +17,10 @@ What is kept: per speaker snapshot (policy slot and ``AdapterWeights.version``, 
 per weights), the contexts of the last two draws and where their keys and values lie in the
 cache their generation call left (a reference, no copy). With the fixed update order every later
 speaker regenerated in the previous draw, so two draws hold every useful entry; a snapshot that
-left the team is dropped at once (it can never speak again).
+left the team is dropped at once (it can never speak again). Only draws that continue one
+another by prefix reuse share them: a stage's first draw starts from nothing
+(``DialogueSampler.drawing``), so a stage depends on nothing kept from the one before and a
+run resumed from its checkpoint computes what the straight run computes.
 """
 
 from __future__ import annotations

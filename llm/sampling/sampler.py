@@ -549,12 +549,17 @@ class DialogueSampler:
         return self.reuse_work and self.settings.keep_contexts and self.settings.turns >= 3
 
     @contextlib.contextmanager
-    def drawing(self, team: LoraTeam) -> Iterator[None]:
+    def drawing(self, team: LoraTeam, continues: bool) -> Iterator[None]:
         """One draw of ``team``: its generation reads and keeps speakers' contexts (where
-        ``keeps_contexts``); evaluation and other plays outside a draw do neither."""
+        ``keeps_contexts``); evaluation and other plays outside a draw do neither. A draw that
+        does not ``continue`` the previous one (by prefix reuse: a stage's first) starts from
+        nothing, so each stage's draws depend on that stage alone and a run resumed from a
+        checkpoint computes what the straight run computes."""
         if not self.keeps_contexts:
             yield
             return
+        if not continues:
+            self.context_caches = ContextCaches()
         self.context_caches.new_draw([(k, p.version) for k, p in enumerate(team.policies)])
         self._keeping = True
         try:
@@ -782,7 +787,7 @@ class DialogueSampler:
         ``signal_groups`` > 0, fresh groups filtered for differing rewards (and no reuse)."""
         started = time.perf_counter()
         reusable = prefixes_reusable(team, previous, updated_agent)
-        with self.drawing(team):
+        with self.drawing(team, continues=reusable):
             if self.settings.signal_groups:
                 pooled = previous if reusable else None
                 return self.sample_with_signal(team, started, pooled, updated_agent)

@@ -87,6 +87,11 @@ def test_kept_contexts_sample_what_a_fresh_prefill_samples(team, char_chat, sign
     assert expected > 0
     assert profile.counts["kept context positions"] == expected
     assert sampler.context_caches.size > 0 and sampler.context_caches.held_bytes > 0
+    if not signal_groups:
+        # A draw that continues no other (a stage's first) starts from nothing: afterwards the
+        # sampler holds its own contexts only, one per message generated.
+        fresh = sampler.sample(kept.behaviour)
+        assert sampler.context_caches.size == sum(len(e.turns) for e in fresh.episodes)
     # A team in which every agent changed can read none of it: a draw of it lets it all go.
     sampler.context_caches.new_draw([(k, -1 - k) for k in range(team.n_agents)])
     assert sampler.context_caches.size == 0 and sampler.context_caches.held_bytes == 0
