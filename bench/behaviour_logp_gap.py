@@ -34,7 +34,8 @@ import torch
 from llm.common.config import load_config
 from llm.conversation.dialogue import Episode, Turn
 from llm.models.agents import AdapterWeights, LoraTeam
-from llm.sampling.sampler import DialogueSampler, generate_messages
+from llm.sampling.messages import generate_messages
+from llm.sampling.sampler import DialogueSampler
 from llm.training.builder import build
 
 

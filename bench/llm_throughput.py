@@ -39,7 +39,8 @@ from llm.common.config import RunConfig
 from llm.models.agents import LoraBackbone, LoraSettings, SeparateBackbone
 from llm.models.loading import load_model
 from llm.problems.tasks import ArithmeticSuite
-from llm.sampling.sampler import SamplerSettings, generate_messages
+from llm.sampling.messages import generate_messages
+from llm.sampling.sampler import SamplerSettings
 from llm.training.builder import build, placement_of
 from llm.update.updater import UpdaterSettings
 from teamtr.config import StageConfig

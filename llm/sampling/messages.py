@@ -1,0 +1,296 @@
+"""One message per context, sampled with the key/value cache, and the caches it starts from.
+
+``generate_messages`` runs each group's prompt once (its rows continue from that cache) and,
+given the contexts a speaker snapshot read in earlier draws (``llm.sampling.context_cache``),
+continues each row from the longest prefix whose keys and values it already has. Either way the
+messages are drawn from the speaker's own softmax(logits / T): the cached keys and values are
+those a fresh prefill of the same tokens computes (causal attention), up to float rounding.
+"""
+
+from __future__ import annotations
+
+import typing
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+from peft import PeftModel
+from transformers import DynamicCache, GenerationConfig, PreTrainedModel
+from transformers.cache_utils import DynamicLayer
+
+from llm.common import profiling
+from llm.common.devices import model_device
+from llm.common.hf_compat import cache_argument, cache_of
+from llm.conversation.dialogue import ChatFormat
+from llm.sampling.context_cache import ContextCaches, ContextSource, LayerTensors, SnapshotKey
+
+
+def generate_messages(
+    model: PreTrainedModel | PeftModel,
+    contexts: Sequence[Sequence[int]],
+    chat: ChatFormat,
+    max_new_tokens: int,
+    temperature: float,
+    prompt_lengths: Sequence[int] | None = None,
+    sampled_logps: list[torch.Tensor] | None = None,
+    kept: tuple[ContextCaches, SnapshotKey] | None = None,
+) -> list[tuple[int, ...]]:
+    """One message per context, sampled with the KV cache (temperature 0 = greedy).
+
+    Pure sampling from softmax(logits / temperature): no top-k/top-p/repetition warpers, so
+    the messages follow exactly the policy the updater trains.
+
+    ``prompt_lengths`` (one per context) marks each context's first tokens as its prompt: every
+    distinct prompt then runs through the model once, and its rows continue from that key/value
+    cache (causal attention: a prompt's keys and values do not depend on what follows it), so a
+    group of G dialogues on one problem pays for its prompt once instead of G times.
+
+    ``kept`` (with ``prompt_lengths``): the contexts ``model``'s snapshot read before
+    (``llm.sampling.context_cache``). A row whose context shares a longer prefix with one of
+    them than its prompt continues from that context's keys and values; afterwards every row's
+    context is kept there for later calls.
+
+    ``sampled_logps``, when a list is given (sampling only), receives one tensor per message: the
+    log-probability of each of its tokens under the distribution it was drawn from,
+    log softmax(logits / T), as the generating model computed it (for measuring its gap from the
+    training forward pass, ``bench/behaviour_logp_gap.py``).
+    """
+    rows = len(contexts)
+    layout: _CachedLayout | None = None
+    if prompt_lengths is None:
+        width = max(len(c) for c in contexts)
+        input_ids = torch.full((rows, width), chat.pad_id, dtype=torch.long)
+        attention = torch.zeros((rows, width), dtype=torch.long)
+        for row, context in enumerate(contexts):  # left padding: generation continues right
+            input_ids[row, width - len(context) :] = torch.tensor(context)
+            attention[row, width - len(context) :] = 1
+        cache = None
+    else:
+        caches, key = kept if kept is not None else (None, None)
+        layout = _cached_layout(model, contexts, chat, prompt_lengths, caches, key)
+        input_ids, attention, cache = layout.input_ids, layout.attention, layout.cache
+        width = input_ids.shape[1]
+    greedy = temperature == 0
+    record = sampled_logps is not None
+    keeping = kept is not None and layout is not None and layout.keepable
+    if record and greedy:
+        raise ValueError("sampled_logps needs sampling (temperature > 0)")
+    config = GenerationConfig(
+        do_sample=not greedy,
+        temperature=None if greedy else temperature,
+        top_k=None if greedy else 0,
+        top_p=None if greedy else 1.0,
+        max_new_tokens=max_new_tokens,
+        eos_token_id=chat.stop_id,
+        pad_token_id=chat.pad_id,
+        output_scores=record,
+        return_dict_in_generate=record or keeping,
+    )
+    device = model_device(model)
+    # A PeftModel forwards ``generate`` to the model it wraps; its stubs do not declare it.
+    generate = typing.cast(Callable[..., typing.Any], model.generate)
+    with torch.no_grad():
+        output = generate(
+            input_ids=input_ids.to(device),
+            attention_mask=attention.to(device),
+            generation_config=config,
+            **cache_argument(cache),
+        )
+    sequences = output.sequences if record or keeping else output
+    if keeping:
+        assert kept is not None and layout is not None
+        layout.keep_contexts(contexts, cache_of(output), *kept)
+    messages = []
+    new_tokens = sequences[:, width:]
+    if sampled_logps is not None:
+        # ``scores`` are the processed logits each token was drawn from: logits / T here
+        # (top-k 0 and top-p 1 add no other processor). (rows, steps) after the gather.
+        drawn = torch.stack(
+            [
+                torch.log_softmax(scores.float(), dim=-1).gather(-1, new_tokens[:, [step]])[:, 0]
+                for step, scores in enumerate(output.scores)
+            ],
+            dim=1,
+        ).cpu()
+    for row, tokens in enumerate(new_tokens.tolist()):
+        cut = tokens.index(chat.stop_id) + 1 if chat.stop_id in tokens else len(tokens)
+        messages.append(tuple(tokens[:cut]))
+        if sampled_logps is not None:
+            sampled_logps.append(drawn[row, :cut])
+    profiling.count("generated tokens", sum(len(m) for m in messages))
+    profiling.count("generation steps", sequences.shape[1] - width)
+    profiling.count("generation rows", rows)
+    return messages
+
+
+@dataclass
+class _CachedLayout:
+    """Inputs laid out as [left-padded cached part | left-padded rest], the cached part's keys
+    and values, and each row's cached length."""
+
+    input_ids: torch.Tensor
+    attention: torch.Tensor
+    cache: typing.Any
+    cached: list[int]
+    cached_width: int
+    keepable: bool
+    """Whether the cache is one plain key/value tensor pair per layer (``DynamicLayer``), so
+    that rows of it can be kept for later calls."""
+
+    def keep_contexts(
+        self,
+        contexts: Sequence[Sequence[int]],
+        final_cache: typing.Any,
+        caches: ContextCaches,
+        key: SnapshotKey,
+    ) -> None:
+        """Keep every row's context: where its tokens lie in the cache generation left."""
+        layers = _layer_tensors(final_cache)
+        if layers is None:
+            return
+        cached_width = self.cached_width
+        width = self.input_ids.shape[1]
+        for row, context in enumerate(contexts):
+            rest = len(context) - self.cached[row]
+            positions = torch.cat(
+                [
+                    torch.arange(cached_width - self.cached[row], cached_width),
+                    torch.arange(width - rest, width),
+                ]
+            )
+            caches.keep(key, context, ContextSource(layers, row, positions))
+
+
+def _layer_tensors(cache: typing.Any) -> LayerTensors | None:
+    """Per layer (keys, values) of a cache of plain ``DynamicLayer``s; None for another kind
+    (sliding windows, quantised or offloaded layers: their rows are not kept)."""
+    layers = getattr(cache, "layers", None)
+    if not layers or any(type(layer) is not DynamicLayer for layer in layers):
+        return None
+    return tuple((layer.keys, layer.values) for layer in layers)
+
+
+def _cached_layout(
+    model: torch.nn.Module,
+    contexts: Sequence[Sequence[int]],
+    chat: ChatFormat,
+    prompt_lengths: Sequence[int],
+    caches: ContextCaches | None = None,
+    key: SnapshotKey | None = None,
+) -> _CachedLayout:
+    """Each row's longest prefix whose keys and values are known, as one cache.
+
+    A row's cached part is the longest prefix of its context that ``caches`` holds for snapshot
+    ``key`` (a context it read before), when longer than the prompt; otherwise its prompt but
+    the last token (every row keeps at least one token to process), run here once per distinct
+    prompt. The padding between the cached part and the rest is masked; positions follow the
+    attention mask, so every real token sits at the position it has in its unpadded context,
+    the one its kept keys were computed at.
+    """
+    rows = len(contexts)
+    prompts = [tuple(c[: p - 1]) for c, p in zip(contexts, prompt_lengths, strict=True)]
+    if min(len(p) for p in prompts) == 0:
+        raise ValueError("prompt_lengths must be >= 2 (one-token prompts share nothing)")
+    device = model_device(model)
+    sources: list[tuple[LayerTensors, int, torch.Tensor] | None] = [None] * rows
+    if caches is not None and key is not None:
+        for row, context in enumerate(contexts):
+            length, source = caches.longest(key, context)
+            if source is not None and length > len(prompts[row]):
+                sources[row] = (source.layers, source.row, source.positions[:length])
+    missing = [row for row in range(rows) if sources[row] is None]
+    keepable = True
+    if missing:
+        distinct = list(dict.fromkeys(prompts[row] for row in missing))
+        prompt_width = max(len(p) for p in distinct)
+        prefix_ids = torch.full((len(distinct), prompt_width), chat.pad_id, dtype=torch.long)
+        prefix_mask = torch.zeros((len(distinct), prompt_width), dtype=torch.long)
+        for g, prompt in enumerate(distinct):
+            prefix_ids[g, prompt_width - len(prompt) :] = torch.tensor(prompt)
+            prefix_mask[g, prompt_width - len(prompt) :] = 1
+        with torch.no_grad():
+            prompt_cache = cache_of(
+                model(
+                    input_ids=prefix_ids.to(device),
+                    attention_mask=prefix_mask.to(device),
+                    position_ids=(prefix_mask.cumsum(-1) - 1).clamp(min=0).to(device),
+                    use_cache=True,
+                )
+            )
+        prompt_layers = _layer_tensors(prompt_cache)
+        if prompt_layers is None or len(missing) == rows:
+            # No kept row: one cache row per context from the prompts' own cache.
+            group_of = [distinct.index(prompts[row]) for row in range(rows)]
+            prompt_cache.reorder_cache(torch.tensor(group_of, device=device))
+            return _finish_layout(
+                contexts, prompts, chat, prompt_cache, prompt_width, prompt_layers is not None
+            )
+        for row in missing:
+            prompt = prompts[row]
+            start = prompt_width - len(prompt)
+            sources[row] = (
+                prompt_layers,
+                distinct.index(prompt),
+                torch.arange(start, prompt_width),
+            )
+    ready = typing.cast(list[tuple[LayerTensors, int, torch.Tensor]], sources)
+    cached_width = max(len(positions) for _, _, positions in ready)
+    # Per row, the source positions of its cached part, right-aligned in ``cached_width``; the
+    # padding slots repeat its first position (finite values that the mask hides).
+    index = torch.stack(
+        [
+            torch.cat([positions[:1].expand(cached_width - len(positions)), positions])
+            for _, _, positions in ready
+        ]
+    ).to(device)
+    layer_count = len(ready[0][0])
+    by_source: dict[int, list[int]] = {}
+    for row, (layers, _, _) in enumerate(ready):
+        by_source.setdefault(id(layers), []).append(row)
+    assembled = []
+    for layer in range(layer_count):
+        pair = []
+        for part in (0, 1):
+            sample = ready[0][0][layer][part]
+            out = sample.new_empty((rows, sample.shape[1], cached_width, sample.shape[3]))
+            for members in by_source.values():
+                layers = ready[members[0]][0]
+                source_rows = torch.tensor([ready[r][1] for r in members], device=device)
+                # (rows, width) advanced indices around a slice: (rows, width, heads, dim)
+                gathered = layers[layer][part][source_rows[:, None], :, index[members], :]
+                out[members] = gathered.permute(0, 2, 1, 3)
+            pair.append(out)
+        assembled.append((pair[0], pair[1]))
+    cached_prefixes = [tuple(contexts[r][: len(p)]) for r, (_, _, p) in enumerate(ready)]
+    fresh = set(missing)
+    profiling.count(
+        "kept context positions", sum(len(p) for r, (_, _, p) in enumerate(ready) if r not in fresh)
+    )
+    return _finish_layout(
+        contexts, cached_prefixes, chat, DynamicCache(assembled), cached_width, keepable
+    )
+
+
+def _finish_layout(
+    contexts: Sequence[Sequence[int]],
+    cached_prefixes: Sequence[Sequence[int]],
+    chat: ChatFormat,
+    cache: typing.Any,
+    cached_width: int,
+    keepable: bool,
+) -> _CachedLayout:
+    """The [left-padded cached part | left-padded rest] inputs for a cache of ``cached_width``
+    positions whose row r holds ``cached_prefixes[r]`` right-aligned."""
+    rows = len(contexts)
+    cached = [len(p) for p in cached_prefixes]
+    rest_width = max(len(c) - n for c, n in zip(contexts, cached, strict=True))
+    input_ids = torch.full((rows, cached_width + rest_width), chat.pad_id, dtype=torch.long)
+    attention = torch.zeros((rows, cached_width + rest_width), dtype=torch.long)
+    for row, (context, prefix) in enumerate(zip(contexts, cached_prefixes, strict=True)):
+        if prefix:
+            input_ids[row, cached_width - len(prefix) : cached_width] = torch.tensor(prefix)
+            attention[row, cached_width - len(prefix) : cached_width] = 1
+        rest = context[len(prefix) :]
+        input_ids[row, input_ids.shape[1] - len(rest) :] = torch.tensor(rest, dtype=torch.long)
+        attention[row, attention.shape[1] - len(rest) :] = 1
+    return _CachedLayout(input_ids, attention, cache, cached, cached_width, keepable)
