@@ -36,6 +36,7 @@ STUDIES = (
     "study_arith_both",
     "study_arith_dynamic",
     "study_arith_format",
+    "study_arith_grpo_dynamic",
 )
 """Seed studies whose summary (``results/<name>.json``) and per-run files docs/results.md cites."""
 
@@ -110,6 +111,7 @@ def test_the_results_page_prints_each_studys_table_rows(study):
         "study_arith_both",
         "study_arith_dynamic",
         "study_arith_format",
+        "study_arith_grpo_dynamic",
     ],
 )
 def test_the_sampling_tables_are_the_committed_runs(study):
