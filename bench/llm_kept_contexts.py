@@ -4,7 +4,7 @@ One stage of resampling on the chain of ``teamtr llm-scaling`` (n SmolLM2 agents
 order, the study's settings, dynamic sampling on): the stage-start draw, then after each of the
 first n - 1 agents changes (its LoRA B drawn at random, standing in for its update) the draw of
 the intermediate team with prefix reuse, as ``run_stage`` calls the sampler. The same sequence
-runs twice in one process from the same generator states, with ``[sampler] keep_contexts`` off
+runs twice in one process from the same generator states, with ``[sampler] kept_contexts_mb`` off
 and on, draw by draw in alternation so that both see the same machine: CPU seconds of each draw,
 the positions the kept contexts spared, the memory they hold, and whether both produced the same dialogues (they
 must, up to a float-rounding tie; a differing one is counted and reported).
@@ -52,7 +52,9 @@ def measure(n_agents: int, seed: int, quick: bool) -> dict[str, Any]:
             parts.chat,
             router,
             parts.sampler.task,
-            dataclasses.replace(config.sampler, keep_contexts=keep),
+            dataclasses.replace(
+                config.sampler, kept_contexts_mb=config.sampler.kept_contexts_mb if keep else 0
+            ),
         )
         for keep in (False, True)
     }

@@ -135,6 +135,7 @@ KEY_RULES: dict[tuple[str, str], Rule] = {
     ("sampler", "seed"): seed(),
     ("sampler", "signal_groups"): at_least(0, "0 = off"),
     ("sampler", "max_draws"): at_least(0, "extra groups a batch may draw"),
+    ("sampler", "kept_contexts_mb"): at_least(0, "MiB for kept keys and values; 0 = off"),
     ("updater", "learning_rate"): positive(),
     ("updater", "steps"): at_least(1),
     ("updater", "clip_eps"): positive(),

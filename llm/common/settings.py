@@ -113,13 +113,14 @@ class SamplerSettings:
     is float32 rounding of two computations; docs/stage_cost.md), elsewhere the pass runs.
     "scored": always that training forward pass. What the update computes is the same either
     way: the ratio's denominator is the pre-update pass, which the check compares against."""
-    keep_contexts: bool = True
-    """Keep the keys and values each speaker computed over its contexts for the next draw
-    (``llm.sampling.context_cache``): after an update, an unchanged later speaker then reads
-    only what was regenerated, not the prompt and kept turns again. The same samples up to
-    float rounding; costs one draw's keys and values of memory per speaker (about 46 KB a
-    token for SmolLM2-135M). Only dialogues of 3 or more turns can gain, and only they keep;
-    only the draws of one stage share them."""
+    kept_contexts_mb: int = 2048
+    """The most memory (MiB) the keys and values each speaker computed over its contexts may
+    hold, kept for the next draw of the stage (``llm.sampling.context_cache``): after an
+    update, an unchanged later speaker then reads only what was regenerated, not the prompt
+    and kept turns again. The same samples up to float rounding; a call whose cache would
+    exceed the limit is not kept (its contexts are read afresh next time). About 46 KB a
+    token for SmolLM2-135M: 0.7 GB for the 8-agent chain's 8 dialogues. Only dialogues of 3 or
+    more turns keep any. 0: off."""
     seed: int = 0
 
     def __post_init__(self) -> None:

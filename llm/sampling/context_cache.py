@@ -11,16 +11,16 @@ same numbers (tests/llm/test_llm_context_cache.py: the same samples with and wit
 
 On the n-agent chain, where every context holds all turns before it, this is the part of a
 resample's prefill that grows with n: the turns before agent k, re-read by each of the n - k
-later speakers (docs/stage_cost.md, "The unchanged agents' keys and values").
+later speakers (docs/stage_cost.md, "The unchanged speakers' keys and values").
 
 What is kept: per speaker snapshot (policy slot and ``AdapterWeights.version``, which is unique
-per weights), the contexts of the last two draws and where their keys and values lie in the
-cache their generation call left (a reference, no copy). With the fixed update order every later
-speaker regenerated in the previous draw, so two draws hold every useful entry; a snapshot that
-left the team is dropped at once (it can never speak again). Only draws that continue one
-another by prefix reuse share them: a stage's first draw starts from nothing
-(``DialogueSampler.drawing``), so a stage depends on nothing kept from the one before and a
-run resumed from its checkpoint computes what the straight run computes.
+per weights), the contexts of the last draw and where their keys and values lie in the cache
+their generation call left (a reference, no copy), within ``[sampler] kept_contexts_mb``. With
+the fixed update order every later speaker regenerated in the last draw, so it holds every
+useful entry; a snapshot that left the team is dropped at once (it can never speak again). Only
+draws that continue one another by prefix reuse share them: a stage's first draw starts from
+nothing (``DialogueSampler.drawing``), so a stage depends on nothing kept from the one before
+and a run resumed from its checkpoint computes what the straight run computes.
 """
 
 from __future__ import annotations
@@ -89,23 +89,30 @@ class SpeakerContexts:
 
 
 class ContextCaches:
-    """The contexts every speaker snapshot read in the current and the previous draw."""
+    """The contexts every speaker snapshot read in the last draw, and in the current one while
+    it runs, within at most ``limit_bytes`` of keys and values."""
 
-    def __init__(self) -> None:
+    def __init__(self, limit_bytes: int = 2**62) -> None:
+        self.limit_bytes = limit_bytes
         self._current: dict[SnapshotKey, SpeakerContexts] = {}
         self._previous: dict[SnapshotKey, SpeakerContexts] = {}
 
     def new_draw(self, snapshots: Sequence[SnapshotKey]) -> None:
-        """A draw of a team whose slots hold ``snapshots`` begins: the previous draw's entries
-        are dropped, the last draw's become the previous, those of snapshots the team no longer
-        holds go at once."""
+        """A draw of a team whose slots hold ``snapshots`` begins: it may read the last draw's
+        contexts, except those of snapshots the team no longer holds (they go at once)."""
         alive = set(snapshots)
         self._previous = {key: kept for key, kept in self._current.items() if key in alive}
         self._current = {}
 
+    def end_draw(self) -> None:
+        """The draw is over: only its own contexts stay (the next draw continues it, not the
+        one before; with the fixed order every later speaker spoke in it). Between draws, while
+        the update runs, one draw's keys and values are held, not two."""
+        self._previous = {}
+
     def longest(self, key: SnapshotKey, context: Sequence[int]) -> tuple[int, ContextSource | None]:
-        """The longest prefix of ``context`` that snapshot ``key`` read in either draw (at most
-        all but its last token), and where its keys and values lie."""
+        """The longest prefix of ``context`` that snapshot ``key`` read in the last or the
+        current draw (at most all but its last token), and where its keys and values lie."""
         best: tuple[int, ContextSource | None] = (0, None)
         for draw in (self._current, self._previous):
             if key in draw:
@@ -114,24 +121,36 @@ class ContextCaches:
                     best = found
         return best
 
+    def admits(self, layers: LayerTensors) -> bool:
+        """Whether the contexts of a generation call whose cache is ``layers`` may be kept:
+        they point into it, so it is held whole, within ``limit_bytes`` in all."""
+        if any(identity == id(layers) for identity, _ in self._held()):
+            return True
+        return self.held_bytes + _nbytes(layers) <= self.limit_bytes
+
     def keep(self, key: SnapshotKey, context: Sequence[int], source: ContextSource) -> None:
         """Keep that snapshot ``key`` read ``context``, whose keys and values ``source`` holds."""
         self._current.setdefault(key, SpeakerContexts()).keep(context, source)
 
-    @property
-    def held_bytes(self) -> int:
-        """Memory the kept contexts hold: the caches of the generation calls they point into."""
+    def _held(self) -> list[tuple[int, LayerTensors]]:
         held = {
             identity: layers
             for draw in (self._current, self._previous)
             for kept in draw.values()
             for identity, layers in kept.caches.items()
         }
-        return sum(
-            keys.nbytes + values.nbytes for layers in held.values() for keys, values in layers
-        )
+        return list(held.items())
+
+    @property
+    def held_bytes(self) -> int:
+        """Memory the kept contexts hold: the caches of the generation calls they point into."""
+        return sum(_nbytes(layers) for _, layers in self._held())
 
     @property
     def size(self) -> int:
         """Contexts kept, over both draws."""
         return sum(kept.size for draw in (self._current, self._previous) for kept in draw.values())
+
+
+def _nbytes(layers: LayerTensors) -> int:
+    return sum(keys.nbytes + values.nbytes for keys, values in layers)

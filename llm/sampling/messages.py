@@ -146,7 +146,7 @@ class _CachedLayout:
     ) -> None:
         """Keep every row's context: where its tokens lie in the cache generation left."""
         layers = _layer_tensors(final_cache)
-        if layers is None:
+        if layers is None or not caches.admits(layers):
             return
         cached_width = self.cached_width
         width = self.input_ids.shape[1]

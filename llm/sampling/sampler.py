@@ -264,17 +264,20 @@ class DialogueSampler:
         self.rng = np.random.default_rng(settings.seed)
         """The sampler's generator (problems, routes, sampling seeds); checkpoints save and
         restore its state, so a resumed run draws what a straight run would."""
-        self.context_caches = ContextCaches()
+        self.context_caches = self._new_context_caches()
         """The keys and values each speaker snapshot computed over its contexts in the last
-        two draws (``[sampler] keep_contexts``), read by the next draw's generation."""
+        draw (``[sampler] kept_contexts_mb``), read by the next draw's generation."""
         self._keeping = False
 
     @property
     def keeps_contexts(self) -> bool:
         """Whether draws keep their speakers' contexts for the next draw: on the default path
-        (``reuse_work``), with ``keep_contexts`` and dialogues of 3 or more turns (with 2, no
-        unchanged speaker follows a kept turn: nothing could be read again)."""
-        return self.reuse_work and self.settings.keep_contexts and self.settings.turns >= 3
+        (``reuse_work``), with ``kept_contexts_mb`` > 0 and dialogues of 3 or more turns (with
+        2, no unchanged speaker follows a kept turn: nothing could be read again)."""
+        return self.reuse_work and self.settings.kept_contexts_mb > 0 and self.settings.turns >= 3
+
+    def _new_context_caches(self) -> ContextCaches:
+        return ContextCaches(limit_bytes=self.settings.kept_contexts_mb * 2**20)
 
     @contextlib.contextmanager
     def drawing(self, team: LoraTeam, continues: bool) -> Iterator[None]:
@@ -287,13 +290,14 @@ class DialogueSampler:
             yield
             return
         if not continues:
-            self.context_caches = ContextCaches()
+            self.context_caches = self._new_context_caches()
         self.context_caches.new_draw([(k, p.version) for k, p in enumerate(team.policies)])
         self._keeping = True
         try:
             yield
         finally:
             self._keeping = False
+            self.context_caches.end_draw()
 
     # -- generation ---------------------------------------------------------------------------
     def new_episodes(self, count: int | None = None) -> list[Episode]:

@@ -1,4 +1,4 @@
-"""An unchanged speaker's kept keys and values (``[sampler] keep_contexts``) sample what a fresh
+"""An unchanged speaker's kept keys and values (``[sampler] kept_contexts_mb``) sample what a fresh
 prefill samples (llm.sampling.context_cache).
 
 The tiny 3-agent team is resampled after agent 1's update, with and without the kept contexts,
@@ -44,7 +44,9 @@ def resample_after_update(team, chat, keep: bool, signal_groups: int = 0):
     sampler = arithmetic_sampler(
         chat, prompts_per_batch=2, group_size=4, temperature=1.0, signal_groups=signal_groups
     )
-    sampler.settings = dataclasses.replace(sampler.settings, keep_contexts=keep)
+    sampler.settings = dataclasses.replace(
+        sampler.settings, kept_contexts_mb=sampler.settings.kept_contexts_mb if keep else 0
+    )
     torch.manual_seed(0)
     first = sampler.sample(team)
     updated = perturb_agent(team, 1, scale=0.5, seed=11)
@@ -107,8 +109,11 @@ def test_plays_outside_a_draw_keep_nothing_and_two_turns_keep_nothing(team, char
     assert two_turns.context_caches.size == 0
 
 
-def source(tag: int) -> ContextSource:
-    return ContextSource(((torch.zeros(1), torch.zeros(1)),), tag, torch.arange(3))
+def source(row: int, positions: int = 3) -> ContextSource:
+    """A kept context's source: row ``row`` of a one-layer cache of ``positions`` float32
+    pairs (16 bytes a position for keys and values together)."""
+    layers = ((torch.zeros(1, 1, positions, 2), torch.zeros(1, 1, positions, 2)),)
+    return ContextSource(layers, row, torch.arange(positions))
 
 
 def test_the_trie_finds_the_longest_shared_prefix_short_of_the_last_token():
@@ -127,21 +132,35 @@ def test_the_trie_finds_the_longest_shared_prefix_short_of_the_last_token():
     assert kept.size == 2
 
 
-def test_snapshots_that_left_the_team_and_draws_before_the_last_are_dropped():
+def test_a_draw_reads_the_last_one_and_keeps_only_its_own():
     caches = ContextCaches()
     caches.new_draw([(0, 10), (1, 20)])
     caches.keep((0, 10), [1, 2, 3], source(0))
     caches.keep((1, 20), [1, 2, 3], source(1))
+    caches.end_draw()
     caches.new_draw([(0, 10), (1, 21)])  # agent 1 updated: its old snapshot can never speak
     assert caches.longest((0, 10), [1, 2, 3, 4])[0] == 3
     assert caches.longest((1, 20), [1, 2, 3, 4]) == (0, None)
     caches.keep((0, 10), [1, 2, 7], source(2))
-    caches.new_draw([(0, 10), (1, 21)])
-    # The draw before the last is gone; the last draw's entries remain.
+    assert caches.longest((0, 10), [1, 2, 7, 4])[0] == 3  # the current draw's own, too
+    caches.end_draw()
+    # Between draws only the last draw's contexts are held.
+    assert caches.size == 1
     assert caches.longest((0, 10), [1, 2, 3, 4])[0] == 2
-    assert caches.longest((0, 10), [1, 2, 7, 4])[0] == 3
     caches.new_draw([(0, 10), (1, 21)])
+    caches.end_draw()
     assert caches.size == 0
+
+
+def test_the_memory_limit_keeps_no_call_beyond_it():
+    one_call = source(0, positions=4)  # 2 tensors of 8 float32: 64 bytes
+    caches = ContextCaches(limit_bytes=100)
+    caches.new_draw([(0, 10)])
+    assert caches.admits(one_call.layers)
+    caches.keep((0, 10), [1, 2, 3, 4], one_call)
+    assert caches.held_bytes == 64
+    assert caches.admits(one_call.layers)  # the same call's other rows: already held
+    assert not caches.admits(source(1, positions=4).layers)  # 128 > 100
 
 
 def test_the_benchmark_runs_a_stage_of_the_chain_with_and_without(tmp_path):

@@ -6,7 +6,7 @@ agent 1 changes, dialogues sampled with prefix reuse (turn 0 kept, turns 1-2 reg
 with full resampling must both fit the new team's exact distribution (chi-square goodness of fit,
 p > 1e-3); the old dialogues kept whole must not (p < 1e-6), which shows the test has power.
 Agent 0's turn 2 of the reused draw continues from the keys and values it computed over turn 0
-in the previous draw (``[sampler] keep_contexts``), so the fit checks that path as well.
+in the previous draw (``[sampler] kept_contexts_mb``), so the fit checks that path as well.
 """
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ def test_prefix_reuse_matches_full_resampling():
         reused = sampler.sample(new_team, previous=previous, updated_agent=1)
     fresh = sampler.sample(new_team)
     # Agent 0, unchanged, read turn 0 in the previous draw: its turn 2 continues from those
-    # keys and values ([sampler] keep_contexts), so the fit below covers that path too.
+    # keys and values ([sampler] kept_contexts_mb), so the fit below covers that path too.
     assert profile.counts["kept context positions"] >= EPISODES
 
     assert reused.reused_turns == EPISODES  # turn 0 of every episode was kept
