@@ -324,10 +324,11 @@ class ShardedSampler(DialogueSampler):
         seeds = [int(self.rng.integers(2**31)) for _ in range(self.shards)]
         episodes = []
         generated = 0
-        for shard, shard_episodes in zip(self.local_shards, local, strict=True):
-            played, tokens = self.play(team, shard_episodes, seed=seeds[shard])
-            episodes.extend(played)
-            generated += tokens
+        with self.drawing(team, continues=reusable):  # each rank keeps its own shards' contexts
+            for shard, shard_episodes in zip(self.local_shards, local, strict=True):
+                played, tokens = self.play(team, shard_episodes, seed=seeds[shard])
+                episodes.extend(played)
+                generated += tokens
         rollouts = self.finish(team, episodes, generated, reused, started)
         together = self.collective
         values = {f.name: getattr(rollouts, f.name) for f in dataclasses.fields(DialogueRollouts)}
