@@ -39,6 +39,7 @@ BAD_VALUES: dict[tuple[str, str], str] = {
     ("sampler", "seed"): "-1",
     ("sampler", "signal_groups"): "-1",
     ("sampler", "max_draws"): "-1",
+    ("sampler", "kept_contexts_mb"): "-1",
     ("updater", "learning_rate"): "0.0",
     ("updater", "steps"): "0",
     ("updater", "clip_eps"): "0.0",
