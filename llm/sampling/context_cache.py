@@ -124,27 +124,28 @@ class ContextCaches:
     def admits(self, layers: LayerTensors) -> bool:
         """Whether the contexts of a generation call whose cache is ``layers`` may be kept:
         they point into it, so it is held whole, within ``limit_bytes`` in all."""
-        if any(identity == id(layers) for identity, _ in self._held()):
+        held = self._held()
+        if id(layers) in held:
             return True
-        return self.held_bytes + _nbytes(layers) <= self.limit_bytes
+        return sum(map(_nbytes, held.values())) + _nbytes(layers) <= self.limit_bytes
 
     def keep(self, key: SnapshotKey, context: Sequence[int], source: ContextSource) -> None:
         """Keep that snapshot ``key`` read ``context``, whose keys and values ``source`` holds."""
         self._current.setdefault(key, SpeakerContexts()).keep(context, source)
 
-    def _held(self) -> list[tuple[int, LayerTensors]]:
-        held = {
+    def _held(self) -> dict[int, LayerTensors]:
+        """The caches the kept contexts point into, by identity (each counted once)."""
+        return {
             identity: layers
             for draw in (self._current, self._previous)
             for kept in draw.values()
             for identity, layers in kept.caches.items()
         }
-        return list(held.items())
 
     @property
     def held_bytes(self) -> int:
         """Memory the kept contexts hold: the caches of the generation calls they point into."""
-        return sum(_nbytes(layers) for _, layers in self._held())
+        return sum(map(_nbytes, self._held().values()))
 
     @property
     def size(self) -> int:

@@ -199,7 +199,6 @@ def _cached_layout(
             if source is not None and length > len(prompts[row]):
                 sources[row] = (source.layers, source.row, source.positions[:length])
     missing = [row for row in range(rows) if sources[row] is None]
-    keepable = True
     if missing:
         distinct = list(dict.fromkeys(prompts[row] for row in missing))
         prompt_width = max(len(p) for p in distinct)
@@ -218,13 +217,15 @@ def _cached_layout(
                 )
             )
         prompt_layers = _layer_tensors(prompt_cache)
-        if prompt_layers is None or len(missing) == rows:
+        if len(missing) == rows:
             # No kept row: one cache row per context from the prompts' own cache.
             group_of = [distinct.index(prompts[row]) for row in range(rows)]
             prompt_cache.reorder_cache(torch.tensor(group_of, device=device))
             return _finish_layout(
                 contexts, prompts, chat, prompt_cache, prompt_width, prompt_layers is not None
             )
+        # Kept rows exist only where earlier calls' caches were plain layers, as this one's is.
+        assert prompt_layers is not None
         for row in missing:
             prompt = prompts[row]
             start = prompt_width - len(prompt)
@@ -267,7 +268,7 @@ def _cached_layout(
         "kept context positions", sum(len(p) for r, (_, _, p) in enumerate(ready) if r not in fresh)
     )
     return _finish_layout(
-        contexts, cached_prefixes, chat, DynamicCache(assembled), cached_width, keepable
+        contexts, cached_prefixes, chat, DynamicCache(assembled), cached_width, True
     )
 
 

@@ -292,7 +292,7 @@ def methods_with_runs(named: list[str], results: Path) -> list[str]:
     found = {
         path.stem.rpartition("-s")[0]
         for path in results.glob("*-s*.json")
-        if path.stem.rpartition("-s")[2].isdigit()
+        if path.stem.rpartition("-s")[2].isdigit() and not path.stem.startswith("untrained_")
     }
     return [*named, *sorted(found - set(named))]
 
