@@ -11,6 +11,7 @@ that into exit code 2. ``ConfigError`` is the only exception the parser raises o
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import math
 import re
@@ -264,12 +265,31 @@ def check_run_name(name: str, where: str) -> None:
         raise ConfigError(f"{where}: {rule.expected}, got {name!r}")
 
 
+def did_you_mean(written: str, known: typing.Iterable[str]) -> str:
+    """``"; did you mean 'stages'?"`` for the known name closest to a misspelt one (difflib's
+    ratio, at least 0.6), else "": a list of every key does not say which one was meant."""
+    close = difflib.get_close_matches(written, list(known), n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
 @dataclass(frozen=True)
 class Locator:
-    """Turns (section, key) into ``file:line: [section] key`` for messages."""
+    """Turns (section, key) into ``file:line: [section] key`` for messages, or, for a value
+    given on the command line (``overridden``), into ``--set section.key``."""
 
     source: str
     text: str = ""
+    overridden: frozenset[tuple[str, str]] = frozenset()
+    """(section, key) of every ``--set`` value: its errors name the option, not the file."""
+
+    def place(self, section: str, key: str | None = None) -> str:
+        """Where a section (or one of its keys) was written: ``--set`` or the file."""
+        if key is not None and (section, key) in self.overridden:
+            return f"--set {section}.{key}"
+        if key is None and any(written == section for written, _ in self.overridden):
+            if self.line_of(section, None) is None:
+                return f"--set {section}"
+        return self.source
 
     def line_of(self, section: str, key: str | None) -> int | None:
         current = None
@@ -286,6 +306,8 @@ class Locator:
         return None
 
     def __call__(self, section: str, key: str | None = None) -> str:
+        if key is not None and (section, key) in self.overridden:
+            return self.place(section, key)
         number = self.line_of(section, key)
         place = f"{self.source}:{number}" if number else self.source
         return f"{place}: [{section}]" + (f" {key}" if key is not None else "")
@@ -368,7 +390,10 @@ def _section(cls: type, data: Any, name: str, locate: Locator) -> Any:
         if (name, key) in DERIVED_KEYS:
             raise ConfigError(f"{where}: not a key of its own; it is {DERIVED_KEYS[(name, key)]}")
         if key not in known:
-            raise ConfigError(f"{where}: unknown key {key!r} (known keys: {', '.join(known)})")
+            raise ConfigError(
+                f"{where}: unknown key {key!r}{did_you_mean(key, known)} (known keys: "
+                f"{', '.join(known)})"
+            )
         values[key] = _coerce(value, hints[key], where)
     try:
         return cls(**values)
@@ -604,16 +629,22 @@ CROSS_SECTION_RULES: tuple[Callable[[RunConfig], None], ...] = (
 """What no section can check alone: keys that must agree across sections."""
 
 
-def config_from_dict(data: Any, source: str, text: str = "") -> RunConfig:
-    """Validate parsed TOML/JSON ``data``; ``text`` (the file's text) lets messages give lines."""
-    locate = Locator(source, text)
+def config_from_dict(
+    data: Any, source: str, text: str = "", overridden: frozenset[tuple[str, str]] = frozenset()
+) -> RunConfig:
+    """Validate parsed TOML/JSON ``data``; ``text`` (the file's text) lets messages give lines;
+    ``overridden``: the (section, key) pairs given by ``--set`` (their errors name it)."""
+    locate = Locator(source, text, overridden)
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: expected a table of sections, got {type(data).__name__}")
     hints = typing.get_type_hints(RunConfig)
     sections = {}
     for name, value in data.items():
         if name not in hints:
-            raise ConfigError(f"{source}: unknown section [{name}] (known: {', '.join(hints)})")
+            raise ConfigError(
+                f"{locate.place(name)}: unknown section [{name}]{did_you_mean(name, hints)} "
+                f"(known: {', '.join(hints)})"
+            )
         sections[name] = _section(hints[name], value, name, locate)
     config = RunConfig(**sections)
     check_consistent(config, locate)
@@ -674,7 +705,7 @@ def _read_toml_chain(path: Path, seen: tuple[Path, ...]) -> tuple[dict[str, Any]
         return data, text
     if not isinstance(parent, str):
         raise ConfigError(f"{path}: {EXTENDS} must be a path string, got {parent!r}")
-    parent_path = (path.parent / parent).resolve()
+    parent_path = _parent_config(path, parent)
     if parent_path in seen:
         raise ConfigError(f"{path}: {EXTENDS} = {parent!r} makes a cycle")
     base, base_text = _read_toml_chain(parent_path, (*seen, parent_path))
@@ -688,6 +719,22 @@ def _read_toml_chain(path: Path, seen: tuple[Path, ...]) -> tuple[dict[str, Any]
         if isinstance(named, str):
             base["task"] = {**task, "directory": str((parent_path.parent / named).resolve())}
     return _merged(base, data), text
+
+
+def _parent_config(path: Path, parent: str) -> Path:
+    """The file ``extends = parent`` (in ``path``) names: a path relative to ``path``'s folder
+    where one exists (an existing path always wins), else a shipped config of that name, as
+    ``--config`` finds one (``extends = "smoke"`` from any folder)."""
+    local = path.parent / parent
+    if local.exists():
+        return local.resolve()
+    shipped = packaged_config(Path(parent))
+    if shipped is None:
+        raise ConfigError(
+            f"{path}: {EXTENDS} = {parent!r}: no such config file (looked for {local} and for a "
+            f"shipped config of that name; the shipped configs: {', '.join(packaged_config_names())})"
+        )
+    return shipped.resolve()
 
 
 def _reads_files(task: dict[str, Any]) -> bool:
@@ -709,6 +756,22 @@ def packaged_config_names() -> list[str]:
     )
 
 
+def _packaged_path(path: Path) -> Path:
+    """Where the shipped config named ``path`` would be (``configs/`` prefix and ``.toml``
+    suffix optional)."""
+    parts = path.parts[1:] if path.parts[:1] == ("configs",) and len(path.parts) > 1 else path.parts
+    packaged = PACKAGED_CONFIGS.joinpath(*parts)
+    return packaged if packaged.suffix == ".toml" else packaged.with_name(packaged.name + ".toml")
+
+
+def packaged_config(path: Path) -> Path | None:
+    """The shipped config named ``path`` (``smoke``, ``chain/chain4_teamtr``), None if none."""
+    if path.is_absolute() or ".." in path.parts or not path.parts:
+        return None
+    packaged = _packaged_path(path)
+    return packaged if packaged.is_file() else None
+
+
 def find_config(name: str | Path) -> Path:
     """The TOML file ``name`` stands for: the path itself where it exists (an existing path
     always wins), else the packaged config of that name (``default``, ``chain/chain4_teamtr``,
@@ -726,14 +789,12 @@ def find_config(name: str | Path) -> Path:
             f"{path}: no such config file (a path, so not a packaged config; the packaged "
             f"configs, in {PACKAGED_CONFIGS}: {names})"
         )
-    parts = path.parts[1:] if path.parts[:1] == ("configs",) and len(path.parts) > 1 else path.parts
-    packaged = PACKAGED_CONFIGS.joinpath(*parts)
-    if packaged.suffix != ".toml":
-        packaged = packaged.with_name(packaged.name + ".toml")
-    if packaged.is_file():
+    packaged = packaged_config(path)
+    if packaged is not None:
         return packaged
     raise ConfigError(
-        f"{path}: no such config file (looked for {path} in {Path.cwd()} and for {packaged}; "
+        f"{path}: no such config file (looked for {path} in {Path.cwd()} and for "
+        f"{_packaged_path(path)}; "
         f"the packaged configs, in {PACKAGED_CONFIGS}: {names})"
     )
 
@@ -750,18 +811,86 @@ def with_task_directory(config: RunConfig, path: Path) -> RunConfig:
     return dataclasses.replace(config, task=dataclasses.replace(config.task, directory=directory))
 
 
-def load_config(path: str | Path) -> RunConfig:
+Override = tuple[str, str, Any]
+"""One ``--set SECTION.KEY=VALUE``: the section, the key and the value, parsed as TOML."""
+
+
+def parse_override(text: str) -> Override:
+    """``SECTION.KEY=VALUE`` as (section, key, value); VALUE is a TOML value (``1``, ``0.05``,
+    ``true``, ``[1, 2]``, ``"text"``), and a bare word that is not one is read as a string
+    (``run.name=probe``), as Hydra and TRL's parser read theirs. What the value must be is
+    checked later, by the same rules as a file's (``config_from_dict``)."""
+    setting, equals, written = text.partition("=")
+    section, dot, key = setting.strip().partition(".")
+    if not equals or not dot or not section or not re.fullmatch(r"[A-Za-z_]\w*", key.strip()):
+        raise ConfigError(f"--set {text}: expected SECTION.KEY=VALUE, e.g. stage.stages=1")
+    written = written.strip()
+    try:
+        value = tomllib.loads(f"value = {written}")["value"]
+    except tomllib.TOMLDecodeError:
+        if not written or written[0] in "[{\"'":
+            raise ConfigError(
+                f"--set {text}: {written!r} is not a TOML value (a number, true/false, a "
+                '"string", a [list] or an {inline = "table"})'
+            ) from None
+        value = written
+    return section, key.strip(), value
+
+
+RESUMABLE_KEYS = frozenset(
+    {
+        ("stage", "stages"),
+        ("run", "time_budget_minutes"),
+        ("run", "eval_every"),
+        ("run", "checkpoint_every"),
+        ("run", "threads"),
+        ("run", "device"),
+    }
+)
+"""The keys ``--set`` may change when a run resumes: how long it goes on, how often it is
+evaluated and saved, where it runs. Every other key would make the resumed stages those of
+another run than the one its checkpoints and metrics belong to."""
+
+
+def require_resumable_overrides(overrides: typing.Sequence[Override]) -> None:
+    """A ``ConfigError`` naming the first ``--set`` key a resumed run cannot change."""
+    for section, key, _ in overrides:
+        if (section, key) not in RESUMABLE_KEYS:
+            allowed = ", ".join(f"{s}.{k}" for s, k in sorted(RESUMABLE_KEYS))
+            raise ConfigError(
+                f"--set {section}.{key}: cannot change when a run resumes (its checkpoints "
+                f"were trained with the recorded value); a resumed run may change {allowed}"
+            )
+
+
+def _with_overrides(data: dict[str, Any], overrides: typing.Sequence[Override]) -> dict[str, Any]:
+    """``data`` with every ``--set`` value in place (the last of a key's wins)."""
+    merged = dict(data)
+    for section, key, value in overrides:
+        table = merged.get(section, {})
+        merged[section] = {**table, key: value} if isinstance(table, dict) else {key: value}
+    return merged
+
+
+def load_config(path: str | Path, overrides: typing.Sequence[Override] = ()) -> RunConfig:
     """Read and validate a TOML (or a run directory's resolved JSON) configuration.
 
     ``path`` is a file, or the name of a packaged config (``find_config``: ``default``,
-    ``chain/chain4_teamtr``). A TOML file may start with ``extends = "other.toml"``: its values
-    then override those of the other file (itself validated first), section by section and key
-    by key.
+    ``chain/chain4_teamtr``). A TOML file may start with ``extends = "other.toml"`` (or the
+    name of a shipped config, ``extends = "smoke"``): its values then override those of the
+    other file (itself validated first), section by section and key by key. ``overrides``
+    (``--set``, ``parse_override``) replace single keys last, checked as the file's are.
     """
     path = Path(path)
+    overridden = frozenset((section, key) for section, key, _ in overrides)
     if path.suffix != ".json":
         path = find_config(path)
         data, text = _read_toml_chain(path, (path.resolve(),))
-        return with_task_directory(config_from_dict(data, str(path), text), path)
+        data = _with_overrides(data, overrides)
+        config = config_from_dict(data, str(path), text, overridden)
+        return with_task_directory(config, path)
     text = _read_text(path)
-    return config_from_dict(_parse(path, text), str(path), text)
+    data = _parse(path, text)
+    if overrides and isinstance(data, dict):
+        data = _with_overrides(data, overrides)
+    return config_from_dict(data, str(path), text, overridden)

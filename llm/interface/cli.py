@@ -29,7 +29,7 @@ from typing import Any, NoReturn
 
 from llm.common.config import ConfigError, check_run_name, load_config
 from llm.common.devices import DEVICE_CHOICES, DEVICE_PATTERN
-from llm.interface.cli_args import integer_at_least
+from llm.interface.cli_args import add_set_option, integer_at_least
 from llm.models.loading import IncompatibleTeamError, ModelNotAvailableError
 from llm.problems.tasks import TaskError, load_jsonl
 from llm.training.checkpoint import RunDirectoryError
@@ -96,6 +96,7 @@ def _parser() -> argparse.ArgumentParser:
         help="data-parallel on N local processes: starts `torchrun --nproc-per-node N -m teamtr "
         "train ...` (gloo on the CPU, NCCL on CUDA; see llm/training/distributed.py)",
     )
+    add_set_option(train)
     _check_flag(train)
     evaluate = commands.add_parser("eval", help="evaluate a trained or untrained team")
     source = evaluate.add_mutually_exclusive_group(required=True)
@@ -123,6 +124,7 @@ def _parser() -> argparse.ArgumentParser:
         help=f"K: adds pass@K and majority vote (at most {MAX_SAMPLES})",
     )
     evaluate.add_argument("--no-progress", action="store_true", help="hide progress bars and lines")
+    add_set_option(evaluate)
     _check_flag(evaluate)
     from llm.interface.swap import add_arguments as add_swap_arguments
 
@@ -146,10 +148,10 @@ def _train_config(args: argparse.Namespace, world_size: int):
     if args.resume is not None:
         if args.name or args.seed is not None or args.output_dir is not None:
             raise ConfigError("--name, --seed and --output-dir cannot be combined with --resume")
-        config = resumable_config(Path(args.resume), world_size)
+        config = resumable_config(Path(args.resume), world_size, args.set)
         source = str(Path(args.resume) / "config.json")
     else:
-        config = load_config(args.config)
+        config = load_config(args.config, args.set)
         source = args.config
         if args.name is not None:
             check_run_name(args.name, "--name")
@@ -241,7 +243,11 @@ def _train(args: argparse.Namespace, argv: list[str]) -> int:
         progress = not args.no_progress
         if args.resume is not None:
             run_dir = resume(
-                args.resume, progress=progress, collective=collective, device=args.device
+                args.resume,
+                progress=progress,
+                collective=collective,
+                device=args.device,
+                overrides=args.set,
             )
         else:
             stem = Path(args.config).stem
@@ -355,11 +361,11 @@ def _eval(args: argparse.Namespace) -> int:
     if args.run is not None:
         run_dir = Path(args.run)
         run_format(run_dir)  # a foreign or newer run directory fails before anything loads
-        config = load_config(run_dir / "config.json")
+        config = load_config(run_dir / "config.json", args.set)
         n_agents = config.team.n_policies
         found = find_policies(run_dir, args.step, n_agents)  # read and verified, no model
     else:
-        config = load_config(args.config)
+        config = load_config(args.config, args.set)
     problems = load_jsonl(args.data) if args.data is not None else problem_sources(config)[1]
     if not problems:
         raise ConfigError("no evaluation problems: pass --data or use a config with a test set")

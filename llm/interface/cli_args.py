@@ -1,13 +1,16 @@
 """Argument types of the ``teamtr`` language-model commands: each number has a range.
 
 Shared by ``llm.interface.cli`` (``train``, ``eval``) and ``llm.interface.swap`` (``swap``); argparse turns the
-``ArgumentTypeError`` they raise into a one-line error naming the option.
+``ArgumentTypeError`` they raise into a one-line error naming the option. ``add_set_option``
+gives a command ``--set SECTION.KEY=VALUE``, in one line wherever a command reads a config.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+
+from llm.common.config import ConfigError, Override, parse_override
 
 
 def integer_at_least(lowest: int, highest: int | None = None):
@@ -37,3 +40,26 @@ def positive_number(text: str) -> float:
     if not (math.isfinite(value) and value > 0):
         raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
     return value
+
+
+def _override(text: str) -> Override:
+    try:
+        return parse_override(text)
+    except ConfigError as error:  # argparse shows an ArgumentTypeError's own message
+        raise argparse.ArgumentTypeError(str(error).removeprefix(f"--set {text}: ")) from None
+
+
+def add_set_option(parser: argparse.ArgumentParser) -> None:
+    """``--set SECTION.KEY=VALUE`` (repeatable) on a command that reads a config: one key
+    changed without a file of one's own (TRL's parser and Hydra's overrides do the same).
+    The values arrive as ``args.set`` (a list of ``llm.common.config.Override``) for
+    ``load_config(path, args.set)``, which checks them by the rules a file's keys follow."""
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        type=_override,
+        metavar="SECTION.KEY=VALUE",
+        help="override one config key, its value written as in TOML, e.g. --set stage.stages=1 "
+        "(repeatable; checked as the file's keys are)",
+    )

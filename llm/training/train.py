@@ -21,7 +21,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import replace
 from datetime import datetime
@@ -30,7 +30,13 @@ from typing import Any, TextIO
 
 from llm.common import profiling
 from llm.common.collective import Collective
-from llm.common.config import ConfigError, RunConfig, load_config
+from llm.common.config import (
+    ConfigError,
+    Override,
+    RunConfig,
+    load_config,
+    require_resumable_overrides,
+)
 from llm.common.progress import StageProgress
 from llm.models.agents import LoraTeam
 from llm.training.builder import Components, build, configured_task
@@ -161,16 +167,19 @@ def resume(
     progress: bool = True,
     collective: Collective | None = None,
     device: str | None = None,
+    overrides: Sequence[Override] = (),
 ) -> Path:
     """Continue a run from its newest valid checkpoint, exactly as if it had not stopped.
 
     The process that writes the run (rank 0 of a data-parallel run, which resumes with the
     number of processes it was started with) takes the run lock and cleans up interrupted
     writes first. ``device`` overrides the run's ``[run] device`` (checkpoints are read onto
-    any device).
+    any device); ``overrides`` (``--set``) the keys a resumed run may change
+    (``RESUMABLE_KEYS``), recorded in its config.json.
     """
     run_dir = Path(run_dir)
-    config = resumable_config(run_dir, collective.world_size if collective else 1)
+    config = resumable_config(run_dir, collective.world_size if collective else 1, overrides)
+    recorded = json.dumps(config.to_dict(), indent=2).encode()
     if device is not None:
         config = replace(config, run=replace(config.run, device=device))
     writes = collective is None or collective.is_main
@@ -194,6 +203,8 @@ def resume(
                     f"{run_dir}: already complete after {latest.point.stage} stages; nothing to do"
                 )
             return run_dir
+        if writes and overrides:  # the run goes on with them: its record says so
+            write_atomically(run_dir / "config.json", recorded)
         parts = build(config, collective, progress)
         # Stopped before its first checkpoint: the rebuilt run is exactly the original start.
         point = latest.point or ResumePoint.capture(
@@ -231,13 +242,17 @@ def _log_resumed(run_dir: Path, latest: LatestCheckpoint, stage: int) -> None:
     )
 
 
-def resumable_config(run_dir: Path, world_size: int = 1) -> RunConfig:
-    """The config of a run directory that can be resumed by ``world_size`` processes."""
+def resumable_config(
+    run_dir: Path, world_size: int = 1, overrides: Sequence[Override] = ()
+) -> RunConfig:
+    """The config of a run directory that can be resumed by ``world_size`` processes, with the
+    ``--set`` values a resumed run may change (any other is a ``ConfigError``)."""
+    require_resumable_overrides(overrides)
     if not run_dir.is_dir():
         raise RunDirectoryError(f"{run_dir}: no such run directory")
     require_resumable(run_dir)
     require_same_world(run_dir, world_size)
-    return load_config(run_dir / "config.json")
+    return load_config(run_dir / "config.json", overrides)
 
 
 def _failure(check: Any, *args: Any) -> Exception | None:
