@@ -17,8 +17,10 @@ are looked up in ``[task] directory`` (the config file's folder unless set) firs
 from __future__ import annotations
 
 import contextlib
+import csv
 import dataclasses
 import importlib
+import io
 import os
 import re
 import sys
@@ -158,12 +160,13 @@ def _from_dataset(settings: TaskSettings) -> Task:
     )
     if not settings.reward:  # the default reward compares with math-verify: check every answer
         for where, problems in (("train_file", train), ("test_file", test)):
-            for row, problem in enumerate(problems):
+            for problem in problems:
                 if not reference_parses(problem.answer):
                     raise TaskDataError(
-                        f"[task] {where} row {row}: answer {problem.answer!r:.40} is not a number "
-                        "or expression math-verify can parse; give [task] reward = "
-                        '"module:function" to score answers of another kind'
+                        f"[task] {where}: {problem.origin}: answer {problem.answer!r:.40} is not "
+                        "a number or expression math-verify can parse; give [task] reward = "
+                        '"exact_match" (or another of llm.rewards, or "module:function") to '
+                        "score answers of another kind"
                     )
     return Task(train, test, name=Path(settings.train_file).name)
 
@@ -192,22 +195,79 @@ def read_problems(settings: TaskSettings, name: str, key: str) -> list[Problem]:
             )
     if len(rows) == 0:
         raise TaskDataError(f"{key}: {path}: no rows")
+    places = row_places(path, data_format, len(rows))
     problems = []
-    for index, row in enumerate(rows):
+    for place, row in zip(places, rows, strict=True):
         question = row[settings.question_column]
+        if question is None:
+            raise TaskDataError(f"{key}: {place}: no {settings.question_column!r} in this row")
         if not isinstance(question, str) or not question.strip():
             raise TaskDataError(
-                f"{key}: {path} row {index}: column {settings.question_column!r} must be "
-                f"non-empty text, got {question!r:.40}"
+                f"{key}: {place}: {settings.question_column!r} must be non-empty text, got "
+                f"{question!r:.40}"
             )
-        answer = row[settings.answer_column] if settings.answer_column else ""
-        answer = "" if answer is None else str(answer)
-        if "####" in answer:  # GSM8K writes the reasoning, then "#### <final answer>"
-            answer = answer.split("####")[-1]
+        answer = _answer_of(row, settings.answer_column, f"{key}: {place}")
         notes = tuple("" if row[c] is None else str(row[c]) for c in settings.notes_columns)
         metadata = {c: v for c, v in row.items() if c not in wanted}
-        problems.append(Problem(question.strip(), answer.strip(), notes=notes, metadata=metadata))
+        problems.append(
+            Problem(question.strip(), answer, notes=notes, metadata=metadata, origin=place)
+        )
     return problems
+
+
+def _answer_of(row: dict[str, Any], column: str, where: str) -> str:
+    """A row's reference answer: every row has one, unless the task says it has none
+    (``answer_column = ""``: its reward needs no reference); GSM8K's "reasoning #### answer"
+    is cut to the answer."""
+    if not column:
+        return ""
+    answer = row[column]
+    if answer is None or not str(answer).strip():
+        missing = f"no {column!r} in this row" if answer is None else f"{column!r} is empty"
+        raise TaskDataError(
+            f"{where}: {missing}; every row needs an answer (for a task without reference "
+            'answers, set [task] answer_column = "" and give a reward that needs none)'
+        )
+    answer = str(answer)
+    if "####" in answer:  # GSM8K writes the reasoning, then "#### <final answer>"
+        answer = answer.split("####")[-1]
+    return answer.strip()
+
+
+def row_places(path: Path, data_format: str, count: int) -> list[str]:
+    """Where each of a data file's ``count`` rows was written, as a user's editor shows it:
+    ``file:LINE`` (1-based) where rows are lines (JSONL, CSV with its header), else
+    ``file row N`` (a JSON array, Parquet)."""
+    lines: list[int] = []
+    if data_format in ("json", "csv"):
+        with contextlib.suppress(OSError, UnicodeDecodeError, csv.Error):
+            text = path.read_text(encoding="utf-8")
+            lines = _csv_record_lines(text) if data_format == "csv" else _jsonl_lines(text)
+    if len(lines) == count:
+        return [f"{path}:{line}" for line in lines]
+    return [f"{path} row {index + 1}" for index in range(count)]
+
+
+def _jsonl_lines(text: str) -> list[int]:
+    """The 1-based lines of a JSONL file's objects (blank lines hold none); [] for a file
+    that is not one object a line (a JSON array)."""
+    numbered = [(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+    if not all(line.lstrip().startswith("{") for _, line in numbered):
+        return []
+    return [n for n, _ in numbered]
+
+
+def _csv_record_lines(text: str) -> list[int]:
+    """The 1-based line on which each record after a CSV file's header starts (a quoted
+    field may span lines; blank lines hold no record)."""
+    reader = csv.reader(io.StringIO(text))
+    starts: list[int] = []
+    next_start = 1
+    for record in reader:
+        if record:
+            starts.append(next_start)
+        next_start = reader.line_num + 1
+    return starts[1:]
 
 
 def _load_rows(path: Path, data_format: str, key: str):

@@ -34,6 +34,7 @@ the function, the problem and the dialogue.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import math
 import numbers
@@ -196,8 +197,8 @@ class Task:
                         f"task {self.name!r}: {where} holds {type(bad).__name__} {bad!r:.60}; "
                         "expected llm.Problem(question, answer, ...)"
                     )
-            object.__setattr__(self, "train", problems)
-        object.__setattr__(self, "test", tuple(self.test))
+            object.__setattr__(self, "train", _with_origins(problems, "train"))
+        object.__setattr__(self, "test", _with_origins(tuple(self.test), "test"))
         for field_name in ("reward", "metric", "bonus", "split"):
             value = getattr(self, field_name)
             if value is not None and not callable(value):
@@ -268,10 +269,31 @@ class Task:
         return value
 
 
+def _with_origins(problems: tuple[Problem, ...], split: str) -> tuple[Problem, ...]:
+    """``problems`` each with its ``origin``: where it was written, else its index in the
+    task's list (``train[12]``), so that a reward's error names the row it failed on."""
+    if all(problem.origin for problem in problems if isinstance(problem, Problem)):
+        return problems
+    return tuple(
+        dataclasses.replace(problem, origin=f"{split}[{index}]")
+        if isinstance(problem, Problem) and not problem.origin
+        else problem
+        for index, problem in enumerate(problems)
+    )
+
+
 def _where(function: object, dialogue: Dialogue, role: str) -> str:
-    question = dialogue.problem.question
+    """The reward (or metric) and the row it was called on: its origin (file:line, or its
+    index in the task), question, notes and the dialogue."""
+    problem = dialogue.problem
+    question = problem.question
     shown = question if len(question) <= 60 else question[:57] + "..."
-    return f"{role} {name_of(function)} on problem {shown!r} (dialogue: {dialogue.one_line()}): "
+    row = f"{problem.origin} " if problem.origin else ""
+    notes = f", notes {list(problem.notes)!r:.120}" if any(problem.notes) else ""
+    return (
+        f"{role} {name_of(function)} on problem {row}{shown!r}{notes} "
+        f"(dialogue: {dialogue.one_line()}): "
+    )
 
 
 def _called(function: Callable[[Dialogue], object], dialogue: Dialogue, role: str) -> object:

@@ -54,6 +54,10 @@ class Problem:
     metadata: Mapping[str, Any] = field(default_factory=dict, hash=False)
     """Anything else a task's reward needs to know about the problem (its own keys; a
     dataset's extra columns). Read by rewards only: no other part of a run looks at it."""
+    origin: str = field(default="", compare=False)
+    """Where the problem was written, for messages: ``train.csv:3`` (a data file's 1-based
+    line), ``train[12]`` (the index in a Python task's list); "" for a drawn one. A reward
+    that fails on one row is named by it: questions alone may share their first words."""
 
 
 def split_of(question: str) -> Split:
@@ -325,7 +329,9 @@ def _load_jsonl(name: str, _content_digest: str) -> tuple[Problem, ...]:
                 f"got {type(record).__name__}"
             )
         problem = Problem(
-            _text_field(record, "question", where), _text_field(record, "answer", where)
+            _text_field(record, "question", where),
+            _text_field(record, "answer", where),
+            origin=where,
         )
         _check_answer(problem.answer, where)
         problems.append(problem)

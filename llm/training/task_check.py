@@ -8,7 +8,10 @@ bonus and the metric on every one, through the same checked calls a run makes
 wrong number of per-turn rewards fails here, with the same one line, before any real model
 loads. It also checks that the reward is deterministic on a fixed dialogue (the same dialogue
 scored twice), that held-out scores lie in [0, 1], and, where the task declares a split, that
-no drawn training problem is a test problem.
+no drawn training problem is a test problem. Then it calls the reward on a dialogue of every
+training problem, and the metric on one of every test problem (those messages, given each
+problem in turn; ``CHECKED_ROWS``, ``CHECK_SECONDS``), so that a reward failing on one row in
+fifty fails here, named by its row, and not in the middle of a run.
 
 Random models write random text, so what the reward returns here says nothing of a trained
 team's; what is checked is that it returns something a run can use.
@@ -17,6 +20,7 @@ team's; what is checked is that it returns something a run can use.
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -28,6 +32,10 @@ from llm.models.loading import tiny_char_tokenizer
 from llm.problems.task import Dialogue, RewardError, Task, TaskError, reported
 from llm.problems.tasks import Problem, identity_of
 
+CHECKED_ROWS = 10_000
+"""At most this many problems of each split have their reward (or metric) called."""
+CHECK_SECONDS = 30.0
+"""...or for at most this long: a reward that asks a judge model must not make a check slow."""
 CHECK_MESSAGE_TOKENS = 6
 """The longest message of a checked dialogue: a random model's text, kept short."""
 TINY_POSITIONS = 1024
@@ -49,6 +57,8 @@ class TaskCheck:
     warnings: tuple[str, ...] = field(default=())
     train_problems: int | None = None
     """How many training problems the task holds; None where a function draws them."""
+    rows_scored: tuple[int, int] = (0, 0)
+    """Training and test problems whose reward (metric) was called on a dialogue of theirs."""
 
     def lines(self) -> list[str]:
         low, high = self.reward_range
@@ -67,6 +77,11 @@ class TaskCheck:
                 else ""
             )
         ]
+        train_rows, test_rows = self.rows_scored
+        lines.append(
+            f"reward called on a dialogue of {train_rows} training problems and metric on "
+            f"{test_rows} held out (at most {CHECKED_ROWS} each, {CHECK_SECONDS:g} s)"
+        )
         return lines + [f"warning: {w}" for w in self.warnings]
 
 
@@ -114,6 +129,11 @@ def check_task(
         )
     played = _played(task, tiny, train_played, test_played, dialogues, seed)
     rewards, scores, per_turn = _scored_twice(task, played)
+    texts = [dialogue for _, dialogue in played]
+    rows_scored = (
+        _scored_on_every_row(task, texts, task.known_train or tuple(train), held_out=False),
+        _scored_on_every_row(task, texts, test, held_out=True),
+    )
     return TaskCheck(
         task=task.name,
         train_drawn=len(train),
@@ -124,7 +144,28 @@ def check_task(
         score_range=(min(scores), max(scores)) if scores else None,
         warnings=tuple(warnings),
         train_problems=train_problems,
+        rows_scored=rows_scored,
     )
+
+
+def _scored_on_every_row(
+    task: Task, played: Sequence[Dialogue], problems: Sequence[Problem], held_out: bool
+) -> int:
+    """How many ``problems`` (up to ``CHECKED_ROWS``, or ``CHECK_SECONDS``) had their reward
+    (their metric, ``held_out``) called on a dialogue of theirs: the messages a tiny model
+    played, given each problem in turn. A reward that fails on one row in fifty fails here,
+    named by that row, and not fifty stages into a run."""
+    started = time.monotonic()
+    for index, problem in enumerate(problems[:CHECKED_ROWS]):
+        if time.monotonic() - started > CHECK_SECONDS:
+            return index
+        text = played[index % len(played)]
+        dialogue = Dialogue(problem, text.messages, text.speakers)
+        if held_out:
+            task.score(dialogue)
+        else:
+            task.training_reward(dialogue)
+    return min(len(problems), CHECKED_ROWS)
 
 
 def _team_of(task: Task, config: RunConfig | None) -> RunConfig:
