@@ -133,6 +133,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     add_swap_arguments(swap)
     _check_flag(swap)
+    from llm.interface.chat import add_arguments as add_chat_arguments
+    from llm.interface.export import add_arguments as add_export_arguments
+
+    add_chat_arguments(commands.add_parser("chat", help="ask a trained team a question"))
+    add_export_arguments(
+        commands.add_parser("export", help="write a trained team as PEFT adapters for vLLM")
+    )
     return parser
 
 
@@ -428,6 +435,14 @@ def main(argv: list[str]) -> int:
             return _train(args, argv)
         if args.command == "eval":
             return _eval(args)
+        if args.command == "chat":
+            from llm.interface.chat import run_chat
+
+            return run_chat(args)
+        if args.command == "export":
+            from llm.interface.export import run_export
+
+            return run_export(args)
         from llm.interface.swap import run_swap
 
         return run_swap(args)

@@ -18,3 +18,13 @@ SWAP = Command(
     "llm.interface.cli",
     forward_argv=True,
 )
+CHAT = Command(
+    "ask a trained team a question of one's own (one dialogue, or a prompt loop)",
+    "llm.interface.cli",
+    forward_argv=True,
+)
+EXPORT = Command(
+    "write a trained team as PEFT adapters, team.json and a vLLM serve line",
+    "llm.interface.cli",
+    forward_argv=True,
+)

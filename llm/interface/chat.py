@@ -1,0 +1,108 @@
+"""``teamtr chat``: a trained team answers a question of one's own, turn by turn.
+
+``teamtr chat --run DIR --question "..." [--note TEXT]...`` plays one dialogue (greedy, as the
+run's evaluation plays) and prints each turn with its speaker; without ``--question`` it reads
+questions from the terminal, one a line, until an empty line or end of input. ``--json``
+writes every dialogue played with each message's token ids and their log-probabilities under
+the speaker's policy (what ``docs/examples/exported_team/play_with_peft.py`` is checked
+against). The run, the step, the notes and the ``--json`` path are checked before the model
+loads; a bad one is one ``error:`` line and exit code 2 (``llm.interface.cli``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from llm.common.config import ConfigError
+from llm.interface.cli_args import integer_at_least
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--run", required=True, help="run directory of `teamtr train`, or export")
+    parser.add_argument(
+        "--step", type=integer_at_least(0), help="checkpoint stage (default: the latest)"
+    )
+    parser.add_argument("--question", help="the question (default: read questions from stdin)")
+    parser.add_argument(
+        "--note",
+        action="append",
+        default=[],
+        metavar="TEXT",
+        help="a private note, once per agent in order (agent k sees note k only)",
+    )
+    parser.add_argument(
+        "--json", help="write the dialogues, with tokens and log-probs per message, here"
+    )
+    parser.add_argument(
+        "--sample", action="store_true", help="sample at the policy's temperature (not greedy)"
+    )
+    parser.add_argument("--seed", type=integer_at_least(0), default=0, help="routes and samples")
+    parser.add_argument("--device", help='where the models go, e.g. "cpu" (default: the run\'s)')
+
+
+def run_chat(args: argparse.Namespace) -> int:
+    from llm.training.preflight import require_writable_file
+    from llm.training.team_io import locate_team
+
+    source = locate_team(args.run, args.step)
+    if args.note and len(args.note) != source.n_agents:
+        raise ConfigError(
+            f"--note: {len(args.note)} notes for a team of {source.n_agents} agents; give one "
+            'per agent, in order ("" for an agent without one), or none'
+        )
+    if args.question is not None and not args.question.strip():
+        raise ConfigError("--question: empty; give the question's text")
+    destination = Path(args.json) if args.json else None
+    if destination is not None:
+        require_writable_file(destination, "--json")
+    trained = source.load(args.device)
+    played: list[dict[str, Any]] = []
+    questions = [args.question] if args.question is not None else _typed_questions()
+    for question in questions:
+        problem = trained.problem(question, args.note)
+        episode = trained.episodes([problem], sample=args.sample, seed=args.seed)[0]
+        logps = trained.message_logps([episode])[0]
+        record = {
+            "question": problem.question,
+            "notes": list(problem.notes),
+            "turns": [
+                {
+                    "agent": turn.agent,
+                    "text": trained.chat.message_text(turn),
+                    "tokens": list(turn.message),
+                    "logps": [float(x) for x in logps[t]],
+                }
+                for t, turn in enumerate(episode.turns)
+            ],
+        }
+        for turn in record["turns"]:
+            print(f"agent {turn['agent']}: {turn['text']}", flush=True)
+        played.append(record)
+        if destination is not None:
+            _write_dialogues(destination, trained.checkpoint, played)
+    return 0
+
+
+def _typed_questions() -> Iterator[str]:
+    """Questions typed at the terminal (or piped in), until an empty line or end of input."""
+    while True:
+        try:
+            line = input("question> " if sys.stdin.isatty() else "")
+        except EOFError:
+            return
+        if not line.strip():
+            return
+        yield line
+
+
+def _write_dialogues(path: Path, checkpoint: str, played: Sequence[dict[str, Any]]) -> None:
+    from llm.training.checkpoint import write_atomically
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    result = {"checkpoint": checkpoint, "dialogues": list(played)}
+    write_atomically(path, json.dumps(result, indent=1).encode() + b"\n")

@@ -1,0 +1,51 @@
+"""``teamtr export``: a trained run written out as PEFT adapters, a team description and the
+``vllm serve`` line (``llm.training.export`` holds what is written and why).
+
+The run and the step are checked, and ``--out`` must be a new (or empty) folder, before the
+model loads; a bad one is one ``error:`` line and exit code 2 (``llm.interface.cli``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from llm.common.config import ConfigError
+from llm.interface.cli_args import integer_at_least
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--run", required=True, help="run directory of `teamtr train`")
+    parser.add_argument("--out", required=True, help="the export folder to write (new or empty)")
+    parser.add_argument(
+        "--step", type=integer_at_least(0), help="checkpoint stage (default: the latest)"
+    )
+    parser.add_argument(
+        "--with-base",
+        action="store_true",
+        help="also write the base model in safetensors where transformers cannot load it by "
+        'name (a "tiny" model); a GGUF file is named instead',
+    )
+    parser.add_argument(
+        "--merge",
+        action="store_true",
+        help="also write one merged model per agent (W + alpha/r B A): merged/agentK",
+    )
+    parser.add_argument("--device", help='where the models go while writing (default: "cpu")')
+
+
+def run_export(args: argparse.Namespace) -> int:
+    from llm.training.export import export_team
+    from llm.training.team_io import TEAM_FILE, locate_team
+
+    out = Path(args.out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ConfigError(f"--out {out}: exists and is not empty; give a new folder")
+    source = locate_team(args.run, args.step)
+    trained = source.load(args.device or "cpu")
+    written = export_team(trained, out, with_base=args.with_base, merge=args.merge)
+    team = json.loads((written / TEAM_FILE).read_text())
+    print(f"exported {trained.checkpoint} to {written}")
+    print(team["vllm"])
+    return 0

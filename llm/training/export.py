@@ -1,0 +1,350 @@
+"""A trained team written out for the tools everyone else uses: PEFT, transformers and vLLM.
+
+``export_team(trained, out)`` writes a folder that opens without teamtr:
+
+- ``agent{k}/``: one PEFT adapter folder per policy (``adapter_config.json`` with the true ``r``,
+  ``lora_alpha`` and adapted modules, ``adapter_model.safetensors`` with PEFT's key names), so
+  ``PeftModel.from_pretrained(base, "out/agent0")`` loads it;
+- ``tokenizer/``: the tokenizer and its chat template;
+- ``team.json``: what a dialogue of the team is (speakers, roles, system prompt, router,
+  message lengths, temperature, stop token), the base model and its SHA-256, the teamtr
+  version and the checkpoint it came from, and the ``vllm serve`` line;
+- ``run_config.json``: the run's resolved config, from which ``llm.load_team`` rebuilds it;
+- ``README.md``: a short model card;
+- with ``with_base``: ``base/``, the base model in safetensors where transformers cannot load it
+  by name (a "tiny" model exists only as a seed; a GGUF file is named instead, it loads as is);
+- with ``merge``: ``merged/agent{k}/``, one plain model per policy with ``W + (alpha / r) B A``
+  in every adapted layer, the very weights teamtr samples with (``llm.models.generation``).
+
+The folder is written beside its destination and renamed into place: it is whole or absent.
+``docs/examples/exported_team/play_with_peft.py`` plays one dialogue from it with transformers
+and PEFT alone; a test holds its greedy dialogue to ``teamtr chat``'s, token for token.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import save_file
+from transformers import PreTrainedModel
+
+import teamtr
+from llm.common.config import ConfigError, RunConfig
+from llm.common.progress import library_bars
+from llm.models.agents import LoraBackbone, LoraTeam, slot_name
+from llm.models.generation import MergedGenerationCopy
+from llm.models.loading import TINY_ALIAS, load_tokenizer, resolve_source
+from llm.problems.task import Task
+from llm.training.builder import configured_for_task
+from llm.training.team_io import (
+    ADAPTER_FILE,
+    BASE_FOLDER,
+    RUN_CONFIG_FILE,
+    TEAM_FILE,
+    TrainedTeam,
+    adapter_folder,
+)
+
+FORMAT_VERSION = 1
+SMOLLM2_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
+"""The model the shipped SmolLM2 GGUF file quantises (what an adapter's base is called)."""
+VLLM_LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
+"""The ``--max-lora-rank`` values vLLM accepts (an adapter of lower rank is served under the
+smallest one that holds it)."""
+MERGED_FOLDER = "merged"
+WEIGHTS_DIGEST = "weights: each tensor's name, dtype, shape and bytes, in name order"
+
+
+@dataclass(frozen=True)
+class BaseModel:
+    """How an export names its base model: where it loads from, and the digest of its weights."""
+
+    source: str
+    """``[model] source`` of the run ("tiny", "smollm2", a path or hub id)."""
+    location: str | None
+    """A directory or hub id transformers loads (None: only teamtr can build it, from a seed)."""
+    gguf_file: str | None
+    sha256: str
+    sha256_of: str
+    """What was hashed: the GGUF file, or the weights (names, shapes and bytes in name order)."""
+    folder: str | None = None
+    """The export's own copy (``base/``, relative to the export), when it has one."""
+
+
+def export_team(
+    trained: TrainedTeam, out: str | Path, *, with_base: bool = False, merge: bool = False
+) -> Path:
+    """Write ``trained`` to the new folder ``out`` (see the module's docstring); returns it."""
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ConfigError(f"--out {out}: exists and is not empty; give a new folder")
+    backbone = trained.team.backbone
+    if not isinstance(backbone, LoraBackbone):
+        raise ConfigError(
+            "export: a team of one base model per agent ([model] sources) cannot be exported "
+            "yet; every agent of an export shares one base"
+        )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    temporary = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    shutil.rmtree(temporary, ignore_errors=True)
+    temporary.mkdir()
+    try:
+        with library_bars(False):  # no "Writing model shards" bar per saved model
+            _fill_export(trained, backbone, temporary, out.resolve(), with_base, merge)
+        if out.exists():
+            out.rmdir()
+        os.replace(temporary, out)
+    except BaseException:
+        shutil.rmtree(temporary, ignore_errors=True)
+        raise
+    return out
+
+
+def _fill_export(
+    trained: TrainedTeam,
+    backbone: LoraBackbone,
+    folder: Path,
+    final: Path,
+    with_base: bool,
+    merge: bool,
+) -> None:
+    plain = MergedGenerationCopy(backbone.model)  # the base's weights, no LoRA layers
+    base = _base_model(trained, plain.model, folder, final, with_base)
+    trained.tokenizer.save_pretrained(folder / "tokenizer")
+    _write_adapters(trained, backbone, plain.model, folder, base)
+    if merge:
+        for policy, weights in enumerate(trained.team.policies):
+            model = plain.speaking(weights.tensors, weights.version, slot_name(policy))
+            target = folder / MERGED_FOLDER / adapter_folder(policy)
+            model.save_pretrained(target)
+            trained.tokenizer.save_pretrained(target)
+    description = team_description(trained, base, final, merge)
+    (folder / TEAM_FILE).write_text(json.dumps(description, indent=2) + "\n")
+    (folder / RUN_CONFIG_FILE).write_text(json.dumps(trained.config.to_dict(), indent=2) + "\n")
+    (folder / "README.md").write_text(model_card(description))
+
+
+def _write_adapters(
+    trained: TrainedTeam,
+    backbone: LoraBackbone,
+    plain: PreTrainedModel,
+    folder: Path,
+    base: BaseModel,
+) -> None:
+    """One PEFT adapter folder per policy: its LoRA config as PEFT writes it, for inference,
+    naming the base, and its weights under PEFT's own key names (those of a checkpoint)."""
+    for policy, weights in enumerate(trained.team.policies):
+        adapter = folder / adapter_folder(policy)
+        adapter.mkdir()
+        config = copy.deepcopy(backbone.model.peft_config[slot_name(policy)])
+        config.base_model_name_or_path = base.location or base.source
+        config.inference_mode = True
+        config.target_modules = _target_modules(plain, set(config.target_modules))
+        config.save_pretrained(str(adapter))
+        tensors = {k: v.detach().contiguous().cpu() for k, v in weights.tensors.items()}
+        save_file(tensors, str(adapter / ADAPTER_FILE), metadata={"format": "pt"})
+
+
+def _base_model(
+    trained: TrainedTeam, plain: PreTrainedModel, folder: Path, final: Path, with_base: bool
+) -> BaseModel:
+    """Name the base model, writing it under ``base/`` where ``with_base`` asks and
+    transformers could not otherwise load it."""
+    source, tokenizer = trained.config.model.source, trained.tokenizer
+    resolved = resolve_source(source)
+    weights_digest = weights_sha256(plain)
+    if resolved.gguf_file is not None:
+        gguf = Path(resolved.location) / resolved.gguf_file
+        # The GGUF file loads as it is (transformers dequantises it): it is named, not copied.
+        return BaseModel(
+            source, resolved.location, resolved.gguf_file, file_sha256(gguf), gguf.name
+        )
+    if with_base:
+        plain.save_pretrained(folder / BASE_FOLDER)
+        tokenizer.save_pretrained(folder / BASE_FOLDER)  # vLLM reads it beside the weights
+        return BaseModel(
+            source, str(final / BASE_FOLDER), None, weights_digest, WEIGHTS_DIGEST, BASE_FOLDER
+        )
+    location = None if resolved.location == TINY_ALIAS else resolved.location
+    return BaseModel(source, location, None, weights_digest, WEIGHTS_DIGEST)
+
+
+def _target_modules(model: torch.nn.Module, adapted: set[str]) -> list[str]:
+    """The adapted modules by their short names (``q_proj``, ...), as adapters usually list
+    them, where those names pick out exactly the adapted modules; else their full paths."""
+    short = {name.rsplit(".", 1)[-1] for name in adapted}
+    linear = {n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+    matched = {n for n in linear if n.rsplit(".", 1)[-1] in short}
+    return sorted(short) if matched == adapted else sorted(adapted)
+
+
+def weights_sha256(model: torch.nn.Module) -> str:
+    """SHA-256 of a model's weights: each tensor's name, dtype, shape and bytes, in name order."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}\n".encode())
+        digest.update(tensor.detach().contiguous().cpu().view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(2**20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def vllm_rank(rank: int) -> int:
+    """The smallest ``--max-lora-rank`` vLLM accepts that holds adapters of ``rank``."""
+    return next((r for r in VLLM_LORA_RANKS if r >= rank), rank)
+
+
+def vllm_command(trained: TrainedTeam, base: BaseModel, final: Path) -> str:
+    """The ``vllm serve`` line that serves every adapter of the team on its base."""
+    if base.location is None:
+        served = "<base: export with --with-base>"
+    elif base.gguf_file is not None:
+        served = f"{Path(base.location) / base.gguf_file} --tokenizer {final / 'tokenizer'}"
+    else:
+        served = base.location
+    policies = trained.team.n_agents
+    modules = " ".join(f"{adapter_folder(p)}={final / adapter_folder(p)}" for p in range(policies))
+    return (
+        f"vllm serve {served} --enable-lora --max-loras {policies} "
+        f"--max-lora-rank {vllm_rank(trained.config.lora.rank)} --lora-modules {modules}"
+    )
+
+
+def team_description(
+    trained: TrainedTeam, base: BaseModel, final: Path, merged: bool
+) -> dict[str, Any]:
+    """``team.json``: everything a dialogue of the team depends on, for teamtr and for a
+    script that plays it without teamtr."""
+    config, chat = trained.config, trained.chat
+    team, sampler = config.team, config.sampler
+    speakers = range(team.n_agents)
+    checkpoint = Path(trained.checkpoint).name
+    stage = int(checkpoint.removeprefix("stage_")) if checkpoint.startswith("stage_") else None
+    return {
+        "format": "teamtr-team",
+        "format_version": FORMAT_VERSION,
+        "system_prompt": team.system_prompt,
+        "agents": [
+            {
+                "speaker": k,
+                "adapter": adapter_folder(chat.policy(k)),
+                "merged": f"{MERGED_FOLDER}/{adapter_folder(chat.policy(k))}" if merged else None,
+                "role_prompt": team.role_prompts[k] if team.role_prompts else "",
+                "max_new_tokens": sampler.max_tokens_of(k),
+            }
+            for k in speakers
+        ],
+        "router": {
+            "kind": team.router,
+            "speaking_order": list(team.speaking_order or speakers),
+        },
+        "turns": sampler.turns,
+        "generation": {
+            "temperature": sampler.temperature,
+            "greedy": "teamtr chat and eval play greedily (argmax); log-probs are of "
+            "softmax(logits / temperature), the policy trained",
+            "stop_token_id": chat.stop_id,
+            "closing_token_ids": list(chat.closing),
+        },
+        "rendering": (
+            "prompt = chat_template([system: system_prompt, user: question]); each turn = "
+            "header + message + closing, header = chat_template([system: note + '\\n' + "
+            "role_prompt]) (either part left out when empty) + the assistant generation prompt; "
+            "a speaker's note appears only in its own headers, in its own view"
+        ),
+        "tokenizer": "tokenizer",
+        "lora": {
+            "r": config.lora.rank,
+            "lora_alpha": config.lora.alpha,
+            "scaling": config.lora.alpha / config.lora.rank,
+        },
+        "base": {
+            "source": base.source,
+            "location": base.location,
+            "folder": BASE_FOLDER
+            if base.location and base.location.endswith(BASE_FOLDER)
+            else None,
+            "gguf_file": base.gguf_file,
+            "sha256": base.sha256,
+            "sha256_of": base.sha256_of,
+        },
+        "teamtr": {
+            "version": teamtr.__version__,
+            "checkpoint": trained.checkpoint,
+            "stage": stage,
+            "run_config": RUN_CONFIG_FILE,
+        },
+        "vllm": vllm_command(trained, base, final),
+    }
+
+
+def model_card(team: dict[str, Any]) -> str:
+    """A short README for the export."""
+    agents = "\n".join(
+        f"- speaker {a['speaker']} ({a['adapter']}, at most {a['max_new_tokens']} tokens): "
+        f"{a['role_prompt'] or '(no role prompt)'}"
+        for a in team["agents"]
+    )
+    return f"""# A team trained with teamtr
+
+{len(team["agents"])} speakers take turns in one dialogue ({team["router"]["kind"]} order
+{team["router"]["speaking_order"]}, {team["turns"]} turns), each a LoRA adapter
+(r = {team["lora"]["r"]}, lora_alpha = {team["lora"]["lora_alpha"]}) on the base
+`{team["base"]["source"]}` (SHA-256 {team["base"]["sha256"][:16]}...), from
+`{team["teamtr"]["checkpoint"]}` (teamtr {team["teamtr"]["version"]}).
+
+System prompt: {team["system_prompt"]!r}
+
+{agents}
+
+Play it with teamtr: `teamtr chat --run THIS_FOLDER --question "..."`, or
+`llm.load_team("THIS_FOLDER").play("...")`. Without teamtr: each `agentK/` is a PEFT adapter
+(`PeftModel.from_pretrained(base, "agentK")`); `team.json` says how a transcript is rendered
+(`play_with_peft.py` in teamtr's docs/examples/exported_team/ plays one). Serve it with vLLM:
+
+    {team["vllm"]}
+"""
+
+
+def save_team(
+    team: TrainedTeam | LoraTeam,
+    path: str | Path,
+    config: RunConfig | None = None,
+    *,
+    task: Task | None = None,
+    with_base: bool | None = None,
+    merge: bool = False,
+    **settings: Any,
+) -> Path:
+    """Export a team trained in Python (``teamtr.run_stage`` on ``llm.build_team``'s parts):
+    give it the config, task and settings ``build_team`` was given, so that the export
+    describes the team's dialogues as they were trained. ``with_base`` (default: only for a
+    "tiny" base, which exists nowhere else) writes the base model too."""
+    if isinstance(team, LoraTeam):
+        resolved = configured_for_task(config or RunConfig(), settings, task)
+        team = _trained(team, resolved)
+    elif config is not None or task is not None or settings:
+        raise ConfigError("save_team: a loaded team carries its config; give no other")
+    if with_base is None:
+        with_base = resolve_source(team.config.model.source).location == TINY_ALIAS
+    return export_team(team, path, with_base=with_base, merge=merge)
+
+
+def _trained(team: LoraTeam, config: RunConfig) -> TrainedTeam:
+    """A ``TrainedTeam`` on the models ``team`` already lives on (nothing is loaded again)."""
+    tokenizer = load_tokenizer(config.model.source)
+    return TrainedTeam.of_team(config, team, tokenizer, "trained in Python")
