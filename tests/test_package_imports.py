@@ -264,6 +264,7 @@ def test_no_module_loads_a_file_by_its_path():
 
 LLM_ROOMS = (
     "common",
+    "rewards",
     "problems",
     "conversation",
     "models",

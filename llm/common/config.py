@@ -116,10 +116,19 @@ class TaskSettings:
     (the config file's folder), then on sys.path."""
     args: dict[str, Any] = field(default_factory=dict)
     """For kind = "python": the factory's keyword arguments (a ``[task.args]`` table)."""
-    reward: str = ""
-    """"module:function" scoring a finished ``llm.Dialogue``: one float, or one float per turn
-    (the dialogue's return is then their mean). Replaces the task's own reward (for a dataset
-    and the built-in tasks: 1 when math-verify finds the final message equal to the answer)."""
+    reward: str | tuple[str, ...] = ""
+    """A ready-made reward of ``llm.rewards`` ("exact_match", "contains_answer",
+    "math_verify", "format_regex", "length_penalty") or "module:function" scoring a finished
+    ``llm.Dialogue``: one float, or one float per turn (the dialogue's return is then their
+    mean); or a list of them, summed with ``reward_weights``. Replaces the task's own reward
+    (for a dataset and the built-in tasks: 1 when math-verify finds the final message equal to
+    the answer)."""
+    reward_weights: tuple[float, ...] = ()
+    """One weight per entry of a list of rewards (() = 1 each): the return is their weighted
+    sum, per turn where any of them is per turn."""
+    reward_args: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments of the ready-made rewards that take some, one table per name, e.g.
+    ``{format_regex = {pattern = "Answer: .+"}, length_penalty = {max_chars = 200}}``."""
     metric: str = ""
     """"module:function" giving a held-out dialogue a score in [0, 1] (accuracy is its mean).
     Default: math-verify accuracy where the problem's answer parses, else the reward."""

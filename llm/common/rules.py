@@ -51,6 +51,15 @@ DEVICE_PATTERN = re.compile(r"auto|cpu|cuda|cuda:\d+|mps")
 DEVICE_CHOICES = '"auto", "cpu", "cuda", "cuda:N" or "mps"'
 RUN_NAME = re.compile(r"[A-Za-z0-9._+-]+")
 FUNCTION_SPEC = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
+READY_MADE_REWARDS = (
+    "exact_match",
+    "contains_answer",
+    "math_verify",
+    "format_regex",
+    "length_penalty",
+)
+"""The rewards of ``llm.rewards`` a config names without a module (``[task] reward =
+"exact_match"``); ``llm.rewards.REWARDS`` holds the functions, and a test holds the two equal."""
 """``module:function``, how a config names a factory, reward or metric."""
 
 
@@ -95,6 +104,14 @@ def function_name(what: str) -> Rule:
     )
 
 
+def _as_tuple(value: str | tuple[str, ...]) -> tuple[str, ...]:
+    return value if isinstance(value, tuple) else (value,)
+
+
+def _is_reward_name(name: str) -> bool:
+    return name in READY_MADE_REWARDS or FUNCTION_SPEC.fullmatch(name) is not None
+
+
 def _lengths(value: int | tuple[int, ...]) -> tuple[int, ...]:
     return value if isinstance(value, tuple) else (value,)
 
@@ -119,7 +136,11 @@ KEY_RULES: dict[tuple[str, str], Rule] = {
         lambda v: 0 <= v <= 1, "must lie in [0, 1] (0 = off; a bonus below a correct answer's 1)"
     ),
     ("task", "factory"): function_name("a function returning an llm.Task"),
-    ("task", "reward"): function_name("a function scoring an llm.Dialogue"),
+    ("task", "reward"): Rule(
+        lambda v: v == "" or all(_is_reward_name(name) for name in _as_tuple(v)),
+        'must be a reward of llm.rewards ("' + '", "'.join(READY_MADE_REWARDS) + '"), '
+        '"module:function" (a function scoring an llm.Dialogue), a list of them, or empty',
+    ),
     ("task", "metric"): function_name("a function scoring a held-out llm.Dialogue"),
     ("sampler", "prompts_per_batch"): at_least(1),
     ("sampler", "group_size"): at_least(2, "G: GRPO needs a baseline within each group"),
@@ -143,6 +164,7 @@ KEY_RULES: dict[tuple[str, str], Rule] = {
     ("updater", "shrink"): open_unit_interval("learning-rate factor per backtrack"),
     ("updater", "max_backtracks"): at_least(0),
     ("updater", "ratio_tolerance"): positive(),
+    ("updater", "tis_cap"): Rule(lambda v: v >= 1, "must be >= 1 (C of min(pi/mu, C))"),
     ("stage", "stages"): at_least(1),
     ("run", "eval_every"): at_least(0, "0 = never"),
     ("run", "checkpoint_every"): at_least(0, "0 = only the last stage and on interrupt"),
@@ -200,11 +222,35 @@ def _args_only_for_a_factory(task: Any) -> str | None:
     return None
 
 
+def _one_weight_per_reward(task: Any) -> str | None:
+    rewards = tuple(name for name in _as_tuple(task.reward) if name)
+    if task.reward_weights and len(task.reward_weights) != len(rewards):
+        return (
+            f"needs one weight per reward ({len(rewards)}: {list(rewards)}), got "
+            f"{list(task.reward_weights)}"
+        )
+    return None
+
+
+def _arguments_name_a_ready_made_reward(task: Any) -> str | None:
+    for name, arguments in task.reward_args.items():
+        if name not in READY_MADE_REWARDS or name not in _as_tuple(task.reward):
+            return (
+                f"names the rewards of [task] reward it gives arguments to, from "
+                f"{list(READY_MADE_REWARDS)}; got {name!r}"
+            )
+        if not isinstance(arguments, dict):
+            return f"{name} = a table of keyword arguments, got {arguments!r}"
+    return None
+
+
 SECTION_RULES: tuple[SectionRule, ...] = (
     SectionRule("sampler", "signal_groups", _signal_groups_fit_the_batch),
     SectionRule("task", "train_file", _a_file_task_names_its_file),
     SectionRule("task", "factory", _a_python_task_names_its_factory),
     SectionRule("task", "args", _args_only_for_a_factory),
+    SectionRule("task", "reward_weights", _one_weight_per_reward),
+    SectionRule("task", "reward_args", _arguments_name_a_ready_made_reward),
 )
 
 

@@ -1,7 +1,7 @@
 """The `teamtr` subcommands of the language-model backend (train, eval, swap) and their shared
 argument helpers.
 
-Room 9 of 9 in data-flow order: it imports only from ``llm.common``, ``llm.problems``,
+Room 10 of 10 in data-flow order: it imports only from ``llm.common``, ``llm.problems``,
 ``llm.conversation``, ``llm.models``, ``llm.logprobs``, ``llm.sampling``, ``llm.update``,
 ``llm.training`` and the core ``teamtr``, never from a room after it
 (tests/test_package_imports.py).

@@ -8,7 +8,10 @@
 - ``kind = "python"``: ``factory = "module:function"`` called with the ``[task.args]`` table as
   keyword arguments, returning a ``Task``.
 
-``reward`` and ``metric`` (``"module:function"``) replace the task's own on any kind. Modules
+``reward`` (a ready-made reward of ``llm.rewards`` by its name, ``"module:function"``, or a
+list of them summed with ``reward_weights``) and ``metric`` (``"module:function"``) replace the
+task's own on any kind; a reward that grades answers (``exact_match``) is also the held-out
+metric unless one is given. Modules
 are looked up in ``[task] directory`` (the config file's folder unless set) first, then on
 ``sys.path``; data files relative to that folder. Every failure is a ``ConfigError`` or a
 ``TaskError`` of one line naming the key, the file, the function or the column.
@@ -34,6 +37,7 @@ from llm.common.config import ConfigError, TaskSettings
 from llm.problems.builtin import arithmetic_task, jsonl_task, private_notes_task
 from llm.problems.task import Task, TaskError, first_line, name_of, reference_parses, reported
 from llm.problems.tasks import Problem, TaskDataError
+from llm.rewards.named import GRADING, REWARDS, Weighted, reward_named
 
 FUNCTION_NAME = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
 DATA_FORMATS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
@@ -63,8 +67,10 @@ def build_task(settings: TaskSettings, n_agents: int = 2) -> Task:
             settings.difficulty, settings.phrasing, settings.eval_size, settings.eval_seed
         )
     changes: dict[str, Any] = {}
-    if settings.reward:
-        changes["reward"] = load_function(settings.reward, settings.directory, "[task] reward")
+    if reward_names(settings):
+        changes["reward"], grading = configured_reward(settings)
+        if grading is not None and not settings.metric:
+            changes["metric"] = grading  # the held-out score: is the answer right?
     if settings.metric:
         changes["metric"] = load_function(settings.metric, settings.directory, "[task] metric")
     if settings.format_reward:
@@ -72,6 +78,36 @@ def build_task(settings: TaskSettings, n_agents: int = 2) -> Task:
 
         changes["bonus"] = FormatBonus(settings.format_reward)
     return dataclasses.replace(task, **changes) if changes else task
+
+
+# -- rewards -------------------------------------------------------------------------------------
+def reward_names(settings: TaskSettings) -> tuple[str, ...]:
+    """The rewards ``[task] reward`` names, one or a list ("" = none: the task's own)."""
+    names = (settings.reward,) if isinstance(settings.reward, str) else settings.reward
+    return tuple(name for name in names if name)
+
+
+def configured_reward(
+    settings: TaskSettings,
+) -> tuple[Callable[..., Any], Callable[..., Any] | None]:
+    """The reward ``[task] reward`` names (a ready-made one of ``llm.rewards`` by its name, or
+    "module:function"; a list is their ``Weighted`` sum with ``reward_weights``), and the
+    first of them that grades an answer right or wrong (``llm.rewards.GRADING``), if any."""
+    names = reward_names(settings)
+    rewards = []
+    for name in names:
+        if name in REWARDS:
+            try:
+                rewards.append(reward_named(name, settings.reward_args.get(name)))
+            except ValueError as error:
+                raise ConfigError(f"[task] reward_args: {error}") from None
+        else:
+            rewards.append(load_function(name, settings.directory, "[task] reward"))
+    grading = next((r for n, r in zip(names, rewards, strict=True) if n in GRADING), None)
+    if len(rewards) == 1 and not settings.reward_weights:
+        return rewards[0], grading
+    weights = settings.reward_weights or (1.0,) * len(rewards)
+    return Weighted(tuple(rewards), tuple(weights), names), grading
 
 
 # -- code ----------------------------------------------------------------------------------------
@@ -158,7 +194,8 @@ def _from_dataset(settings: TaskSettings) -> Task:
         if settings.test_file
         else []
     )
-    if not settings.reward:  # the default reward compares with math-verify: check every answer
+    names = reward_names(settings)
+    if not names or names == ("math_verify",):  # math-verify compares: check every answer
         for where, problems in (("train_file", train), ("test_file", test)):
             for problem in problems:
                 if not reference_parses(problem.answer):

@@ -43,8 +43,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from llm.problems.rewards import Grade, grade
 from llm.problems.tasks import Problem, TaskError
+from llm.rewards.answers import final_answer_reward
+from llm.rewards.grading import Grade, grade
 
 ProblemSource = Callable[[np.random.Generator, int], list[Problem]]
 
@@ -83,12 +84,6 @@ class Dialogue:
 RewardValue = float | Sequence[float]
 Reward = Callable[[Dialogue], RewardValue]
 Metric = Callable[[Dialogue], float]
-
-
-def final_answer_reward(dialogue: Dialogue) -> float:
-    """1 when math-verify finds the final message equal to the reference answer, else 0
-    (``llm.problems.rewards.grade``: fail-closed, an unevaluated expression earns nothing)."""
-    return grade(dialogue.final, dialogue.problem.answer).reward
 
 
 @dataclass(frozen=True)
