@@ -9,6 +9,9 @@ Public API (imported on first use, so ``import llm`` alone does not import torch
   over finished dialogues), e.g. ``llm.build_team(task=llm.Task(train=[...], reward=score))``
 - ``check_task(task, config=None)``: a task tried end to end on a tiny random model
 - ``final_answer_reward``: the default reward (math-verify on the final message)
+- ``load_team(path, step=None)``: the trained team of a run directory or export, as a
+  ``TrainedTeam`` whose ``play(question, notes)`` returns a ``Dialogue``; ``save_team(team,
+  path, ...)``: a team trained in Python written as an export (PEFT adapters, team.json)
 
 Note: PyPI has an unrelated distribution that also installs a top-level ``llm``; install teamtr
 in its own virtual environment (``make test`` / ``make demo`` create one in ``.venv``).
@@ -31,7 +34,9 @@ if TYPE_CHECKING:
     )
     from llm.problems.tasks import Problem
     from llm.training.builder import TeamParts, build_team
+    from llm.training.export import save_team
     from llm.training.task_check import TaskCheck, check_task
+    from llm.training.team_io import TrainedTeam, load_team
 
 _PUBLIC = {
     "build_team": "llm.training.builder",
@@ -47,6 +52,9 @@ _PUBLIC = {
     "Problem": "llm.problems.tasks",
     "check_task": "llm.training.task_check",
     "TaskCheck": "llm.training.task_check",
+    "load_team": "llm.training.team_io",
+    "TrainedTeam": "llm.training.team_io",
+    "save_team": "llm.training.export",
 }
 __all__ = [
     "Dialogue",
@@ -58,10 +66,13 @@ __all__ = [
     "TaskCheck",
     "TaskError",
     "TeamParts",
+    "TrainedTeam",
     "build_team",
     "check_task",
     "final_answer_reward",
     "load_config",
+    "load_team",
+    "save_team",
 ]
 
 

@@ -456,14 +456,18 @@ class FoundPolicies:
     skipped: tuple[str, ...]
 
 
-def load_policies(run_dir: Path, step: int | None, n_agents: int) -> tuple[AdapterWeights, ...]:
-    """The adapters of checkpoint ``stage_{step}`` (default: the latest usable one), for eval."""
+def load_policies(
+    run_dir: str | Path, step: int | None, n_agents: int
+) -> tuple[AdapterWeights, ...]:
+    """The adapters of checkpoint ``stage_{step}`` (default: the latest usable one), for eval
+    (``llm.load_team`` gives the whole team, ready to play)."""
     return find_policies(run_dir, step, n_agents).policies
 
 
-def find_policies(run_dir: Path, step: int | None, n_agents: int) -> FoundPolicies:
+def find_policies(run_dir: str | Path, step: int | None, n_agents: int) -> FoundPolicies:
     """The adapters of checkpoint ``stage_{step}`` (default: the latest usable one) and where
     they came from. Legacy run directories (no format marker) are read without checksums."""
+    run_dir = Path(run_dir)
     version = run_format(run_dir)
     available = stage_directories(run_dir)
     if not available:
