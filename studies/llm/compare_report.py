@@ -12,9 +12,11 @@ Usage (``python -m studies.llm.compare_report`` takes the same options)::
     teamtr compare-report --out results/llm_compare.json --plot figures/llm_compare.png \\
         --run teamtr=runs/compare/teamtr:teamtr_eval.json:untrained_team.json ...
 
-Each ``--run`` is ``NAME=RUN_DIR:TRAINED_EVAL.json:UNTRAINED_EVAL.json``; ``-`` as the trained
-evaluation takes the one the run made itself when it ended (the ``eval`` of its last line in
-``metrics.jsonl``).
+Each ``--run`` is ``NAME=RUN_DIR[:TRAINED_EVAL.json[:UNTRAINED_EVAL.json]]``; ``-`` as the
+trained evaluation, or none, takes the one the run made itself when it ended (the ``eval`` of
+its last line in ``metrics.jsonl``); without an untrained evaluation the summary's
+``untrained`` is null and the figure has no bar for it. A wrong argument, or a file that cannot
+be read, is one line and exit code 2, before anything is written.
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         type=RunSpec.parse,
         action="append",
         required=True,
-        help="NAME=RUN_DIR:TRAINED_EVAL.json:UNTRAINED_EVAL.json ('-': the run's own last eval)",
+        help="NAME=RUN_DIR[:TRAINED_EVAL.json[:UNTRAINED_EVAL.json]] ('-' or none: the run's "
+        "own last eval; the untrained one is optional)",
     )
     parser.add_argument("--out", type=Path, required=True, help="summary JSON")
     options.add_plot(parser, "figure (PNG)")
@@ -46,7 +49,9 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     problem = options.first_problem(
-        options.output_problem(args.out, "--out"), options.output_problem(args.plot, "--plot")
+        *(spec.problem() for spec in args.run),
+        options.output_problem(args.out, "--out"),
+        options.output_problem(args.plot, "--plot"),
     )
     if problem is not None:
         return options.refuse(PROG, problem)

@@ -31,6 +31,8 @@ def plot(summary: dict[str, Any], out: Path) -> Path:
     for index, name in enumerate(names):
         for offset, key, colour in ((-0.18, "untrained", "0.6"), (0.18, "trained", "C0")):
             result = runs[name][key]
+            if result is None:  # no untrained evaluation given, or a run that never evaluated
+                continue
             right.bar(
                 index + offset,
                 100 * result["accuracy"],

@@ -23,18 +23,37 @@ from typing import Any
 class RunSpec:
     name: str
     run_dir: Path
-    trained_eval: Path
-    untrained_eval: Path
+    trained_eval: Path = Path("-")
+    """``teamtr eval``'s result of the trained team; "-": the run's own last evaluation."""
+    untrained_eval: Path | None = None
+    """``teamtr eval``'s result of the untrained team, where there is one."""
 
     @classmethod
     def parse(cls, text: str) -> RunSpec:
+        """``NAME=RUN_DIR[:TRAINED_EVAL.json[:UNTRAINED_EVAL.json]]``: a run alone is
+        summarised from its own records."""
         name, _, rest = text.partition("=")
         parts = rest.split(":")
-        if not name or len(parts) != 3:
+        if not name or not parts[0] or len(parts) > 3 or not all(parts):
             raise argparse.ArgumentTypeError(
-                f"--run {text!r}: expected NAME=RUN_DIR:TRAINED_EVAL.json:UNTRAINED_EVAL.json"
+                f"--run {text!r}: expected NAME=RUN_DIR[:TRAINED_EVAL.json[:UNTRAINED_EVAL.json]]"
             )
-        return cls(name, Path(parts[0]), Path(parts[1]), Path(parts[2]))
+        trained = Path(parts[1]) if len(parts) > 1 else Path("-")
+        return cls(name, Path(parts[0]), trained, Path(parts[2]) if len(parts) > 2 else None)
+
+    def problem(self) -> str | None:
+        """What keeps this run from being summarised (a missing or unreadable file), if any:
+        said before any is read, so that a wrong argument is one line and exit code 2."""
+        files = [self.run_dir / "config.json", self.run_dir / "metrics.jsonl"]
+        files += [p for p in (self.trained_eval, self.untrained_eval) if p and str(p) != "-"]
+        for path in files:
+            try:
+                text = path.read_text()
+                if path.suffix == ".json":
+                    json.loads(text)
+            except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+                return f"--run {self.name}: {path}: cannot read ({error})"
+        return None
 
 
 def binomial_standard_error(accuracy: float, n: float) -> float:
@@ -144,7 +163,7 @@ def summarise(spec: RunSpec) -> dict[str, Any]:
         # The budget is checked after each stage: the last stage may run past it.
         "budget_clock_minutes_used": budget_clock_minutes(spec.run_dir),
         "trained": _final_evaluation(spec, stages),
-        "untrained": _evaluation(spec.untrained_eval),
+        "untrained": _evaluation(spec.untrained_eval) if spec.untrained_eval else None,
         "stages": [
             {
                 "stage": s["stage"],

@@ -1,0 +1,48 @@
+"""``teamtr compare-report`` from run directories alone: the untrained evaluation is optional,
+and a wrong argument is one line and exit code 2 (the real console script in a subprocess)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from llm.interface.cli import main as teamtr_llm
+
+TEAMTR = Path(sys.executable).with_name("teamtr")
+
+
+def compare_report(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    command = [str(TEAMTR), "compare-report", *args]
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_a_run_alone_is_summarised_and_drawn(tmp_path):
+    sets = ["--set", "stage.stages=1", "--set", f"run.output_dir={json.dumps(str(tmp_path))}"]
+    assert teamtr_llm(["train", "--config", "smoke", *sets, "--name", "a", "--no-progress"]) == 0
+    out, figure = tmp_path / "summary.json", tmp_path / "compare.png"
+    done = compare_report(
+        "--run", f"a={tmp_path / 'a'}", "--out", str(out), "--plot", str(figure), cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    run = json.loads(out.read_text())["runs"]["a"]
+    final = json.loads((tmp_path / "a" / "metrics.jsonl").read_text().splitlines()[-1])["eval"]
+    assert run["untrained"] is None and run["trained"]["accuracy"] == final["accuracy"]
+    assert run["stages_trained"] == 1
+    assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_wrong_argument_is_exit_2_and_one_line(tmp_path):
+    out = str(tmp_path / "summary.json")
+    missing = compare_report("--run", f"a={tmp_path / 'nowhere'}", "--out", out, cwd=tmp_path)
+    assert (
+        missing.returncode == 2 and "--run a:" in missing.stderr and "cannot read" in missing.stderr
+    )
+    assert len(missing.stderr.strip().splitlines()) == 1 and not Path(out).exists()
+    malformed = compare_report("--run", "nameonly", "--out", out, cwd=tmp_path)
+    assert malformed.returncode == 2 and "NAME=RUN_DIR" in malformed.stderr
+    too_many = compare_report("--run", "a=r:t.json:u.json:x", "--out", out, cwd=tmp_path)
+    assert too_many.returncode == 2
