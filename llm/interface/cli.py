@@ -31,7 +31,7 @@ from llm.common.config import ConfigError, check_run_name, load_config
 from llm.common.devices import DEVICE_CHOICES, DEVICE_PATTERN
 from llm.interface.cli_args import add_set_option, integer_at_least
 from llm.models.loading import IncompatibleTeamError, ModelNotAvailableError
-from llm.problems.tasks import TaskError, load_jsonl
+from llm.problems.tasks import TaskError
 from llm.training.checkpoint import RunDirectoryError
 from llm.training.distributed import (
     DistributedSetupError,
@@ -109,8 +109,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     evaluate.add_argument(
         "--data",
-        help='JSONL of {"question", "answer"} (default: the config\'s built-in held-out set)',
+        help="JSON, JSONL, CSV or Parquet file, columns mapped as the run's [task] maps them "
+        "(default: the config's held-out set)",
     )
+    from llm.interface.eval_data import add_arguments as add_data_arguments
+
+    add_data_arguments(evaluate)
     evaluate.add_argument("--json", required=True, help="the results file to write")
     evaluate.add_argument(
         "--transcripts",
@@ -373,7 +377,12 @@ def _eval(args: argparse.Namespace) -> int:
         found = find_policies(run_dir, args.step, n_agents)  # read and verified, no model
     else:
         config = load_config(args.config, args.set)
-    problems = load_jsonl(args.data) if args.data is not None else problem_sources(config)[1]
+    if args.data is not None:
+        from llm.interface.eval_data import evaluation_problems
+
+        problems = evaluation_problems(config, args)
+    else:
+        problems = problem_sources(config)[1]
     if not problems:
         raise ConfigError("no evaluation problems: pass --data or use a config with a test set")
     if args.check:

@@ -101,7 +101,7 @@ def test_bad_input_exits_2_with_a_message(tmp_path, data_file, capsys):
         )
         == 2
     )
-    assert f"{broken}:2: missing field 'answer'" in capsys.readouterr().err
+    assert f"{broken}:2: no 'answer' in this row" in capsys.readouterr().err
     with pytest.raises(ConfigError, match="no such config file"):
         load_config(tmp_path / "none.toml")
 
