@@ -67,7 +67,7 @@ def run_chat(args: argparse.Namespace) -> int:
         problem = trained.problem(question, args.note)
         episode = trained.episodes([problem], sample=args.sample, seed=args.seed)[0]
         logps = trained.message_logps([episode])[0]
-        record = {
+        record: dict[str, Any] = {
             "question": problem.question,
             "notes": list(problem.notes),
             "turns": [

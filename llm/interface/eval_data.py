@@ -46,19 +46,23 @@ def data_mapping(config: RunConfig, args: argparse.Namespace) -> TaskSettings:
     place of its own where given."""
     data = str(Path(args.data).resolve())  # relative to the working directory
     task = config.task
-    changes: dict[str, object] = {
-        "kind": "dataset",
-        "train_file": data,
-        "test_file": "",
-        "data_format": "",  # from the file's suffix
-    }
-    if args.question_column is not None:
-        changes["question_column"] = args.question_column
-    if args.answer_column is not None:
-        changes["answer_column"] = args.answer_column
-    if args.notes_column is not None:
-        changes["notes_columns"] = tuple(args.notes_column)
-    return dataclasses.replace(task, **changes)
+    mapping = dataclasses.replace(
+        task,
+        kind="dataset",
+        train_file=data,
+        test_file="",
+        data_format="",  # from the file's suffix
+    )
+    return dataclasses.replace(
+        mapping,
+        question_column=_given(args.question_column, mapping.question_column),
+        answer_column=_given(args.answer_column, mapping.answer_column),
+        notes_columns=tuple(_given(args.notes_column, mapping.notes_columns)),
+    )
+
+
+def _given(value, default):
+    return default if value is None else value
 
 
 def evaluation_problems(config: RunConfig, args: argparse.Namespace) -> list[Problem]:

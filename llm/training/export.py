@@ -33,6 +33,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from peft import LoraConfig
+from peft.tuners.lora import LoraLayer
 from safetensors.torch import save_file
 from transformers import PreTrainedModel
 
@@ -141,13 +143,16 @@ def _write_adapters(
 ) -> None:
     """One PEFT adapter folder per policy: its LoRA config as PEFT writes it, for inference,
     naming the base, and its weights under PEFT's own key names (those of a checkpoint)."""
+    base_model = backbone.model.get_base_model()
+    adapted = {name for name, m in base_model.named_modules() if isinstance(m, LoraLayer)}
     for policy, weights in enumerate(trained.team.policies):
         adapter = folder / adapter_folder(policy)
         adapter.mkdir()
         config = copy.deepcopy(backbone.model.peft_config[slot_name(policy)])
+        assert isinstance(config, LoraConfig)  # every slot is a LoRA adapter
         config.base_model_name_or_path = base.location or base.source
         config.inference_mode = True
-        config.target_modules = _target_modules(plain, set(config.target_modules))
+        config.target_modules = _target_modules(plain, adapted)
         config.save_pretrained(str(adapter))
         tensors = {k: v.detach().contiguous().cpu() for k, v in weights.tensors.items()}
         save_file(tensors, str(adapter / ADAPTER_FILE), metadata={"format": "pt"})
