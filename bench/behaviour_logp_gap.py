@@ -32,11 +32,13 @@ import numpy as np
 import torch
 
 from llm.common.config import load_config
+from llm.common.devices import DTYPES
 from llm.conversation.dialogue import Episode, Turn
 from llm.models.agents import AdapterWeights, LoraTeam
 from llm.sampling.messages import generate_messages
 from llm.sampling.sampler import DialogueSampler
 from llm.training.builder import build
+from llm.update.mismatch import mismatch_kl_tolerance
 
 
 def perturbed(team: LoraTeam, scale: float, seed: int) -> LoraTeam:
@@ -51,8 +53,22 @@ def perturbed(team: LoraTeam, scale: float, seed: int) -> LoraTeam:
     return team
 
 
+def generating_model(sampler: DialogueSampler, team: LoraTeam, agent: int, how: str):
+    """The model that generates ``agent``'s messages: the sampler's choice, or forced to the
+    merged copy (``llm.models.generation``) or to the unmerged PEFT model."""
+    if how == "merged":
+        return team.generation_model(sampler.chat.policy(agent))
+    if how == "unmerged":
+        return team.use(sampler.chat.policy(agent))
+    return sampler.speaker_model(team, agent)
+
+
 def play(
-    sampler: DialogueSampler, team: LoraTeam, episodes: list[Episode], record: bool
+    sampler: DialogueSampler,
+    team: LoraTeam,
+    episodes: list[Episode],
+    record: bool,
+    how: str = "sampler",
 ) -> tuple[list[Episode], dict[tuple[int, int], torch.Tensor], float]:
     """The sampler's turn-by-turn play (each group's prompt once), optionally recording each
     token's sampling log-probability; returns the episodes, the records and the CPU seconds."""
@@ -73,7 +89,7 @@ def play(
             lengths = [len(episodes[i].prompt) for i in indices]
             logps: list[torch.Tensor] | None = [] if record else None
             messages = generate_messages(
-                sampler.speaker_model(team, agent),
+                generating_model(sampler, team, agent, how),
                 contexts,
                 sampler.chat,
                 s.max_tokens_of(agent),
@@ -88,28 +104,33 @@ def play(
                 episodes[index] = episode.with_turns([*episode.turns, Turn(agent, message)])
 
 
-def measure(sampler: DialogueSampler, team: LoraTeam, label: str) -> dict[str, Any]:
+def measure(
+    sampler: DialogueSampler, team: LoraTeam, label: str, how: str = "sampler"
+) -> dict[str, Any]:
     start = sampler.new_episodes()
-    _, _, plain_seconds = play(sampler, team, list(start), record=False)
-    episodes, recorded, record_seconds = play(sampler, team, list(start), record=True)
+    _, _, plain_seconds = play(sampler, team, list(start), record=False, how=how)
+    episodes, recorded, record_seconds = play(sampler, team, list(start), record=True, how=how)
     started = time.process_time()
     training = {}
     for agent in range(team.n_agents):
         training.update(sampler.agent_logps(team, episodes, agent))
     scoring_seconds = time.process_time() - started
-    gaps = np.concatenate(
-        [
-            (training[key] - recorded[key]).abs().double().numpy()
-            for key in recorded
-            if len(recorded[key])
-        ]
+    signed = np.concatenate(
+        [(training[key] - recorded[key]).double().numpy() for key in recorded if len(recorded[key])]
     )
+    gaps = np.abs(signed)
+    tokens = sum(len(m.message) for e in episodes for m in e.turns)
     return {
         "team": label,
+        "generation": how,
         "tokens": int(gaps.size),
         "max_gap": float(gaps.max()),
         "p999_gap": float(np.quantile(gaps, 0.999)),
         "mean_gap": float(gaps.mean()),
+        # k3 = e^g - 1 - g, g = log pi - log mu on tokens drawn from mu: KL(mu || pi) a token.
+        "mismatch_kl": float(np.mean(np.expm1(signed) - signed)),
+        "sampled_tokens": tokens,
+        "sampled_tokens_per_cpu_second": tokens / plain_seconds,
         "sampling_cpu_seconds": plain_seconds,
         "sampling_recording_cpu_seconds": record_seconds,
         "scoring_pass_cpu_seconds": scoring_seconds,
@@ -122,8 +143,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="the tiny random model")
     parser.add_argument("--scale", type=float, default=0.01, help="std of the perturbed LoRA B")
     parser.add_argument("--json", type=Path, help="write the measurements here")
+    parser.add_argument(
+        "--dtype", default="float32", choices=("float32", "bfloat16", "float16"), help="weights"
+    )
+    parser.add_argument(
+        "--generation",
+        nargs="+",
+        default=["sampler"],
+        choices=("sampler", "merged", "unmerged"),
+        help="who generates: the sampler's choice, the merged copy, the PEFT model",
+    )
     args = parser.parse_args(argv)
     config = load_config(args.config)
+    config = dataclasses.replace(config, run=dataclasses.replace(config.run, dtype=args.dtype))
     if args.quick:
         config = dataclasses.replace(
             config,
@@ -139,14 +171,25 @@ def main(argv: list[str] | None = None) -> int:
         "temperature": config.sampler.temperature,
         "ratio_tolerance": config.updater.ratio_tolerance,
         "perturbation_scale": args.scale,
+        "dtype": args.dtype,
+        "mismatch_kl_tolerance": mismatch_kl_tolerance(DTYPES[args.dtype])
+        if args.dtype != "float32"
+        else None,
         "teams": [
-            measure(parts.sampler, parts.team, "untrained (B = 0)"),
-            measure(parts.sampler, perturbed(parts.team, args.scale, seed=1), "perturbed B"),
+            row
+            for how in args.generation
+            for row in (
+                measure(parts.sampler, parts.team, "untrained (B = 0)", how),
+                measure(
+                    parts.sampler, perturbed(parts.team, args.scale, seed=1), "perturbed B", how
+                ),
+            )
         ],
     }
     for row in result["teams"]:
         print(
-            f"{row['team']:>18}: {row['tokens']} tokens, |gap| max {row['max_gap']:.2e}, "
+            f"{args.dtype} {row['generation']:>8} {row['team']:>18}: {row['tokens']} tokens, "
+            f"|gap| max {row['max_gap']:.2e}, KL {row['mismatch_kl']:.2e}, "
             f"99.9% {row['p999_gap']:.2e}, mean {row['mean_gap']:.2e} "
             f"(ratio_tolerance {result['ratio_tolerance']:.0e}); CPU s: sampling "
             f"{row['sampling_cpu_seconds']:.1f}, recording {row['sampling_recording_cpu_seconds']:.1f}, "

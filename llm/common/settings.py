@@ -162,7 +162,17 @@ class UpdaterSettings:
     max_backtracks: int = 4
     """Backtracks per step before the step is abandoned."""
     ratio_tolerance: float = 1e-4
-    """Largest |log new - log old| allowed before the first step (numerical noise only)."""
+    """Largest |log new - log old| allowed before the first step (numerical noise only), on a
+    float32 model; in half precision the check is on the sampler's mismatch KL per token, at
+    a tolerance derived from the precision (``llm.update.mismatch.mismatch_kl_tolerance``)."""
+    mismatch_correction: Literal["auto", "tis", "off"] = "auto"
+    """How the update corrects for the sampler's policy μ differing from the trainer's π
+    (``llm.update.mismatch``): "tis" weighs each token's surrogate term by
+    min(π(y)/μ(y), tis_cap) (truncated importance sampling, Yao et al. 2025), "off" trains as if
+    the tokens were drawn from π, "auto" is "tis" for a half-precision model and "off" in
+    float32 (where μ = π to rounding, so float32 runs stay bit for bit what they were)."""
+    tis_cap: float = 2.0
+    """C, the truncation of the importance weights π/μ of ``mismatch_correction``."""
     warm_start: bool = True
     """Start each step at the agent's last admitted step size instead of ``learning_rate``
     (after an update that needed no backtrack, one ``1/shrink`` larger, up to

@@ -18,6 +18,7 @@ from llm.common import profiling
 from llm.common.devices import model_device
 from llm.common.hf_compat import cache_argument, cache_of
 from llm.conversation.dialogue import ChatFormat, Episode
+from llm.models.precision import Float32Head
 
 
 @dataclass(frozen=True)
@@ -142,11 +143,14 @@ def output_logits(head: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor:
 
     The trust region measures KLs of a few 1e-3 nats over a vocabulary of tens of thousands of
     tokens; bfloat16 logits (8 significant bits: steps of 0.06 at a logit of 16) would round
-    those differences away before the log-softmax sees them. A half-precision model therefore
-    projects its last hidden states with a float32 copy of the head, and every log-softmax and
-    KL downstream (``MessageBatch.token_logps``, ``llm.logprobs.losses``) runs on float32 logits.
+    those differences away before the log-softmax sees them. A half-precision model loaded by
+    ``llm.models.loading`` carries a ``Float32Head`` (``llm.models.precision``), which
+    generation calls too, so that the sampler draws from exactly these logits; a plain
+    half-precision ``Linear`` head is projected with a float32 copy of its weights here. Every
+    log-softmax and KL downstream (``MessageBatch.token_logps``, ``llm.logprobs.losses``) runs
+    on float32 logits.
     """
-    if hidden.dtype == torch.float32:
+    if hidden.dtype == torch.float32 or isinstance(head, Float32Head):
         return head(hidden).float()
     if not isinstance(head, torch.nn.Linear):
         raise TypeError(f"output head {type(head).__name__}: only a Linear head is supported")

@@ -30,6 +30,7 @@ from transformers import PreTrainedModel
 from llm.common.devices import seeded
 from llm.common.settings import LoraSettings
 from llm.models.generation import MergedGenerationCopy
+from llm.models.precision import HALF_DTYPES
 
 GRADIENT_CHECKPOINTING_NOTICE = r"`is_gradient_checkpointing` is deprecated"
 """transformers' FutureWarning when PEFT reads that property of every model it wraps; nothing
@@ -42,6 +43,17 @@ def wrap_in_peft(base: PreTrainedModel, config: LoraConfig, adapter_name: str) -
             "ignore", message=GRADIENT_CHECKPOINTING_NOTICE, category=FutureWarning
         )
         return get_peft_model(base, config, adapter_name=adapter_name)
+
+
+def weights_dtype(model: torch.nn.Module) -> torch.dtype:
+    """The dtype of ``model``'s (base) weights, read off its input embeddings."""
+    embeddings = typing.cast(PreTrainedModel, model).get_input_embeddings()
+    return typing.cast(torch.Tensor, embeddings.weight).dtype
+
+
+def is_half_precision(model: torch.nn.Module) -> bool:
+    """Whether ``model``'s (base) weights are bfloat16 or float16."""
+    return weights_dtype(model) in HALF_DTYPES
 
 
 _versions = itertools.count()
@@ -179,6 +191,11 @@ class LoraBackbone(AdapterSlots):
         """How many times the generation copy's weights were computed (0 before first use)."""
         return 0 if self._generation_copy is None else self._generation_copy.merges
 
+    @property
+    def half_precision(self) -> bool:
+        """Whether the base weights are bfloat16 or float16 (the adapters are float32 always)."""
+        return is_half_precision(self.model)
+
 
 class SeparateBackbone(AdapterSlots):
     """One base model per agent, each with its own LoRA adapter: a heterogeneous team.
@@ -227,6 +244,11 @@ class SeparateBackbone(AdapterSlots):
         if copy is None:
             copy = self._generation_copies[index] = MergedGenerationCopy(self.models[index])
         return copy.speaking(weights.tensors, weights.version, slot_name(index))
+
+    @property
+    def half_precision(self) -> bool:
+        """Whether any agent's base weights are bfloat16 or float16."""
+        return any(is_half_precision(model) for model in self.models)
 
     @property
     def generation_merges(self) -> int:

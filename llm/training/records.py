@@ -35,6 +35,10 @@ class UpdateMetrics:
     effective_sample_size: float
     """Of the batch's episode weights (``LoraUpdate.effective_sample_size``): 1 on-policy,
     below 1 for HAPPO's reweighted batches."""
+    mismatch: dict[str, float] | None
+    """The sampler's recorded log-probs against the trainer's pre-update pass, per message
+    token (``llm.update.mismatch.PolicyMismatch``: tokens, max_gap, mean_gap, over_tolerance,
+    kl, truncated); None where the sampler recorded none."""
 
     @classmethod
     def of(cls, record: UpdateRecord) -> UpdateMetrics:
@@ -51,6 +55,7 @@ class UpdateMetrics:
             penalty=record.penalty,
             certificate=record.certificate,
             effective_sample_size=update.effective_sample_size,
+            mismatch=None if update.mismatch is None else update.mismatch.as_dict(),
         )
 
 
@@ -149,6 +154,9 @@ def log_scalars(writer: Any, metrics: StageMetrics) -> None:
     for update in metrics.updates:
         for name in ("surrogate", "kl", "backtracks"):
             writer.add_scalar(f"agent{update.agent}/{name}", getattr(update, name), metrics.stage)
+        for name, value in (update.mismatch or {}).items():
+            if name != "tokens":
+                writer.add_scalar(f"agent{update.agent}/mismatch_{name}", value, metrics.stage)
     for name, value in (metrics.eval or {}).items():
         writer.add_scalar(f"eval/{name}", value, metrics.stage)
 

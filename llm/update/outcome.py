@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from llm.update.mismatch import PolicyMismatch
 from teamtr.reports import AgentUpdate
 
 
@@ -45,6 +46,9 @@ class LoraUpdate(AgentUpdate):
     effective_sample_size: float = 1.0
     """(sum w)^2 / (N sum w^2) of the batch's episode weights (``effective_sample_size``): 1
     for on-policy rollouts, below 1 where HAPPO reweighted a cached batch."""
+    mismatch: PolicyMismatch | None = None
+    """The sampler's recorded log-probs against the trainer's pre-update pass
+    (``llm.update.mismatch``); None where the sampler did not record them."""
 
     def __post_init__(self) -> None:
         if (self.outcome is Outcome.NON_FINITE) != (self.non_finite is not None):

@@ -49,9 +49,18 @@ from llm.logprobs.losses import (
     per_token_kl_from_log_probs,
 )
 from llm.logprobs.scoring import MessageBatch, message_logits, message_tokens, score_chunks
-from llm.models.agents import LoraTeam
+from llm.models.agents import LoraTeam, weights_dtype
 from llm.sampling.sampler import DialogueRollouts
 from llm.update.backtracking import ParameterSnapshot, backtracked_step
+from llm.update.mismatch import (
+    MismatchTally,
+    PolicyMismatch,
+    is_half,
+    laid_out,
+    message_weights_of,
+    mismatch_kl_tolerance,
+    truncated_weights,
+)
 from llm.update.outcome import LoraUpdate, Outcome, effective_sample_size
 from teamtr.trust_region import TrustRegion, statistic_of
 
@@ -86,6 +95,9 @@ class _Reference:
     advantages: torch.Tensor
     log_probs: torch.Tensor | None = None
     """(M, T, V) log-softmax of ``batch.logits``, kept once per update (None: recompute it)."""
+    message_weights: torch.Tensor | None = None
+    """(M,) min(π/μ, C) of each whole message where the update corrects for the sampler's
+    policy μ (``llm.update.mismatch``): the surrogate L̂_i's importance weight; None: 1."""
 
     def vocabulary_log_probs(self) -> torch.Tensor:
         return self.batch.log_probs() if self.log_probs is None else self.log_probs
@@ -255,7 +267,13 @@ class TrustRegionUpdater:
         return loss
 
     def _reference_pass(
-        self, team: LoraTeam, agent: int, rollouts: DialogueRollouts, n_tokens: int
+        self,
+        team: LoraTeam,
+        agent: int,
+        rollouts: DialogueRollouts,
+        n_tokens: int,
+        sampled: dict[tuple[int, int], torch.Tensor] | None = None,
+        cap: float | None = None,
     ) -> _ReferencePass:
         """The pre-update policy on every chunk: what every ratio and KL is measured against.
 
@@ -263,6 +281,9 @@ class TrustRegionUpdater:
         pre-update parameters the new policy is the reference itself, so the first step's
         training forward pass would repeat this one exactly. That gradient is returned, not
         left behind in ``.grad``.
+
+        With a correction ``cap`` C, each token's advantage is weighted by min(π/μ, C) against
+        the ``sampled`` log-probs μ (truncated importance sampling, ``llm.update.mismatch``).
         """
         model = team.use(agent)
         weights = rollouts.episode_weights()
@@ -285,12 +306,20 @@ class TrustRegionUpdater:
                     dtype=torch.float32,
                     device=logps.device,
                 )
+                message_weights = None
+                if cap is not None and sampled is not None:
+                    recorded = laid_out(sampled, batch.refs, batch.mask)
+                    token_weights = truncated_weights(logps, recorded, batch.mask, cap)
+                    advantages = advantages.unsqueeze(-1) * token_weights
+                    message_weights = message_weights_of(logps, recorded, batch.mask, cap)
                 if not self.reuse_work:
-                    chunks.append(_Reference(chunk, batch, logps, advantages))
+                    chunks.append(
+                        _Reference(chunk, batch, logps, advantages, None, message_weights)
+                    )
                     continue
                 detached = MessageBatch(batch.refs, batch.tokens, batch.mask, batch.logits.detach())
                 reference = _Reference(
-                    chunk, detached, logps.detach(), advantages, log_probs.detach()
+                    chunk, detached, logps.detach(), advantages, log_probs.detach(), message_weights
                 )
                 chunks.append(reference)
                 if finite_loss and reference.has_signal:  # else its gradient is exactly 0
@@ -310,17 +339,35 @@ class TrustRegionUpdater:
             parameter.grad = None
         return _ReferencePass(chunks, n_tokens, gradient, None if _finite(gradient) else "gradient")
 
+    def _correction_cap(self, half: bool) -> float | None:
+        """C of the truncated importance weights, or None where the update is uncorrected
+        (``[updater] mismatch_correction``; "auto": corrected in half precision only)."""
+        mode = self.settings.mismatch_correction
+        if mode == "tis" or (mode == "auto" and half):
+            return self.settings.tis_cap
+        return None
+
     def _check_on_policy(
         self,
         agent: int,
         chunks: list[_Reference],
         behaviour: dict[tuple[int, int], torch.Tensor],
-    ) -> None:
+        sampled: dict[tuple[int, int], torch.Tensor] | None,
+        precision: torch.dtype,
+        cap: float | None,
+    ) -> PolicyMismatch | None:
         """Before any step the new/old ratio must be 1: the reference pass's log-probs of every
-        message equal the behaviour log-probs to ``ratio_tolerance`` (else ``RatioCheckError``:
-        stale rollouts, another temperature, dropout). Checked once all ranks have scored their
-        shard, so that all of them raise together."""
+        message equal the behaviour log-probs (else ``RatioCheckError``: stale rollouts,
+        another temperature, dropout). In float32, every token to ``ratio_tolerance``; in half
+        precision the sampler's recorded log-probs, whose KL from the trainer's per token must
+        lie within what rounding explains (``llm.update.mismatch.mismatch_kl_tolerance``).
+        Checked once all ranks have scored their shard, so that all of them raise together.
+        Returns the sampler's mismatch where it recorded its log-probs (else None: the
+        behaviour log-probs are the trainer's own)."""
+        half = is_half(precision)
         worst = (0.0, "")
+        tally = MismatchTally()
+        tolerance = self.settings.ratio_tolerance
         for chunk in chunks:
             for row, (e, t) in enumerate(chunk.batch.refs):
                 now = chunk.logps[row][chunk.batch.mask[row]]
@@ -329,12 +376,32 @@ class TrustRegionUpdater:
                     gap = math.inf
                 if gap > worst[0]:
                     worst = (gap, f"agent {agent}, episode {e}, turn {t}")
+                if sampled is not None:
+                    tally.add(now, sampled[(e, t)], tolerance, cap)
         largest = self.collective.max(worst[0])
-        if not largest <= self.settings.ratio_tolerance:  # NaN included
+        mismatch = None
+        if sampled is not None:
+            tokens, gap_sum, over, kl_sum, truncated = (
+                self.collective.sum(x) for x in tally.totals()
+            )
+            tally = MismatchTally(int(tokens), largest, gap_sum, int(over), kl_sum, int(truncated))
+            kl_tolerance = mismatch_kl_tolerance(precision) if half else math.inf
+            mismatch = tally.result(tolerance, kl_tolerance)
+        if half and mismatch is not None:
+            if not mismatch.kl <= mismatch.kl_tolerance:  # NaN included
+                raise RatioCheckError(
+                    f"agent {agent}: the sampler's log-probs lie KL {mismatch.kl:.3g} nats a token "
+                    f"from the trainer's before the update, above the {mismatch.kl_tolerance:.3g} "
+                    f"that rounding to {str(precision).removeprefix('torch.')} explains "
+                    "(stale rollouts?)"
+                )
+            return mismatch
+        if not largest <= tolerance:  # NaN included
             where = worst[1] if worst[0] == largest else f"agent {agent}, on another rank"
             raise RatioCheckError(
                 f"{where}: |log new - log old| = {largest:.3g} before the update (ratio must be 1)"
             )
+        return mismatch
 
     def _accumulate_gradient(
         self,
@@ -420,10 +487,14 @@ class TrustRegionUpdater:
                     logps = batch.token_logps()
             message_kl = terms.sum(dim=-1)
             log_ratio = (logps - reference.logps).sum(dim=-1)
+            ratio = log_ratio.exp()
+            if reference.message_weights is not None:
+                # Drawn from μ, not old: E_{y~μ}[(old/μ)(new/old) Â] = E_{y~new}[Â], truncated.
+                ratio = ratio * reference.message_weights
             for row, (e, _) in enumerate(batch.refs):
                 episode_kl[e] += float(message_kl[row])
                 # E_{y~old}[(new/old) Â] = E_{y~new}[Â]: the surrogate of Thm 3.4 per message.
-                episode_gain[e] += float(log_ratio[row].exp()) * rollouts.advantages[e]
+                episode_gain[e] += float(ratio[row]) * rollouts.advantages[e]
         # The global batch, in rank order (a no-op in one process).
         episode_kl = self.collective.concatenate(episode_kl)
         episode_gain = self.collective.concatenate(episode_gain)
@@ -487,8 +558,13 @@ class TrustRegionUpdater:
         # The behaviour log-probs first: where they are not recorded, the behaviour team's pass
         # computes them, and it must run before ``team`` is loaded into the shared backbone.
         behaviour = rollouts.behaviour_logps(agent, self.chat.policy)
-        reference = self._reference_pass(team, agent, rollouts, n_tokens)
-        self._check_on_policy(agent, reference.chunks, behaviour)
+        sampled = rollouts.recorded_logps(agent, self.chat.policy)
+        precision = weights_dtype(backbone.training_model(agent))
+        cap = self._correction_cap(is_half(precision)) if sampled is not None else None
+        reference = self._reference_pass(team, agent, rollouts, n_tokens, sampled, cap)
+        mismatch = self._check_on_policy(
+            agent, reference.chunks, behaviour, sampled, precision, cap
+        )
         backbone.mark_modified(agent)
 
         # 3. The trust-region steps, from where the step-size policy says.
@@ -501,7 +577,7 @@ class TrustRegionUpdater:
 
         # 4. The report.
         report = self._report(team, agent, rollouts.a_max, n_tokens, walk)
-        return replace(report, effective_sample_size=sample_size)
+        return replace(report, effective_sample_size=sample_size, mismatch=mismatch)
 
     def _steps(
         self,

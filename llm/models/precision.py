@@ -1,0 +1,72 @@
+"""One output head for sampling and training alike: float32 logits from a half-precision model.
+
+The trust region measures KLs of a few 1e-3 nats over a vocabulary of tens of thousands of
+tokens; bfloat16 logits (8 significant bits: steps of 0.06 at a logit of 16) would round those
+differences away before any log-softmax sees them. The training pass has therefore always
+projected its last hidden states with a float32 copy of the head (``llm.logprobs.scoring``).
+Generation, though, called the model's own half-precision head, so the policy that sampled a
+token and the policy the updater scored it with differed by that rounding (up to 0.39 nats a
+token on SmolLM2 in bfloat16; ``bench/behaviour_logp_gap.py``).
+
+``install_float32_head`` replaces a half-precision model's ``lm_head`` by ``Float32Head``, which
+holds the head's weight in float32 and casts its input up: every caller of the model (Hugging
+Face ``generate``, the scoring pass, a deep copy made for generation) then computes the same
+float32 logits from the same hidden states. A float32 model is left as it is, so its results
+do not change by a bit.
+"""
+
+from __future__ import annotations
+
+import typing
+
+import torch
+
+HALF_DTYPES = (torch.bfloat16, torch.float16)
+
+
+class Float32Head(torch.nn.Module):
+    """``Linear(hidden) -> logits`` computed in float32 whatever the hidden states' dtype.
+
+    ``weight`` stays the wrapped head's own parameter (so that weight tying, state dicts and
+    PEFT see what they saw before); the forward pass reads ``weight_float32``, a non-persistent
+    float32 copy taken once (the base model is frozen, so the copy never goes stale).
+    """
+
+    def __init__(self, head: torch.nn.Linear) -> None:
+        super().__init__()
+        self.in_features = head.in_features
+        self.out_features = head.out_features
+        self.weight = head.weight
+        self.register_buffer("weight_float32", head.weight.detach().float(), persistent=False)
+        bias = None if head.bias is None else head.bias.detach().float()
+        self.register_buffer("bias_float32", bias, persistent=False)
+
+    weight_float32: torch.Tensor
+    bias_float32: torch.Tensor | None
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.linear(hidden.float(), self.weight_float32, self.bias_float32)
+
+
+ModelT = typing.TypeVar("ModelT", bound=torch.nn.Module)
+
+
+def install_float32_head(model: ModelT) -> ModelT:
+    """``model`` with its ``lm_head`` computing float32 logits where its weights are in half
+    precision (in place; returned for chaining). A float32 model, or one whose head is already
+    a ``Float32Head``, is returned untouched."""
+    head = getattr(model, "lm_head", None)
+    if isinstance(head, Float32Head) or head is None:
+        return model
+    if not isinstance(head, torch.nn.Linear):
+        raise TypeError(f"output head {type(head).__name__}: only a Linear head is supported")
+    if head.weight.dtype not in HALF_DTYPES:
+        return model
+    model.lm_head = Float32Head(head)
+    return model
+
+
+def unit_roundoff(dtype: torch.dtype) -> float:
+    """u = 2^-p of a floating type with p significand bits (float32 2^-24, bfloat16 2^-8,
+    float16 2^-11): the largest relative error of rounding one number to it."""
+    return float(torch.finfo(dtype).eps) / 2
