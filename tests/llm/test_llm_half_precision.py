@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 from llm_test_support import cpu_bfloat16_attention_problem, with_rewards
-from test_llm_devices import one_stage, with_placement, write_config
+from test_llm_devices import with_placement, write_config
 
 from llm.common.config import load_config
 from llm.interface.cli import main
@@ -112,9 +112,7 @@ def test_stale_rollouts_are_still_refused_in_half_precision(tmp_path):
     """Rollouts drawn before an update of the agent lie the update's KL from its policy: far
     above what rounding to bfloat16 explains, so the check refuses them."""
     parts = half_parts(tmp_path, "bfloat16")
-    parts.updater.settings = dataclasses.replace(
-        parts.updater.settings, learning_rate=0.1, steps=4
-    )
+    parts.updater.settings = dataclasses.replace(parts.updater.settings, learning_rate=0.1, steps=4)
     stale = with_rewards(parts.sampler.sample(parts.team), [1.0, 0.0] * 8)
     update = parts.updater.update(parts.team, 0, stale, radius=2.0)
     assert update.accepted
@@ -139,7 +137,14 @@ def test_a_half_precision_run_logs_the_mismatch_of_every_update(tmp_path):
     assert all(u["kl"] == 0 and u["surrogate"] == 0 for u in updates if u["mismatch"] is None)
     for update in measured:
         figures = update["mismatch"]
-        assert set(figures) == {"tokens", "max_gap", "mean_gap", "over_tolerance", "kl", "truncated"}
+        assert set(figures) == {
+            "tokens",
+            "max_gap",
+            "mean_gap",
+            "over_tolerance",
+            "kl",
+            "truncated",
+        }
         assert 0 <= figures["kl"] <= mismatch_kl_tolerance(torch.bfloat16)
         assert 0 <= figures["over_tolerance"] <= 1 and 0 <= figures["truncated"] <= 1
 
