@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from llm.common.config import RunConfig, load_config
+    from llm.export.export_folder import save_team
+    from llm.export.trained_team import TrainedTeam, load_team
     from llm.problems.task import (
         Dialogue,
         RewardError,
@@ -34,9 +36,7 @@ if TYPE_CHECKING:
     )
     from llm.problems.tasks import Problem
     from llm.training.builder import TeamParts, build_team
-    from llm.training.export import save_team
     from llm.training.task_check import TaskCheck, check_task
-    from llm.training.team_io import TrainedTeam, load_team
 
 _PUBLIC = {
     "build_team": "llm.training.builder",
@@ -52,9 +52,9 @@ _PUBLIC = {
     "Problem": "llm.problems.tasks",
     "check_task": "llm.training.task_check",
     "TaskCheck": "llm.training.task_check",
-    "load_team": "llm.training.team_io",
-    "TrainedTeam": "llm.training.team_io",
-    "save_team": "llm.training.export",
+    "load_team": "llm.export.trained_team",
+    "TrainedTeam": "llm.export.trained_team",
+    "save_team": "llm.export.export_folder",
 }
 __all__ = [
     "Dialogue",

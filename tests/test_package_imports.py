@@ -272,6 +272,7 @@ LLM_ROOMS = (
     "sampling",
     "update",
     "training",
+    "export",
     "interface",
 )
 """The rooms of ``llm`` in the order data flows through them (each room's docstring says so)."""

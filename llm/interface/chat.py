@@ -46,8 +46,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_chat(args: argparse.Namespace) -> int:
+    from llm.export.trained_team import locate_team
     from llm.training.preflight import require_writable_file
-    from llm.training.team_io import locate_team
 
     source = locate_team(args.run, args.step)
     if args.note and len(args.note) != source.n_agents:

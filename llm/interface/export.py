@@ -1,5 +1,5 @@
 """``teamtr export``: a trained run written out as PEFT adapters, a team description and the
-``vllm serve`` line (``llm.training.export`` holds what is written and why).
+``vllm serve`` line (``llm.export.export_folder`` holds what is written and why).
 
 The run and the step are checked, and ``--out`` must be a new (or empty) folder, before the
 model loads; a bad one is one ``error:`` line and exit code 2 (``llm.interface.cli``).
@@ -36,8 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_export(args: argparse.Namespace) -> int:
-    from llm.training.export import export_team
-    from llm.training.team_io import TEAM_FILE, locate_team
+    from llm.export.export_folder import export_team
+    from llm.export.trained_team import TEAM_FILE, locate_team
 
     out = Path(args.out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):

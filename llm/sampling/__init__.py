@@ -2,7 +2,7 @@
 update, dynamic sampling, rewards and advantages, and the behaviour log-probs each update checks
 its ratio against.
 
-Room 7 of 10 in data-flow order: it imports only from ``llm.common``, ``llm.problems``,
+Room 7 of 11 in data-flow order: it imports only from ``llm.common``, ``llm.problems``,
 ``llm.conversation``, ``llm.models``, ``llm.logprobs`` and the core ``teamtr``, never from a
 room after it (tests/test_package_imports.py).
 """

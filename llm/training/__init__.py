@@ -2,7 +2,7 @@
 budget and events, checkpoints, run directories and their lock, held-out evaluation, the task
 checker, preflight checks and data-parallel ranks.
 
-Room 9 of 10 in data-flow order: it imports only from ``llm.common``, ``llm.problems``,
+Room 9 of 11 in data-flow order: it imports only from ``llm.common``, ``llm.problems``,
 ``llm.conversation``, ``llm.models``, ``llm.logprobs``, ``llm.sampling``, ``llm.update`` and the
 core ``teamtr``, never from a room after it (tests/test_package_imports.py).
 """

@@ -17,8 +17,8 @@ from safetensors.torch import load_file
 from team_out_support import REPO, ROWS, teamtr, train_notes_team
 
 import llm
+from llm.export.export_folder import vllm_rank
 from llm.models.agents import slot_name
-from llm.training.export import vllm_rank
 
 EXAMPLE = REPO / "docs" / "examples" / "exported_team" / "play_with_peft.py"
 QUESTION = "What is 3 + 5?"

@@ -8,7 +8,8 @@ question of one's own. Finding (``locate_team``) reads only small files and the 
 the command line refuses a bad run, step or note before any model loads.
 
 The dialogues are those the run's own evaluation plays: the same chat format, views and
-sampler (``llm.sampling.sampler.DialogueSampler.play``), greedy unless ``sample``.
+sampler (``llm.sampling.sampler.DialogueSampler.play``), greedy unless ``sample``. The
+adapters of a run are read through ``llm.training.checkpoint`` (the format's one reader).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from llm.training.builder import build_backbone
 from llm.training.checkpoint import RunDirectoryError, find_policies, on_backbone_device
 
 TEAM_FILE = "team.json"
-"""An export's description of its team (``llm.training.export``), read by teamtr and by the
+"""An export's description of its team (``llm.export.export_folder``), read by teamtr and by the
 example script that plays it without teamtr."""
 RUN_CONFIG_FILE = "run_config.json"
 """An export's copy of the run's resolved config: what teamtr rebuilds the team from."""

@@ -41,12 +41,7 @@ from transformers import PreTrainedModel
 import teamtr
 from llm.common.config import ConfigError, RunConfig
 from llm.common.progress import library_bars
-from llm.models.agents import LoraBackbone, LoraTeam, slot_name
-from llm.models.generation import MergedGenerationCopy
-from llm.models.loading import TINY_ALIAS, load_tokenizer, resolve_source
-from llm.problems.task import Task
-from llm.training.builder import configured_for_task
-from llm.training.team_io import (
+from llm.export.trained_team import (
     ADAPTER_FILE,
     BASE_FOLDER,
     RUN_CONFIG_FILE,
@@ -54,6 +49,11 @@ from llm.training.team_io import (
     TrainedTeam,
     adapter_folder,
 )
+from llm.models.agents import LoraBackbone, LoraTeam, slot_name
+from llm.models.generation import MergedGenerationCopy
+from llm.models.loading import TINY_ALIAS, load_tokenizer, resolve_source
+from llm.problems.task import Task
+from llm.training.builder import configured_for_task
 
 FORMAT_VERSION = 1
 SMOLLM2_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
