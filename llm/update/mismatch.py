@@ -29,21 +29,25 @@ import torch
 
 from llm.models.precision import HALF_DTYPES, unit_roundoff
 
-KL_TOLERANCE_FACTOR = 64.0
+KL_TOLERANCE_FACTOR = 1024.0
 """c in the half-precision tolerance c·u² on the mismatch KL per token (see
 ``mismatch_kl_tolerance``)."""
 
 
 def mismatch_kl_tolerance(dtype: torch.dtype) -> float:
-    """The largest KL(μ || π) per token that rounding to ``dtype`` explains: c·u².
+    """The largest KL(μ || π) per token that rounding to ``dtype`` explains: c·u², c = 1024.
 
-    A log-prob computed twice with relative rounding errors of size u in its logits differs
-    by a gap g = O(u·|logit|), and the KL the two distributions lie apart is E[g²]/2
-    (second order in g). With logits of magnitude up to ~8/√2 (a temperature of 0.7 makes
-    SmolLM2's top logits 10 to 20) that is c = 64: 9.8e-4 nats per token in bfloat16
-    (u = 2^-8), 1.5e-5 in float16 (u = 2^-11). Measured on the default relay in bfloat16:
-    docs/scaling_out.md, "Half precision". A rollout one update stale differs by the update's
-    own KL (0.04 to 1 nats per turn, ~0.01 to 0.2 per token), far above either.
+    Sampling decodes one position at a time from a key/value cache; training runs whole
+    transcripts. The two round every matrix product's output to the format's unit roundoff u
+    after summing in another order, and the differences compound through the layers into a
+    per-token log-prob gap g whose root mean square is a multiple k of u; the KL the two
+    distributions lie apart is E[g²]/2 = k²u²/2 (second order in g). Measured on SmolLM2 in
+    bfloat16 (``bench/behaviour_logp_gap.py``; docs/scaling_out.md, "Half precision"): rms g
+    ≈ 14u, KL 1.0e-3 to 1.5e-3 nats a token. The tolerance admits k up to √(2c) ≈ 45, three
+    times that: 0.016 nats a token in bfloat16 (u = 2^-8), 2.4e-4 in float16 (u = 2^-11). A
+    rollout stale by one update of radius δ per turn lies ~δ/(tokens per turn) away: refused
+    from δ ≈ 0.1 per turn at SmolLM2's 6-token turns; below that, the truncated importance
+    weights (``truncated_weights``) correct for it as for the rounding.
     """
     return KL_TOLERANCE_FACTOR * unit_roundoff(dtype) ** 2
 
