@@ -31,8 +31,18 @@ def model_of(agent):  # the base with the agent's adapter, or its merged model
 
 
 models = {a["adapter"]: model_of(a).eval() for a in agents}
-render = lambda m, g=False: tok.apply_chat_template(m, tokenize=False, add_generation_prompt=g)
-encode = lambda text: tok.encode(text, add_special_tokens=False)
+
+
+def render(messages, generation_prompt=False):
+    return tok.apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=generation_prompt
+    )
+
+
+def encode(text):
+    return tok.encode(text, add_special_tokens=False)
+
+
 system = {"role": "system", "content": team["system_prompt"]}
 opening = [system, {"role": "user", "content": "Q"}]
 assistant = render(opening, True)[len(render(opening)) :]
