@@ -26,7 +26,7 @@ import torch
 from safetensors.torch import load_file
 from transformers import PreTrainedTokenizerBase
 
-from llm.common.config import ConfigError, RunConfig, load_config
+from llm.common.config import ConfigError, Override, RunConfig, load_config
 from llm.conversation.dialogue import ChatFormat, Episode
 from llm.conversation.router import make_router
 from llm.models.agents import AdapterWeights, LoraTeam
@@ -78,24 +78,27 @@ class TeamSource:
         return TrainedTeam.assemble(config, self.policies, self.checkpoint)
 
 
-def locate_team(path: str | Path, step: int | None = None) -> TeamSource:
+def locate_team(
+    path: str | Path, step: int | None = None, overrides: Sequence[Override] = ()
+) -> TeamSource:
     """The team of a run directory (checkpoint ``stage_{step}``, default the latest usable one)
-    or of an export; a ``RunDirectoryError`` names the path and what is wrong."""
+    or of an export; a ``RunDirectoryError`` names the path and what is wrong. ``overrides``
+    (``--set``) change keys of the run's config as it is read, checked as its keys are."""
     path = Path(path)
     if not path.is_dir():
         raise RunDirectoryError(f"{path}: no such directory (expected a run directory or export)")
     if (path / TEAM_FILE).is_file():
-        return _exported_team(path, step)
+        return _exported_team(path, step, overrides)
     if not (path / "config.json").is_file():
         raise RunDirectoryError(
             f"{path}: neither a run directory (no config.json) nor an export (no {TEAM_FILE})"
         )
-    config = load_config(path / "config.json")
+    config = load_config(path / "config.json", overrides)
     found = find_policies(path, step, config.team.n_policies)
     return TeamSource(config, found.policies, str(found.directory))
 
 
-def _exported_team(path: Path, step: int | None) -> TeamSource:
+def _exported_team(path: Path, step: int | None, overrides: Sequence[Override]) -> TeamSource:
     try:
         team = json.loads((path / TEAM_FILE).read_text())
         checkpoint = str(team["teamtr"]["checkpoint"])
@@ -107,7 +110,7 @@ def _exported_team(path: Path, step: int | None) -> TeamSource:
             f"{path}: an export holds one checkpoint ({Path(checkpoint).name}); --step {step} "
             "names another (export that step from its run directory)"
         )
-    config = load_config(path / RUN_CONFIG_FILE)
+    config = load_config(path / RUN_CONFIG_FILE, overrides)
     policies = []
     for policy in range(config.team.n_policies):
         file = path / adapter_folder(policy) / ADAPTER_FILE

@@ -5,7 +5,8 @@ run's evaluation plays) and prints each turn with its speaker; without ``--quest
 questions from the terminal, one a line, until an empty line or end of input. ``--json``
 writes every dialogue played with each message's token ids and their log-probabilities under
 the speaker's policy (what ``docs/examples/exported_team/play_with_peft.py`` is checked
-against). The run, the step, the notes and the ``--json`` path are checked before the model
+against). ``--set SECTION.KEY=VALUE`` changes a key of the run's config for the dialogues
+(``--set sampler.max_new_tokens=64``), checked as ``train`` checks it. The run, the step, the notes and the ``--json`` path are checked before the model
 loads; a bad one is one ``error:`` line and exit code 2 (``llm.interface.cli``).
 """
 
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from llm.common.config import ConfigError
-from llm.interface.cli_args import integer_at_least
+from llm.interface.cli_args import add_set_option, integer_at_least
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,13 +44,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--seed", type=integer_at_least(0), default=0, help="routes and samples")
     parser.add_argument("--device", help='where the models go, e.g. "cpu" (default: the run\'s)')
+    add_set_option(parser)
 
 
 def run_chat(args: argparse.Namespace) -> int:
     from llm.export.trained_team import locate_team
     from llm.training.preflight import require_writable_file
 
-    source = locate_team(args.run, args.step)
+    source = locate_team(args.run, args.step, args.set)
     if args.note and len(args.note) != source.n_agents:
         raise ConfigError(
             f"--note: {len(args.note)} notes for a team of {source.n_agents} agents; give one "

@@ -260,3 +260,25 @@ def test_chat_without_a_question_reads_them_from_stdin(exported):
     printed = [line for line in done.stdout.splitlines() if line.startswith("agent ")]
     assert len(printed) == 6  # two questions, three turns each
     assert printed[0] == f"agent 0: {chat['turns'][0]['text']}".splitlines()[0]
+
+
+def test_chat_set_changes_the_runs_config_for_its_dialogues(exported, tmp_path, capsys):
+    from llm.interface.cli import main
+
+    run, out, chat = exported
+    notes = [argument for note in NOTES for argument in ("--note", note)]
+    assert max(len(turn["tokens"]) for turn in chat["turns"]) > 2  # the run's [9, 5] tokens
+    for source in (run, out):  # a run directory and its export
+        written = tmp_path / f"{source.name}.json"
+        arguments = ["--run", str(source), "--question", QUESTION, *notes, "--json", str(written)]
+        assert main(["chat", *arguments, "--set", "sampler.max_new_tokens=2"]) == 0
+        turns = json.loads(written.read_text())["dialogues"][0]["turns"]
+        assert len(turns) == len(chat["turns"])
+        assert all(1 <= len(turn["tokens"]) <= 2 for turn in turns)
+        assert turns[0]["tokens"] == chat["turns"][0]["tokens"][:2]  # the same greedy start
+    capsys.readouterr()
+    arguments = ["--run", str(run), "--question", QUESTION, *notes]
+    assert main(["chat", *arguments, "--set", "sampler.max_new_tokenz=2"]) == 2
+    error = capsys.readouterr().err
+    assert "--set sampler.max_new_tokenz: unknown key" in error
+    assert "did you mean 'max_new_tokens'?" in error
