@@ -10,7 +10,16 @@ with its own time limit, and keeps going after a part fails (the failure is reco
 3. ``throughput``: ``bench/llm_throughput.py --sections generation stage``: sampler tokens/s
    against raw ``generate`` on the same prompts, and one stage's wall time (teamtr vs stale);
 4. ``distributed``: ``python -m teamtr train --nproc 1`` (NCCL, one rank) on the tiny model,
-   when the machine has CUDA.
+   when the machine has CUDA;
+
+and, asked for by name (``--parts mismatch seeds``: each needs its own few minutes):
+
+5. ``mismatch``: ``bench/behaviour_logp_gap.py`` in float32, bfloat16 and float16: how far the
+   sampler's log-probs lie from the trainer's on the device (max, mean, KL per token against
+   the precision's tolerance), with the sampler's own generation and with the merged copy;
+6. ``seeds``: the precision comparison of docs/scaling_out.md ("Half precision") on the
+   device: the default relay for 2 stages, seeds 0, 1, 2, in bfloat16 and float16
+   (``teamtr seed-study``), for the GPU's row of the table that decides ``dtype = "auto"``.
 
 It writes ``gpu_environment.json``, ``gpu_device_tests.json``, ``gpu_train.json``,
 ``gpu_throughput.json``, ``gpu_distributed.json`` and ``gpu_summary.json`` into the output
@@ -194,6 +203,44 @@ def distributed(
     return result
 
 
+def mismatch(out: Path, quick: bool, env: dict[str, str], limit: float) -> dict[str, Any]:
+    """The sampler's log-probs against the trainer's, per precision (the run's device)."""
+    result: dict[str, Any] = {"status": "ok", "exit_code": 0, "seconds": 0.0, "dtypes": {}}
+    for dtype in ("float32", "bfloat16", "float16"):
+        path = out / f"gpu_mismatch_{dtype}.json"
+        command = [sys.executable, "bench/behaviour_logp_gap.py", "--dtype", dtype]
+        command += ["--generation", "sampler", "merged", "--json", str(path)]
+        command += ["--quick"] if quick else []
+        part = run_part(f"mismatch {dtype}", command, limit / 3, env)
+        result["seconds"] += part["seconds"]
+        if part["status"] != "ok":
+            result.update(status="failed", exit_code=part["exit_code"])
+        result["dtypes"][dtype] = json.loads(path.read_text()) if path.is_file() else part
+    return result
+
+
+def seeds(out: Path, runs: Path, quick: bool, env: dict[str, str], limit: float):
+    """Seeds 0-2 of the precision comparison's relay in bfloat16 and float16."""
+    methods = []
+    for dtype in ("bfloat16", "float16"):
+        config = out / f"gpu_seeds_{dtype}.toml"
+        lines = [
+            f"extends = {json.dumps(str(REPO / 'configs' / 'precision' / 'relay_float32.toml'))}"
+        ]
+        lines += ["[run]", f'dtype = "{dtype}"']
+        if quick:
+            lines += ["[model]", 'source = "tiny"', "[task]", "eval_size = 8"]
+        config.write_text("\n".join(lines) + "\n")
+        methods += ["--method", f"{dtype}={config}"]
+    command = [sys.executable, "-m", "teamtr", "seed-study", "--results", str(out / "gpu_seeds")]
+    command += ["--runs", str(runs / "seeds"), "--jobs", "1", "--seeds", "0", "1", "2", *methods]
+    result = run_part("seeds", command, limit, env)
+    aggregate = out / "gpu_seeds.json"
+    if aggregate.is_file():
+        result["aggregate"] = json.loads(aggregate.read_text())
+    return result
+
+
 def write(out: Path, name: str, data: dict[str, Any]) -> None:
     (out / name).write_text(json.dumps(data, indent=2) + "\n")
 
@@ -210,7 +257,7 @@ def main() -> int:
         "--parts",
         nargs="+",
         default=["device_tests", "train", "throughput", "distributed"],
-        choices=["device_tests", "train", "throughput", "distributed"],
+        choices=["device_tests", "train", "throughput", "distributed", "mismatch", "seeds"],
     )
     args = parser.parse_args()
     out = args.out.resolve()
@@ -227,6 +274,7 @@ def main() -> int:
         summary["environment_error"] = repr(error)
     # Time limits (seconds): the whole check stays under ten minutes on one GPU.
     limits = {"device_tests": 120, "train": 240, "throughput": 150, "distributed": 90}
+    limits |= {"mismatch": 300, "seeds": 540}
     for part in args.parts:
         if part == "device_tests":
             result = device_tests(out, args.device, env, limits[part])
@@ -234,6 +282,10 @@ def main() -> int:
             result = train(out, runs, args.device, args.quick, env, limits[part])
         elif part == "throughput":
             result = throughput(out, args.device, args.quick, env, limits[part])
+        elif part == "mismatch":
+            result = mismatch(out, args.quick, env, limits[part])
+        elif part == "seeds":
+            result = seeds(out, runs, args.quick, env, limits[part])
         else:
             result = distributed(out, runs, args.device, env, limits[part])
         write(out, f"gpu_{part}.json", result)
