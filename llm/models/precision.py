@@ -22,6 +22,7 @@ import typing
 import torch
 from transformers import AttentionInterface, PreTrainedModel
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
 
 HALF_DTYPES = (torch.bfloat16, torch.float16)
 
@@ -100,6 +101,9 @@ def install_float32_attention(model: ModelT) -> ModelT:
     if typing.cast(torch.Tensor, pretrained.get_input_embeddings().weight).dtype not in HALF_DTYPES:
         return model
     AttentionInterface.register(FLOAT32_ATTENTION, float32_sdpa_attention)
+    # Its masks are SDPA's: an implementation without a registered mask function gets none
+    # at all from transformers (no causal mask, every position sees the whole transcript).
+    AttentionMaskInterface.register(FLOAT32_ATTENTION, ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])
     pretrained.set_attn_implementation(FLOAT32_ATTENTION)
     return model
 

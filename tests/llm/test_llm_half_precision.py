@@ -73,6 +73,31 @@ def test_sampling_and_training_read_one_float32_head(tmp_path, dtype):
 
 
 @pytest.mark.parametrize("dtype", HALF)
+def test_float32_attention_is_causal_and_is_sdpa_to_rounding(tmp_path, dtype):
+    """The float32 attention keeps SDPA's causal mask (a later token changes no earlier
+    logit, bit for bit) and computes what SDPA computes, up to the rounding of the format."""
+    model = half_parts(tmp_path, dtype).team.use(0).get_base_model()
+    ids = torch.tensor([list(range(1, 31)), list(range(31, 61))])
+    mask = torch.ones_like(ids)
+    mask[1, :5] = 0  # a left-padded row, as the sampler lays its contexts out
+    changed = ids.clone()
+    changed[:, 20:] = 7
+    with torch.no_grad():
+        ours = model(input_ids=ids, attention_mask=mask).logits
+        later = model(input_ids=changed, attention_mask=mask).logits
+        assert torch.equal(later[:, :20], ours[:, :20])
+        model.set_attn_implementation("sdpa")
+        try:
+            plain = model(input_ids=ids, attention_mask=mask).logits
+        finally:
+            model.set_attn_implementation(FLOAT32_ATTENTION)
+    ours, plain = ours[mask.bool()], plain[mask.bool()]  # padded positions predict nothing
+    # Each of the tiny model's layers rounds its output to the format once in either; the
+    # logits (of magnitude ~1 here) then differ by a few units of u, never by a mask's worth.
+    assert (ours - plain).abs().max() <= 64 * unit_roundoff(getattr(torch, dtype))
+
+
+@pytest.mark.parametrize("dtype", HALF)
 def test_an_adapter_change_below_the_weights_spacing_reaches_the_sampler(tmp_path, dtype):
     """A LoRA change mostly below half of W's spacing vanishes when W + s·BA is rounded to
     ``dtype``: the merged copy's policy stays the base's, not the trainer's. The sampler
