@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from studies.figures import save_figure
+from studies.llm.run_records import held_out
 
 # run -> (label, untrained evaluation it starts from: None where it is another question set)
 RUNS = {
@@ -29,12 +30,12 @@ MIXED = {"arith_teamtr": "teamtr team", "arith_grpo": "one-turn GRPO"}
 
 def curve(folder: Path, run: str, untrained: str | None) -> tuple[list[int], list[float]]:
     stages = [json.loads(line) for line in (folder / f"{run}.metrics.jsonl").open()]
-    points = [(0, json.loads((folder / untrained).read_text())["accuracy"])] if untrained else []
+    points = [(0, held_out(json.loads((folder / untrained).read_text())))] if untrained else []
     updates = 0
     for stage in stages:
         updates += len(stage["updates"])
         if "eval" in stage:
-            points.append((updates, stage["eval"]["accuracy"]))
+            points.append((updates, held_out(stage["eval"])))
     return [u for u, _ in points], [100 * a for _, a in points]
 
 

@@ -16,9 +16,14 @@ One interface for the built-in tasks (``llm.problems.builtin``) and a user's own
   as the sum (up to its epsilon), and which keeps a share-of-turns reward in [0, 1]. The
   default is ``final_answer_reward``: 1 when math-verify finds the final message equal to
   ``Problem.answer``;
-- ``metric``: the held-out score of one dialogue, in [0, 1] (``accuracy`` is its mean). The
-  default: math-verify accuracy of the final message where the problem has a reference answer
-  math-verify can parse, else the reward;
+- ``metric``: the held-out score of one dialogue, in [0, 1]. The default: math-verify
+  accuracy of the final message where the problem has a reference answer math-verify can
+  parse, else the reward;
+- ``grading``: whether the metric grades an answer right (1) or wrong (0). Its mean is then
+  reported as ``accuracy``, else as ``score`` (``Task.measure``). None (the default): true for
+  math-verify and the ready-made graders (``llm.rewards.GRADING``) and a metric function with
+  the attribute ``grading = True`` (what a config's ``[task] metric`` can declare), false for
+  any other function of one's own (a partial-credit or per-turn reward);
 - ``bonus``: a training-only term added to the return (``[task] format_reward``); evaluation
   never sees it;
 - ``roles``: the system prompt, per-agent role prompts and message lengths the task is
@@ -46,6 +51,7 @@ import numpy as np
 from llm.problems.tasks import Problem, TaskError
 from llm.rewards.answers import final_answer_reward
 from llm.rewards.grading import Grade, grade
+from llm.rewards.named import grades_answers
 
 ProblemSource = Callable[[np.random.Generator, int], list[Problem]]
 
@@ -179,6 +185,8 @@ class Task:
     name: str = "task"
     split: Callable[[str], str] | None = None
     """identity (``llm.problems.tasks.identity_of``) -> "train" or "test", where declared."""
+    grading: bool | None = None
+    """Whether ``metric`` grades answers right or wrong (None: ``measure`` decides)."""
 
     def __post_init__(self) -> None:
         if not callable(self.train):
@@ -240,6 +248,20 @@ class Task:
         return (
             _finite(_called(self.bonus, dialogue, "bonus"), self.bonus, dialogue, "bonus") + value
         )
+
+    def measure(self, problems: Sequence[Problem]) -> str:
+        """What the mean held-out score over ``problems`` is: ``"accuracy"`` where every
+        dialogue is graded right or wrong (math-verify, a ready-made grader, or ``grading``
+        declared), else ``"score"`` (a reward of one's own standing in for the metric)."""
+        if self.grading is not None:
+            grades = self.grading
+        elif self.metric is not None:  # a function of one's own may say so: ``f.grading = True``
+            grades = grades_answers(self.metric) or getattr(self.metric, "grading", False) is True
+        else:  # math-verify where the reference parses, else the reward
+            grades = grades_answers(self.reward) or all(
+                reference_parses(problem.answer) for problem in problems
+            )
+        return "accuracy" if grades else "score"
 
     def score(self, dialogue: Dialogue, returns: Returns | None = None) -> float:
         """The held-out score of ``dialogue`` in [0, 1] (``metric``; by default math-verify

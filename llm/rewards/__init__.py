@@ -18,7 +18,7 @@ from llm.rewards.answers import (
     normalised,
 )
 from llm.rewards.grading import Grade, grade, running_sum_reward, running_sum_turns
-from llm.rewards.named import GRADING, REWARDS, Weighted, reward_named
+from llm.rewards.named import GRADING, REWARDS, Weighted, grades_answers, reward_named
 from llm.rewards.shape import FormatRegex, LengthPenalty
 
 __all__ = [
@@ -33,6 +33,7 @@ __all__ = [
     "exact_match",
     "final_answer_reward",
     "grade",
+    "grades_answers",
     "math_verify",
     "normalised",
     "reward_named",

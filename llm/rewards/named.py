@@ -35,6 +35,12 @@ GRADING = frozenset({"exact_match", "contains_answer", "math_verify"})
 task scored by one reports ``accuracy``; any other reward's mean is a ``score``."""
 
 
+def grades_answers(function: object) -> bool:
+    """Whether ``function`` is one of the ready-made rewards that grade an answer right or
+    wrong (``GRADING``; ``math_verify`` is ``final_answer_reward``, every built-in task's)."""
+    return any(function is REWARDS[name] for name in GRADING)
+
+
 def reward_named(name: str, arguments: Mapping[str, Any] | None = None) -> RewardFunction:
     """The ready-made reward ``name`` (``REWARDS``), given its keyword ``arguments``; a
     ``ValueError`` saying what is wrong with them, or which names there are."""

@@ -1,5 +1,8 @@
 """Held-out evaluation of a team: accuracy, parse failures, length; pass@K and majority vote;
-accuracy per phrasing template and difficulty; the transcripts of every dialogue."""
+accuracy per phrasing template and difficulty; the transcripts of every dialogue.
+
+The mean held-out score is ``accuracy`` where the task's metric grades answers right or wrong,
+else ``score`` (``llm.problems.task.Task.measure``), for the whole set and per group."""
 
 from __future__ import annotations
 
@@ -41,7 +44,8 @@ class Evaluation:
     episodes: list[Episode]
     grades: list[Grade]
     scores: list[float] = field(default_factory=list)
-    """Each dialogue's held-out score (the task's metric; ``accuracy`` is their mean)."""
+    """Each dialogue's held-out score (the task's metric; ``accuracy`` or ``score`` is their
+    mean)."""
 
 
 def evaluate_team(
@@ -134,7 +138,8 @@ def _evaluate(
         credits = [c for share in collective.gather(credits) for c in share]
         tokens = int(collective.sum(tokens))
     bar.close(f"{len(problems)} questions in {time.perf_counter() - started:.1f} s")
-    result = _record(problems, samples, grades, scores, credits, tokens)
+    measure = sampler.task.measure(problems)
+    result = _record(problems, samples, grades, scores, credits, tokens, measure)
     return Evaluation(result, finished, grades, list(scores))
 
 
@@ -145,14 +150,16 @@ def _record(
     scores: Sequence[float],
     credits: Sequence[float | None],
     tokens: int,
+    measure: str = "accuracy",
 ) -> dict[str, float]:
-    """The evaluation's record: accuracy (the task's metric), its standard error over
+    """The evaluation's record: ``measure`` (the task's metric's mean: ``accuracy`` or
+    ``score``), its standard error over
     problems, parse failures, tokens; with samples, pass@k and the majority vote; with a
     per-turn reward, the turn credit; per template and difficulty, the group metrics."""
     correct = np.array(scores, dtype=float)  # the task's metric (math-verify by default)
     parsed = np.array([g.parsed for g in grades], dtype=float)
     result = {
-        "accuracy": float(correct.mean()),
+        measure: float(correct.mean()),
         "n": float(len(problems)),
         # Problems are the independent units (samples of one problem are correlated).
         "standard_error": float(
@@ -185,7 +192,8 @@ def _record(
         per_problem = np.array(credits, dtype=float).reshape(len(problems), samples).mean(axis=1)
         result["turn_credit"] = float(per_problem.mean())
         result["turn_credit_standard_error"] = float(per_problem.std() / np.sqrt(len(problems)))
-    result.update(group_metrics(problems, correct.reshape(len(problems), samples).mean(axis=1)))
+    per_problem_score = correct.reshape(len(problems), samples).mean(axis=1)
+    result.update(group_metrics(problems, per_problem_score, measure))
     return result
 
 
@@ -204,20 +212,23 @@ def _scored(
     return grades, scores, credits
 
 
-def _summary(scores: np.ndarray) -> dict[str, float]:
-    """Accuracy, count and standard error (over problems, as for the whole set)."""
+def _summary(scores: np.ndarray, measure: str) -> dict[str, float]:
+    """Accuracy (or score), count and standard error (over problems, as for the whole set)."""
     return {
-        "accuracy": float(scores.mean()),
+        measure: float(scores.mean()),
         "n": float(len(scores)),
         "standard_error": float(scores.std() / np.sqrt(len(scores))),
     }
 
 
-def group_metrics(problems: Sequence[Problem], scores: np.ndarray) -> dict[str, float]:
+def group_metrics(
+    problems: Sequence[Problem], scores: np.ndarray, measure: str = "accuracy"
+) -> dict[str, float]:
     """Per-problem scores (the fraction of its dialogues graded correct) summarised by group:
     ``template/<id>/<stat>``, ``difficulty/<d>/<stat>``, and ``seen_templates/<stat>`` and
     ``eval_only_templates/<stat>`` (templates trained on or held out for evaluation), for
-    stat in accuracy, n, standard_error. Problems without a template (read from a file) or a
+    stat in ``measure`` (accuracy or score), n, standard_error. Problems without a template
+    (read from a file) or a
     difficulty (0) are in no group; empty groups are left out."""
     groups: dict[str, list[int]] = {}
     for index, problem in enumerate(problems):
@@ -230,7 +241,7 @@ def group_metrics(problems: Sequence[Problem], scores: np.ndarray) -> dict[str, 
             groups.setdefault(f"difficulty/{problem.difficulty}", []).append(index)
     table: dict[str, float] = {}
     for name in sorted(groups):
-        for stat, value in _summary(scores[groups[name]]).items():
+        for stat, value in _summary(scores[groups[name]], measure).items():
             table[f"{name}/{stat}"] = value
     return table
 

@@ -1,5 +1,6 @@
 """Print the accuracy table of a `teamtr eval` results file as markdown rows: the whole set,
-seen and eval-only templates, each difficulty and each template (n, accuracy ± s.e. in %).
+seen and eval-only templates, each difficulty and each template (n, accuracy ± s.e. in %;
+a results file of a score gives the score).
 
     python results/tasks/accuracy_table.py results/tasks/untrained_mixed_d1.json
 """
@@ -19,7 +20,8 @@ def rows(result: dict[str, float]) -> list[str]:
     )
     return [
         f"| {group.rstrip('/') or 'all'} | {int(result[group + 'n'])} | "
-        f"{100 * result[group + 'accuracy']:.1f} ± {100 * result[group + 'standard_error']:.1f} |"
+        f"{100 * result.get(group + 'accuracy', result.get(group + 'score', 0.0)):.1f} ± "
+        f"{100 * result[group + 'standard_error']:.1f} |"
         for group in groups
         if group + "n" in result
     ]

@@ -34,6 +34,7 @@ import numpy as np
 
 from studies.llm.run_records import (
     budget_clock_minutes,
+    held_out,
     held_out_drops,
     mean_and_error,
     stage_ends_minutes,
@@ -159,10 +160,10 @@ def summarise(
     clock = training_clock(curves)
     summary: dict[str, Any] = {"metric": metric, "clock": clock, "methods": {}}
     if untrained is not None:
-        summary["untrained"] = {metric: untrained[metric], "accuracy": untrained["accuracy"]}
+        summary["untrained"] = {metric: untrained[metric], "accuracy": held_out(untrained)}
     for method, runs in sorted(methods.items()):
         final = mean_and_error([run["curve"][-1]["metrics"][metric] for run in runs])
-        accuracy = mean_and_error([run["curve"][-1]["metrics"]["accuracy"] for run in runs])
+        accuracy = mean_and_error([held_out(run["curve"][-1]["metrics"]) for run in runs])
         start = [] if untrained is None else [untrained]
         summary["methods"][method] = {
             "runs": [run["run"] for run in runs],

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from studies.figures import plt, save_figure
-from studies.llm.run_records import stage_ends_minutes
+from studies.llm.run_records import held_out, stage_ends_minutes
 
 
 def plot(summary: dict[str, Any], out: Path) -> Path:
@@ -35,7 +35,7 @@ def plot(summary: dict[str, Any], out: Path) -> Path:
                 continue
             right.bar(
                 index + offset,
-                100 * result["accuracy"],
+                100 * held_out(result),
                 width=0.36,
                 yerr=100 * result["standard_error"],
                 color=colour,

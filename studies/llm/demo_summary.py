@@ -22,6 +22,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from studies.llm.run_records import MEASURES, held_out, measure_of
+
+MEASURED = frozenset(MEASURES)
+
 MODEL_NAMES = {"smollm2": "SmolLM2-135M-Instruct"}
 """Display names of model sources (any other source is shown as given)."""
 
@@ -83,7 +87,11 @@ def _counts(evaluation: dict[str, Any]) -> dict[str, float]:
 def summarise(untrained_path: Path, run_dir: Path) -> dict[str, Any]:
     """Both evaluations, checked to be on the same held-out set, and the run's costs."""
     untrained = _read_json(untrained_path, "the untrained team's evaluation")
-    if not isinstance(untrained, dict) or "accuracy" not in untrained or "n" not in untrained:
+    if (
+        not isinstance(untrained, dict)
+        or not MEASURED.intersection(untrained)
+        or "n" not in untrained
+    ):
         raise DemoInputError(f"{untrained_path}: not a `teamtr eval` results file")
     if untrained.get("checkpoint") is not None:
         raise DemoInputError(
@@ -115,8 +123,8 @@ def summarise(untrained_path: Path, run_dir: Path) -> dict[str, Any]:
 def summary_line(summary: dict[str, Any]) -> str:
     before, after = summary["untrained"], summary["trained"]
     return (
-        f"language-model team ({summary['team']}): held-out accuracy "
-        f"{before['accuracy']:.2f} -> {after['accuracy']:.2f} (n = {summary['n']:.0f}, "
+        f"language-model team ({summary['team']}): held-out {measure_of(after)} "
+        f"{held_out(before):.2f} -> {held_out(after):.2f} (n = {summary['n']:.0f}, "
         f"standard error {before['standard_error']:.3f} -> {after['standard_error']:.3f})"
     )
 

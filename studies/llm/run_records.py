@@ -56,6 +56,24 @@ class RunSpec:
         return None
 
 
+MEASURES = ("accuracy", "score")
+"""What an evaluation's mean held-out score is called: ``accuracy`` where the task's metric
+grades answers right or wrong, else ``score`` (``llm.problems.task.Task.measure``)."""
+
+
+def measure_of(result: dict[str, Any], prefix: str = "") -> str:
+    """The name an evaluation's record gives its mean held-out score (``prefix``: a group's,
+    ``"template/t1/"``): ``accuracy``, or ``score`` (records before ``score`` say accuracy)."""
+    return (
+        "score" if prefix + "score" in result and prefix + "accuracy" not in result else "accuracy"
+    )
+
+
+def held_out(result: dict[str, Any], prefix: str = "") -> float:
+    """The mean held-out score of an evaluation's record, whichever name it has."""
+    return result[prefix + measure_of(result, prefix)]
+
+
 def binomial_standard_error(accuracy: float, n: float) -> float:
     return math.sqrt(accuracy * (1.0 - accuracy) / n) if n > 0 else float("nan")
 
@@ -84,16 +102,21 @@ def held_out_drops(evaluations: list[dict[str, Any]], metric: str = "accuracy") 
     difference below the one before, sqrt(se_1^2 + se_2^2) (independent draws: conservative on
     a fixed question set, whose errors are positively correlated). Accuracy p on N questions
     has the binomial error sqrt(p (1 - p) / N); another metric carries its own
-    ``<metric>_standard_error``."""
+    ``<metric>_standard_error``. ``"accuracy"`` reads a ``score`` where the record has one."""
 
     def error(evaluation: dict[str, Any]) -> float:
-        if metric == "accuracy":
+        if metric == "accuracy" and measure_of(evaluation) == "accuracy":
             return binomial_standard_error(evaluation["accuracy"], evaluation["n"])
+        if metric == "accuracy":  # a score: the standard error its evaluation measured
+            return evaluation["standard_error"]
         return evaluation[f"{metric}_standard_error"]
+
+    def value(evaluation: dict[str, Any]) -> float:
+        return held_out(evaluation) if metric == "accuracy" else evaluation[metric]
 
     count = 0
     for before, after in zip(evaluations, evaluations[1:], strict=False):
-        count += before[metric] - after[metric] > 2.0 * math.hypot(error(before), error(after))
+        count += value(before) - value(after) > 2.0 * math.hypot(error(before), error(after))
     return count
 
 
@@ -112,10 +135,14 @@ def _evaluation_of(result: dict[str, Any]) -> dict[str, float]:
     """The headline numbers, and the per-template ones (``template/<id>/<stat>``) when the
     evaluation has them."""
     templates = {k: v for k, v in result.items() if k.startswith("template/")}
+    measure, value = measure_of(result), held_out(result)
     return {
-        "accuracy": result["accuracy"],
+        measure: value,
         "n": result["n"],
-        "standard_error": binomial_standard_error(result["accuracy"], result["n"]),
+        # An accuracy's error is binomial; a score's is the one its evaluation measured.
+        "standard_error": binomial_standard_error(value, result["n"])
+        if measure == "accuracy"
+        else result["standard_error"],
         "parse_failure_rate": result["parse_failure_rate"],
         "mean_tokens": result["mean_tokens"],
         **templates,
@@ -124,7 +151,7 @@ def _evaluation_of(result: dict[str, Any]) -> dict[str, float]:
 
 def _headline(result: dict[str, Any]) -> dict[str, float]:
     evaluation = _evaluation_of(result)
-    return {k: evaluation[k] for k in ("accuracy", "n", "standard_error")}
+    return {k: evaluation[k] for k in (measure_of(evaluation), "n", "standard_error")}
 
 
 def budget_clock_minutes(run_dir: Path) -> float | None:
@@ -216,4 +243,4 @@ def stage_ends_minutes(run: dict[str, Any]) -> list[float]:
 
 def held_out_curve(run: dict[str, Any]) -> list[tuple[int, float]]:
     """(stages trained, greedy held-out accuracy) after every stage that evaluated."""
-    return [(s["stage"] + 1, s["eval"]["accuracy"]) for s in run["stages"] if "eval" in s]
+    return [(s["stage"] + 1, held_out(s["eval"])) for s in run["stages"] if "eval" in s]

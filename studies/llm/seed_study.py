@@ -37,7 +37,13 @@ from pathlib import Path
 from typing import Any
 
 from studies import options
-from studies.llm.run_records import RunSpec, held_out_drops, mean_and_error, summarise
+from studies.llm.run_records import (
+    RunSpec,
+    held_out,
+    held_out_drops,
+    mean_and_error,
+    summarise,
+)
 
 
 @dataclass(frozen=True)
@@ -180,7 +186,7 @@ def eval_only_accuracy(evaluation: dict[str, Any]) -> float | None:
     for template in EVAL_ONLY_TEMPLATES:
         n = evaluation.get(f"template/{template}/n")
         if n:
-            right += evaluation[f"template/{template}/accuracy"] * n
+            right += held_out(evaluation, f"template/{template}/") * n
             total += n
     return right / total if total else None
 
@@ -193,20 +199,20 @@ def aggregate(methods: list[str], results: Path) -> dict[str, Any]:
         untrained_file = untrained_path(results, method)
         untrained = json.loads(untrained_file.read_text()) if untrained_file.is_file() else None
         entry: dict[str, Any] = {
-            "untrained_accuracy": None if untrained is None else untrained["accuracy"],
+            "untrained_accuracy": None if untrained is None else held_out(untrained),
             "seeds": [r["seed"] for r in records],
         }
         # Runs that evaluate only afterwards (eval_every = 0) have no trained accuracy here.
         evaluated = bool(records) and all(r["trained"] is not None for r in records)
         if evaluated:
-            entry["trained_accuracy"] = mean_and_error([r["trained"]["accuracy"] for r in records])
+            entry["trained_accuracy"] = mean_and_error([held_out(r["trained"]) for r in records])
             entry["gain"] = mean_and_error(
-                [r["trained"]["accuracy"] - r["untrained"]["accuracy"] for r in records]
+                [held_out(r["trained"]) - held_out(r["untrained"]) for r in records]
             )
-            held_out = [eval_only_accuracy(r["trained"]) for r in records]
-            if all(value is not None for value in held_out):
+            unseen = [eval_only_accuracy(r["trained"]) for r in records]
+            if all(value is not None for value in unseen):
                 entry["eval_only_template_accuracy"] = mean_and_error(
-                    [float(value) for value in held_out if value is not None]
+                    [float(value) for value in unseen if value is not None]
                 )
             untrained_held_out = None if untrained is None else eval_only_accuracy(untrained)
             if untrained_held_out is not None:
@@ -225,7 +231,7 @@ def aggregate(methods: list[str], results: Path) -> dict[str, Any]:
             entry["per_seed"] = [
                 {
                     "seed": r["seed"],
-                    "trained": None if r["trained"] is None else r["trained"]["accuracy"],
+                    "trained": None if r["trained"] is None else held_out(r["trained"]),
                     "stages": r["stages_trained"],
                     "budget_clock_minutes_used": r["budget_clock_minutes_used"],
                     "regressions": regressions(r),

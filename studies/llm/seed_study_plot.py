@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from studies.figures import plt, save_figure
-from studies.llm.run_records import held_out_curve, stage_ends_minutes, training_cpu_ends
+from studies.llm.run_records import held_out, held_out_curve, stage_ends_minutes, training_cpu_ends
 
 
 def plot(summary: dict[str, Any], results: Path, out: Path) -> Path:
@@ -34,7 +34,7 @@ def plot(summary: dict[str, Any], results: Path, out: Path) -> Path:
             label = method if number == 0 else None
             left.plot(ends, rewards, color=colour, alpha=0.6, linewidth=1, label=label)
             if with_curve:
-                curve: list[tuple[float, float]] = [(0.0, 100 * run["untrained"]["accuracy"])]
+                curve: list[tuple[float, float]] = [(0.0, 100 * held_out(run["untrained"]))]
                 curve += [
                     (ends[stage - 1] if on_cpu else float(stage), 100 * accuracy)
                     for stage, accuracy in held_out_curve(run)

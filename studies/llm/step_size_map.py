@@ -37,7 +37,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from studies.llm.run_records import held_out_drops, mean_and_error, value_at
+from studies.llm.run_records import held_out, held_out_drops, mean_and_error, value_at
 
 RADIUS_TAGS = {"d004": 0.04, "d02": 0.2, "d1": 1.0}
 """A method's radius tag -> δ, the [stage] radius: nats per turn of the average occupancy (the
@@ -124,7 +124,7 @@ def run_record(
         "stages": len(stages),
         "checkpoints": len(curve["curve"]),
         "turn_credit": last["turn_credit"],
-        "accuracy": last["accuracy"],
+        "accuracy": held_out(last),
         "minutes": credit_curve[-1][0],
         "turn_credit_at_budget": value_at(credit_curve, at_minutes),
         "turn_credit_curve": credit_curve,

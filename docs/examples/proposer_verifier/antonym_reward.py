@@ -17,3 +17,6 @@ def score(dialogue):
 def exact(dialogue):
     """The held-out metric: the final message is the answer and nothing else."""
     return float(words(dialogue.final) == [dialogue.problem.answer.lower()])
+
+
+exact.grading = True  # right or wrong: its held-out mean is reported as an accuracy
