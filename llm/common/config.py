@@ -234,6 +234,10 @@ class RunSettings:
     """Where the agents' models go: "together" on ``device``; "spread" (with ``[model] sources``,
     one model per agent) puts agent k on ``cuda:(k mod G)`` for the G visible CUDA devices, the
     natural layout when each agent is its own model. Without CUDA, "spread" changes nothing."""
+    report_to: tuple[str, ...] = ("tensorboard",)
+    """Where the scalars of every stage go: "tensorboard" (``<run>/tensorboard``) and/or
+    "trackio" (local; ``llm.common.trackers``), with the same keys (``stage/``, ``agent<k>/``,
+    ``eval/``); [] = none (``metrics.jsonl`` holds them all the same)."""
     rollout_shards: int = 0
     """S: each rollout batch is played as S shards of whole GRPO groups, each with its own
     seed; with data parallelism rank r plays shards r*S/N .. (r+1)*S/N - 1 (``llm.training.distributed``).

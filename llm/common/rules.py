@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from llm.common.trackers import TRACKERS
 from teamtr.config import SettingError
 
 __all__ = ["SettingError", "check_section"]
@@ -176,6 +177,10 @@ KEY_RULES: dict[tuple[str, str], Rule] = {
         # One plain path component (no "/", "..", "~"): a run never writes outside output_dir.
         lambda v: not v or (RUN_NAME.fullmatch(v) is not None and v not in (".", "..")),
         "must be a plain directory name (letters, digits, . _ + -)",
+    ),
+    ("run", "report_to"): Rule(
+        lambda v: set(v) <= set(TRACKERS) and len(set(v)) == len(v),
+        'must be a list of distinct trackers: "' + '", "'.join(TRACKERS) + '" (or [] for none)',
     ),
     ("run", "device"): Rule(
         lambda v: DEVICE_PATTERN.fullmatch(v) is not None, f"must be {DEVICE_CHOICES}"

@@ -21,8 +21,8 @@ import json
 import math
 import os
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import ExitStack, contextmanager, suppress
+from collections.abc import Sequence
+from contextlib import ExitStack
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
@@ -38,6 +38,7 @@ from llm.common.config import (
     require_resumable_overrides,
 )
 from llm.common.progress import StageProgress
+from llm.common.trackers import TrackerMissing, check_trackers, open_trackers
 from llm.models.agents import LoraTeam
 from llm.training.builder import Components, build, configured_task
 from llm.training.checkpoint import (
@@ -100,6 +101,10 @@ def check_training(
     run_dir = Path(config.run.output_dir) / name
     require_new_run_directory(run_dir)
     require_writable_directory(run_dir.parent, "[run] output_dir", MIN_FREE_BYTES)
+    try:
+        check_trackers(config.run.report_to)
+    except TrackerMissing as missing:
+        raise ConfigError(str(missing)) from None
     task = configured_task(config)  # every data line parsed and checked, every module imported
     if user_code(config) if task_check is None else task_check:
         check_task(task, config)  # a reward that fails does so now, before the model loads
@@ -264,38 +269,6 @@ def _failure(check: Any, *args: Any) -> Exception | None:
     return None
 
 
-class _NoWriter:
-    """Stands in for TensorBoard's writer on ranks other than 0."""
-
-    def add_scalar(self, *_args: Any) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
-@contextmanager
-def _tensorboard(run_dir: Path, start_stage: int, writes: bool) -> Iterator[Any]:
-    """The run's TensorBoard writer. Closed on leaving: at the end of a run, inside the run's
-    error handling, so that a write that failed in the writer's thread (a full disk) is the
-    run's one error, before "finished"; after an error, quietly (that error is reported)."""
-    from torch.utils.tensorboard import SummaryWriter
-
-    # purge_step drops TensorBoard points of stages that are about to be run again.
-    writer = (
-        SummaryWriter(str(run_dir / "tensorboard"), purge_step=start_stage or None)
-        if writes
-        else _NoWriter()
-    )
-    try:
-        yield writer
-    except BaseException:
-        with suppress(OSError):  # its directory is gone or full: the failure is reported
-            writer.close()
-        raise
-    writer.close()
-
-
 def _run(parts: Components, run_dir: Path, start: ResumePoint, progress: bool) -> Path:
     """Stages ``start.stage`` onwards; ``start`` is the state to continue from."""
     return _Run(parts, run_dir, start).run(progress)
@@ -345,7 +318,9 @@ class _Run:
                 opened.callback(bar.close)
                 opened.enter_context(sigterm_interrupts())
                 opened.enter_context(writer_thread_errors_folded())
-                writer = opened.enter_context(_tensorboard(self.run_dir, start.stage, self.writes))
+                writer = opened.enter_context(
+                    open_trackers(self.run_dir, config.run.report_to, start.stage, self.writes)
+                )
                 metrics = opened.enter_context(metrics_path.open("a"))
                 for stage in range(start.stage, config.stage.stages):
                     team, last = self.stage(stage, team, metrics, writer, bar)

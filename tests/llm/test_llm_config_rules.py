@@ -56,6 +56,7 @@ BAD_VALUES: dict[tuple[str, str], str] = {
     ("run", "rollout_shards"): "-1",
     ("run", "name"): '"a/b"',
     ("run", "device"): '"tpu"',
+    ("run", "report_to"): '["tensorboard", "wandb"]',
 }
 
 SECTION_BREAKS: dict[tuple[str, str], str] = {
