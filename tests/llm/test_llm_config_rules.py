@@ -47,6 +47,7 @@ BAD_VALUES: dict[tuple[str, str], str] = {
     ("updater", "shrink"): "1.0",
     ("updater", "max_backtracks"): "-1",
     ("updater", "ratio_tolerance"): "0.0",
+    ("updater", "tis_cap"): "0.5",
     ("stage", "stages"): "0",
     ("run", "eval_every"): "-1",
     ("run", "checkpoint_every"): "-1",
@@ -64,6 +65,8 @@ SECTION_BREAKS: dict[tuple[str, str], str] = {
     ("task", "train_file"): '[task]\nkind = "jsonl"\n',
     ("task", "factory"): '[task]\nkind = "python"\n',
     ("task", "args"): "[task]\neval_size = 5\n[task.args]\nn = 1\n",
+    ("task", "reward_weights"): '[task]\nreward = ["exact_match"]\nreward_weights = [1.0, 2.0]\n',
+    ("task", "reward_args"): '[task]\nreward = "exact_match"\n[task.reward_args.nonesuch]\nx = 1\n',
 }
 
 CROSS_BREAKS: dict[str, tuple[str, str, str]] = {
