@@ -37,6 +37,7 @@ STUDIES = (
     "study_arith_dynamic",
     "study_arith_format",
     "study_arith_grpo_dynamic",
+    "precision",
 )
 """Seed studies whose summary (``results/<name>.json``) and per-run files docs/results.md cites."""
 
@@ -426,3 +427,11 @@ def test_the_relay_changes_table_is_the_committed_curves():
     )
     assert [f"{m:.1f}" for m in reach["wide-region"]] == ["2.9", "2.5", "1.0"]
     assert [f"{m:.1f}" for m in reach["teamtr"]] == ["3.9", "3.5", "5.5"]
+
+
+def test_the_precision_tables_are_the_committed_runs():
+    """docs/results.md's half-precision section prints both tables of the committed runs."""
+    summary = recomputed("precision")
+    assert set(summary["methods"]) == {"float32", "bfloat16"}
+    rows = table_rows(markdown(summary)) + table_rows(sampling_markdown(summary))
+    assert_rows_on_pages(rows, RESULTS_PAGE)
