@@ -43,8 +43,8 @@ def mismatch_kl_tolerance(dtype: torch.dtype) -> float:
     per-token log-prob gap g whose root mean square is a multiple k of u; the KL the two
     distributions lie apart is E[g²]/2 = k²u²/2 (second order in g). Measured on SmolLM2 in
     bfloat16 (``bench/behaviour_logp_gap.py``; docs/scaling_out.md, "Half precision"): rms g
-    ≈ 14u, KL 1.0e-3 to 1.5e-3 nats a token. The tolerance admits k up to √(2c) ≈ 45, three
-    times that: 0.016 nats a token in bfloat16 (u = 2^-8), 2.4e-4 in float16 (u = 2^-11). A
+    ≈ 11u to 14u, KL 7.5e-4 to 1.8e-3 nats a token. The tolerance admits k up to √(2c) ≈ 45,
+    three times that: 0.016 nats a token in bfloat16 (u = 2^-8), 2.4e-4 in float16 (u = 2^-11). A
     rollout stale by one update of radius δ per turn lies ~δ/(tokens per turn) away: refused
     from δ ≈ 0.1 per turn at SmolLM2's 6-token turns; below that, the truncated importance
     weights (``truncated_weights``) correct for it as for the rounding.
