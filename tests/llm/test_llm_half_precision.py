@@ -224,3 +224,33 @@ def test_the_precision_tolerance_is_c_times_the_squared_unit_roundoff():
     assert mismatch_kl_tolerance(torch.bfloat16) == pytest.approx(1024 * 2.0**-16, rel=1e-12)
     assert mismatch_kl_tolerance(torch.float16) == pytest.approx(1024 * 2.0**-22, rel=1e-12)
     assert unit_roundoff(torch.float32) == 2.0**-24
+
+
+def test_the_corrected_surrogate_weighs_each_message_by_its_truncated_ratio(tmp_path):
+    """At the pre-update parameters (new = old), the surrogate L̂_i behind the certificate is
+    the mean over episodes of Â times the sum, over the agent's messages, of min(π/μ, C) of the
+    whole message: recomputed here from the sampler's and the trainer's log-probs."""
+    parts = half_parts(tmp_path, "bfloat16")
+    rollouts = with_rewards(parts.sampler.sample(parts.team), [1.0, 0.0] * 8)
+    policy = parts.chat.policy
+    sampled = dict(rollouts.recorded_logps(0, policy))
+    shifted = next(iter(sampled))
+    sampled[shifted] = sampled[shifted] + 0.05  # this message as if μ had drawn it likelier
+    updater, cap = parts.updater, 1.02
+    tokens = sum(len(v) for v in sampled.values())
+    reference = updater._reference_pass(parts.team, 0, rollouts, tokens, sampled, cap)
+    measured = updater._kl_and_surrogate(parts.team, 0, rollouts, reference.chunks)
+    trainer = parts.sampler.agent_logps(parts.team, rollouts.episodes, 0)
+    original = rollouts.recorded_logps(0, policy)
+
+    def surrogate(recorded):
+        gain = np.zeros(len(rollouts.episodes))
+        for (e, t), logps in recorded.items():
+            weight = min(math.exp(float((trainer[(e, t)] - logps).double().sum())), cap)
+            gain[e] += weight * rollouts.advantages[e]
+        return gain.mean()
+
+    assert measured.kl == 0.0
+    # The message weights are float32 sums of ~20 log-ratios exponentiated: relative 1e-6.
+    assert measured.surrogate == pytest.approx(surrogate(sampled), rel=1e-6, abs=1e-9)
+    assert abs(surrogate(sampled) - surrogate(original)) > 1e-3  # the weight is really applied
