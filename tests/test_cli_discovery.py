@@ -16,6 +16,8 @@ OWNERS = {
     "train": "llm",
     "eval": "llm",
     "swap": "llm",
+    "chat": "llm",
+    "export": "llm",
     "scaling": "studies",
     "sim-train": "studies",
     "swap-sim": "studies",
@@ -33,7 +35,13 @@ def test_every_subcommand_is_registered_by_the_package_that_owns_it():
         assert isinstance(command, Command)
         assert command.module.split(".")[0] == OWNERS[name], name
     # Only the language-model commands parse their own command line.
-    assert {n for n, c in commands.items() if c.forward_argv} == {"train", "eval", "swap"}
+    assert {n for n, c in commands.items() if c.forward_argv} == {
+        "train",
+        "eval",
+        "swap",
+        "chat",
+        "export",
+    }
 
 
 def test_python_dash_m_teamtr_dispatches_without_importing_torch(tmp_path):

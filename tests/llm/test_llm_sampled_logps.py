@@ -65,14 +65,18 @@ def test_greedy_decoding_has_no_sampling_distribution_to_record(char_chat, char_
         generate_messages(char_team.use(0), contexts, char_chat, 4, 0.0, sampled_logps=[])
 
 
-def test_only_float32_sampling_records_its_logps(char_chat, char_team):
-    """The check's tolerance is float32 rounding: a half-precision model is scored instead,
-    and greedy decoding (evaluation) records nothing."""
+def test_sampling_records_its_logps_in_float32_and_always_in_half_precision(char_chat, char_team):
+    """Greedy decoding (evaluation) records nothing; a half-precision model records what it
+    drew with even where the float32 check reads the scoring pass ("scored"), because its
+    updates measure and correct the sampler's mismatch (``llm.update.mismatch``)."""
     sampler = arithmetic_sampler(char_chat, n_agents=3)
     model = sampler.speaker_model(char_team, 0)
     assert sampler.records_logps(model, 0.7)
     assert not sampler.records_logps(model, 0.0)
     half = copy.deepcopy(model).to(torch.bfloat16)
-    assert not sampler.records_logps(half, 0.7)
+    assert sampler.records_logps(half, 0.7)
+    assert arithmetic_sampler(char_chat, n_agents=3, behaviour_logps="scored").records_logps(
+        half, 0.7
+    )
     scored = arithmetic_sampler(char_chat, n_agents=3, behaviour_logps="scored")
     assert not scored.records_logps(model, 0.7)
