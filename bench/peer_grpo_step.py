@@ -28,6 +28,8 @@ CoMLRL 1.4 with their own dependencies, the CPU torch pinned):
     make peers
     OMP_NUM_THREADS=1 .venv-peers/bin/python bench/peer_grpo_step.py --repeats 2 \\
         --json results/peer_grpo_step.json
+    OMP_NUM_THREADS=1 .venv-peers/bin/python bench/peer_grpo_step.py --repeats 2 --bf16 \\
+        --json results/peer_grpo_step_bf16.json   # both in bfloat16
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ from llm.training.train import train  # noqa: E402
 CONFIG = ROOT / "configs" / "compare" / "grpo.toml"
 
 
-def step_config(scratch: Path, seed: int, source: str) -> RunConfig:
+def step_config(scratch: Path, seed: int, source: str, dtype: str = "float32") -> RunConfig:
     config = load_config(CONFIG)
     return dataclasses.replace(
         config,
@@ -73,6 +75,7 @@ def step_config(scratch: Path, seed: int, source: str) -> RunConfig:
             checkpoint_every=1,
             threads=1,
             time_budget_minutes=0.0,
+            dtype=dtype,
         ),
     )
 
@@ -106,7 +109,12 @@ def teamtr_step(config: RunConfig) -> dict[str, Any]:
 
 
 def trl_step(
-    config: RunConfig, prompts: list[str], tokenizer: Any, scratch: Path, seed: int
+    config: RunConfig,
+    prompts: list[str],
+    tokenizer: Any,
+    scratch: Path,
+    seed: int,
+    bf16: bool = False,
 ) -> dict[str, Any]:
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
@@ -145,7 +153,7 @@ def trl_step(
         max_steps=1,
         gradient_checkpointing=False,
         use_cpu=True,
-        bf16=False,
+        bf16=bf16,  # TRL's mixed precision: float32 weights, bfloat16 autocast
         report_to="none",
         save_strategy="no",
         logging_steps=1,
@@ -171,6 +179,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=2, help="steps of each, alternating")
     parser.add_argument("--source", default="smollm2", help='"smollm2" or "tiny" (a check)')
     parser.add_argument("--json", type=Path, help="write the figures here")
+    parser.add_argument(
+        "--bf16",
+        action="store_true",
+        help="both in bfloat16: teamtr [run] dtype = bfloat16, TRL GRPOConfig(bf16=True)",
+    )
     args = parser.parse_args(argv)
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
@@ -180,10 +193,11 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as scratch_dir:
         scratch = Path(scratch_dir)
         for repeat in range(args.repeats):
-            config = step_config(scratch, seed=repeat, source=args.source)
+            dtype = "bfloat16" if args.bf16 else "float32"
+            config = step_config(scratch, seed=repeat, source=args.source, dtype=dtype)
             prompts = first_prompts(config, tokenizer)
             runs["teamtr"].append(teamtr_step(config))
-            runs["trl"].append(trl_step(config, prompts, tokenizer, scratch, repeat))
+            runs["trl"].append(trl_step(config, prompts, tokenizer, scratch, repeat, args.bf16))
             print(
                 f"repeat {repeat}: teamtr {runs['teamtr'][-1]['cpu_seconds']:.1f} CPU-s "
                 f"({runs['teamtr'][-1]['generated_tokens']} tokens), "
@@ -196,6 +210,7 @@ def main(argv: list[str] | None = None) -> None:
         "command": " ".join(["bench/peer_grpo_step.py", *(argv or sys.argv[1:])]),
         "source": args.source,
         "threads": 1,
+        "bf16": args.bf16,
         "runs": runs,
         "median_cpu_seconds": medians,
         "teamtr_over_trl": medians["teamtr"] / medians["trl"],
