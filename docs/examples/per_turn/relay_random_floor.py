@@ -15,7 +15,8 @@ first number).
 
 Usage::
 
-    python -m studies.llm.relay_random_floor --agents 8 --json results/eight/random_floor.json
+    python docs/examples/per_turn/relay_random_floor.py --agents 2 4 8 \
+        --json results/eight/random_floor.json
 """
 
 from __future__ import annotations
@@ -28,11 +29,13 @@ from pathlib import Path
 
 import numpy as np
 
-TASK_FILE = Path(__file__).resolve().parents[2] / "docs/examples/per_turn/relay_chain.py"
+TASK_FILE = Path(__file__).resolve().with_name("relay_chain.py")
 
 
 def relay_module():
+    """The relay chain's task file beside this one (an example, not a package module)."""
     spec = importlib.util.spec_from_file_location("relay_chain", TASK_FILE)
+    assert spec is not None and spec.loader is not None, TASK_FILE
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -60,8 +63,8 @@ def turn_means(n_agents: int, note_max: int, first_right: bool) -> np.ndarray:
     return means
 
 
-def floors(n_agents: int, note_max: int = 50) -> dict[str, dict[str, float]]:
-    out = {}
+def floors(n_agents: int, note_max: int = 50) -> dict[str, dict[str, float | str]]:
+    out: dict[str, dict[str, float | str]] = {}
     for name, first_right in (("first_right", True), ("all_random", False)):
         means = turn_means(n_agents, note_max, first_right)
         out[name] = {
