@@ -30,7 +30,7 @@ from transformers import PreTrainedModel
 from llm.common.devices import seeded
 from llm.common.settings import LoraSettings
 from llm.models.generation import MergedGenerationCopy
-from llm.models.precision import HALF_DTYPES
+from llm.models.precision import is_half
 
 GRADIENT_CHECKPOINTING_NOTICE = r"`is_gradient_checkpointing` is deprecated"
 """transformers' FutureWarning when PEFT reads that property of every model it wraps; nothing
@@ -53,7 +53,7 @@ def weights_dtype(model: torch.nn.Module) -> torch.dtype:
 
 def is_half_precision(model: torch.nn.Module) -> bool:
     """Whether ``model``'s (base) weights are bfloat16 or float16."""
-    return weights_dtype(model) in HALF_DTYPES
+    return is_half(weights_dtype(model))
 
 
 _versions = itertools.count()

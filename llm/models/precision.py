@@ -108,6 +108,11 @@ def install_float32_attention(model: ModelT) -> ModelT:
     return model
 
 
+def is_half(dtype: torch.dtype) -> bool:
+    """Whether ``dtype`` is bfloat16 or float16."""
+    return dtype in HALF_DTYPES
+
+
 def unit_roundoff(dtype: torch.dtype) -> float:
     """u = 2^-p of a floating type with p significand bits (float32 2^-24, bfloat16 2^-8,
     float16 2^-11): the largest relative error of rounding one number to it."""

@@ -22,12 +22,12 @@ off-policy RL training"). This module
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
-from llm.models.precision import HALF_DTYPES, unit_roundoff
+from llm.models.precision import unit_roundoff
 
 KL_TOLERANCE_FACTOR = 1024.0
 """c in the half-precision tolerance c·u² on the mismatch KL per token (see
@@ -50,10 +50,6 @@ def mismatch_kl_tolerance(dtype: torch.dtype) -> float:
     weights (``truncated_weights``) correct for it as for the rounding.
     """
     return KL_TOLERANCE_FACTOR * unit_roundoff(dtype) ** 2
-
-
-def is_half(dtype: torch.dtype) -> bool:
-    return dtype in HALF_DTYPES
 
 
 @dataclass(frozen=True)
@@ -100,11 +96,9 @@ class MismatchTally:
     kl_sum: float = 0.0
     truncated: int = 0
 
-    def add(
-        self, trainer: torch.Tensor, sampler: torch.Tensor, gap_tolerance: float, cap: float | None
-    ) -> None:
-        """One message's tokens: ``trainer`` = log π(y_t), ``sampler`` = log μ(y_t)."""
-        gap = (trainer.detach().double() - sampler.to(trainer.device).double()).cpu()
+    def add(self, gap: torch.Tensor, gap_tolerance: float, cap: float | None) -> None:
+        """One message's tokens: ``gap`` = log π(y_t) - log μ(y_t), trainer minus sampler."""
+        gap = gap.detach().double().cpu()
         if gap.numel() == 0:
             return
         magnitude = gap.abs()
@@ -130,8 +124,19 @@ class MismatchTally:
             truncated=self.truncated / n,
         )
 
-    def totals(self) -> Iterable[float]:
-        return (self.tokens, self.gap_sum, self.over, self.kl_sum, self.truncated)
+    def summed(
+        self, total: Callable[[float], float], largest: Callable[[float], float]
+    ) -> MismatchTally:
+        """The tally of the global batch: ``total`` sums a number over the ranks, ``largest``
+        takes its maximum (``llm.common.collective.Collective``; identities in one process)."""
+        return MismatchTally(
+            tokens=int(total(self.tokens)),
+            largest=largest(self.largest),
+            gap_sum=total(self.gap_sum),
+            over=int(total(self.over)),
+            kl_sum=total(self.kl_sum),
+            truncated=int(total(self.truncated)),
+        )
 
 
 def truncated_weights(

@@ -50,12 +50,12 @@ from llm.logprobs.losses import (
 )
 from llm.logprobs.scoring import MessageBatch, message_logits, message_tokens, score_chunks
 from llm.models.agents import LoraTeam, weights_dtype
+from llm.models.precision import is_half
 from llm.sampling.sampler import DialogueRollouts
 from llm.update.backtracking import ParameterSnapshot, backtracked_step
 from llm.update.mismatch import (
     MismatchTally,
     PolicyMismatch,
-    is_half,
     laid_out,
     message_weights_of,
     mismatch_kl_tolerance,
@@ -352,7 +352,7 @@ class TrustRegionUpdater:
         agent: int,
         chunks: list[_Reference],
         behaviour: dict[tuple[int, int], torch.Tensor],
-        sampled: dict[tuple[int, int], torch.Tensor] | None,
+        recorded: bool,
         precision: torch.dtype,
         cap: float | None,
     ) -> PolicyMismatch | None:
@@ -362,8 +362,8 @@ class TrustRegionUpdater:
         precision the sampler's recorded log-probs, whose KL from the trainer's per token must
         lie within what rounding explains (``llm.update.mismatch.mismatch_kl_tolerance``).
         Checked once all ranks have scored their shard, so that all of them raise together.
-        Returns the sampler's mismatch where it recorded its log-probs (else None: the
-        behaviour log-probs are the trainer's own)."""
+        Returns the sampler's mismatch where ``behaviour`` is what the sampler recorded (else
+        None: the behaviour log-probs are the trainer's own)."""
         half = is_half(precision)
         worst = (0.0, "")
         tally = MismatchTally()
@@ -371,22 +371,20 @@ class TrustRegionUpdater:
         for chunk in chunks:
             for row, (e, t) in enumerate(chunk.batch.refs):
                 now = chunk.logps[row][chunk.batch.mask[row]]
-                gap = float((now - behaviour[(e, t)].to(now.device)).abs().max())
+                gaps = now - behaviour[(e, t)].to(now.device)
+                gap = float(gaps.abs().max())
                 if math.isnan(gap):  # NaN > tolerance is False: count it as infinitely far
                     gap = math.inf
                 if gap > worst[0]:
                     worst = (gap, f"agent {agent}, episode {e}, turn {t}")
-                if sampled is not None:
-                    tally.add(now, sampled[(e, t)], tolerance, cap)
+                if recorded:
+                    tally.add(gaps, tolerance, cap)
         largest = self.collective.max(worst[0])
         mismatch = None
-        if sampled is not None:
-            tokens, gap_sum, over, kl_sum, truncated = (
-                self.collective.sum(x) for x in tally.totals()
-            )
-            tally = MismatchTally(int(tokens), largest, gap_sum, int(over), kl_sum, int(truncated))
+        if recorded:
             kl_tolerance = mismatch_kl_tolerance(precision) if half else math.inf
-            mismatch = tally.result(tolerance, kl_tolerance)
+            together = tally.summed(self.collective.sum, self.collective.max)
+            mismatch = together.result(tolerance, kl_tolerance)
         if half and mismatch is not None:
             if not mismatch.kl <= mismatch.kl_tolerance:  # NaN included
                 raise RatioCheckError(
@@ -558,12 +556,12 @@ class TrustRegionUpdater:
         # The behaviour log-probs first: where they are not recorded, the behaviour team's pass
         # computes them, and it must run before ``team`` is loaded into the shared backbone.
         behaviour = rollouts.behaviour_logps(agent, self.chat.policy)
-        sampled = rollouts.recorded_logps(agent, self.chat.policy)
+        sampled = rollouts.recorded_logps(agent, self.chat.policy)  # where ``behaviour`` is them
         precision = weights_dtype(backbone.training_model(agent))
         cap = self._correction_cap(is_half(precision)) if sampled is not None else None
         reference = self._reference_pass(team, agent, rollouts, n_tokens, sampled, cap)
         mismatch = self._check_on_policy(
-            agent, reference.chunks, behaviour, sampled, precision, cap
+            agent, reference.chunks, behaviour, sampled is not None, precision, cap
         )
         backbone.mark_modified(agent)
 

@@ -209,7 +209,7 @@ def test_truncated_importance_weights_and_the_tally_are_the_exact_formulas():
 
     tally = MismatchTally()
     for row in range(3):
-        tally.add(t[row][m[row]], s[row][m[row]], 0.5, cap)
+        tally.add(t[row][m[row]] - s[row][m[row]], 0.5, cap)
     result = tally.result(0.5, 1.0)
     gaps = (trainer - sampler)[mask]
     assert result.tokens == gaps.size
