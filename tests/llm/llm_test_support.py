@@ -177,17 +177,3 @@ def penalty_resolution(penalty: float, kl: float, kl_tolerance: float) -> float:
         return 0.0
     c = penalty / math.sqrt(kl / 2)
     return c * (math.sqrt(kl / 2) - math.sqrt(max(kl - kl_tolerance, 0.0) / 2))
-
-
-def cpu_bfloat16_attention_problem() -> str | None:
-    """Why bfloat16 attention cannot run on this CPU with the kernels torch was told to use, or
-    None where it can. torch 2.13's CPU attention in bfloat16 packs its blocks with VNNI from 64
-    positions on, and refuses when ``ATEN_CPU_CAPABILITY=avx2`` is forced on a CPU that has
-    AVX-512 ("pack_vnni2 is only supported when avx512 is supported"): a limit of that kernel
-    set, not of the code under test (which runs natively on the same CPU)."""
-    query = torch.zeros(1, 1, 64, 64, dtype=torch.bfloat16)
-    try:
-        torch.nn.functional.scaled_dot_product_attention(query, query, query, is_causal=True)
-    except RuntimeError as error:
-        return f"bfloat16 attention does not run with these CPU kernels: {error}"
-    return None

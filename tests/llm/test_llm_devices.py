@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from llm_test_support import cpu_bfloat16_attention_problem, with_rewards
+from llm_test_support import with_rewards
 
 from llm.common.config import RunConfig, load_config
 from llm.common.devices import Placement, agent_devices, resolve_device, resolve_dtype
@@ -107,13 +107,11 @@ def test_explicit_cpu_float32_is_bit_identical_to_the_default(tmp_path):
     default = load_config(write_config(tmp_path))
     assert (default.run.device, default.run.dtype) == ("auto", "auto")
     runs = []
-    # The bfloat16 control needs bfloat16 attention, which torch cannot run with forced AVX2
-    # kernels on an AVX-512 CPU; there the test compares "auto" with float32 only (natively on
-    # the same CPU the control runs).
-    control = cpu_bfloat16_attention_problem() is None
+    # The bfloat16 control runs under every CPU kernel set: half precision's attention is
+    # float32 (``llm.models.precision``), so torch's bfloat16 attention, which forced AVX2
+    # kernels refuse on an AVX-512 CPU, is never called.
     placements = [default, with_placement(default, "cpu", "float32")]
-    if control:
-        placements.append(with_placement(default, "cpu", "bfloat16"))
+    placements.append(with_placement(default, "cpu", "bfloat16"))
     for config in placements:
         parts = build(config)
         model = parts.team.backbone.model
@@ -129,8 +127,6 @@ def test_explicit_cpu_float32_is_bit_identical_to_the_default(tmp_path):
     assert any(r.kept and r.update.kl > 0 for r in first.records), "nothing was trained"
     assert outcome(first) == outcome(second)
     assert all(a.equal(b) for a, b in zip(team_a.policies, team_b.policies, strict=True))
-    if not control:
-        return
     # the other placement is seen by the same comparisons
     base_c, third, team_c = runs[2]
     assert base_c == {torch.bfloat16}
@@ -139,9 +135,6 @@ def test_explicit_cpu_float32_is_bit_identical_to_the_default(tmp_path):
 
 
 def test_a_half_precision_stage_keeps_adapters_log_softmax_and_kl_in_float32(tmp_path):
-    problem = cpu_bfloat16_attention_problem()
-    if torch.device(TEST_DEVICE).type == "cpu" and problem is not None:
-        pytest.skip(problem)
     config = with_placement(load_config(write_config(tmp_path)), TEST_DEVICE, "bfloat16")
     parts = build(config)
     model = parts.team.backbone.model
