@@ -30,12 +30,14 @@ def write_rows(path, rows):
         path.write_text("".join(json.dumps(row) + "\n" for row in rows))
 
 
-def evaluated(run, data, out, *options):
+def evaluated(run, data, out, *options, source="--run"):
+    """``teamtr eval`` of ``run`` (a run directory, or a config with ``source="--config"``)
+    on ``data``: the transcripts it wrote, one record a dialogue."""
     assert (
         main(
             [
                 "eval",
-                "--run",
+                source,
                 str(run),
                 "--data",
                 str(data),
@@ -109,25 +111,7 @@ def test_other_columns_reach_the_reward_as_metadata(tmp_path):
             for k in range(3)
         ],
     )
-    out = tmp_path / "e.json"
-    assert (
-        main(
-            [
-                "eval",
-                "--config",
-                str(config),
-                "--data",
-                str(data),
-                "--json",
-                str(out),
-                "--no-progress",
-            ]
-        )
-        == 0
-    )
-    transcripts = [
-        json.loads(line) for line in out.with_name("e.transcripts.jsonl").read_text().splitlines()
-    ]
+    transcripts = evaluated(config, data, tmp_path / "e.json", source="--config")
     assert [t["score"] for t in transcripts] == [0.0, 0.25, 0.5]
 
 
