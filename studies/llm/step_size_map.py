@@ -14,6 +14,9 @@ Each method is named ``<scheme>-d<tag>`` (``llm/configs/stepsize/``: ``d004`` is
   first (``studies.llm.run_records.held_out_drops``);
 - how the trust region bound the updates: the share that backtracked, that ended with a KL of
   at least half the radius, and that were rejected;
+- per δ, each scheme's paired difference from stale, seed by seed (the runs of one seed share
+  the problems and the stage-start batch): mean ± standard error of the differences in turn
+  credit at the budget and in final accuracy, and on how many seeds the scheme came out above;
 - for HAPPO, the effective sample size of each update's reweighted batch by its place in the
   stage (the k-th update's batch carries the ratios of the k agents before it);
 - the stage certificates (Thm 3.6's sum of the kept updates' Thm 3.4 bounds) against the
@@ -172,7 +175,47 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
         row["certificates_held"] = [m["certificate_held"] for m in members]
         row["mean_certificate"] = [m["certificate_mean_certificate"] for m in members]
         rows.append(row)
-    return {"rows": rows, "runs": runs}
+    return {"rows": rows, "paired": paired_differences(runs), "runs": runs}
+
+
+PAIRED_KEYS = ("turn_credit_at_budget", "accuracy")
+"""What ``paired_differences`` compares: turn credit at equal CPU, final held-out accuracy."""
+
+
+def paired_differences(runs: list[dict[str, Any]], baseline: str = "stale") -> list[dict[str, Any]]:
+    """Per (scheme, δ) other than ``baseline``: scheme − baseline seed by seed, over the seeds
+    both have. A paired difference removes what one seed's draw does to both runs (the same
+    problems, the same stage-start batch), so its standard error is the spread of the
+    differences over sqrt(pairs), not the two groups' errors combined."""
+    value = {(r["scheme"], r["radius"], r["seed"]): r for r in runs}
+    rows = []
+    for scheme, radius in sorted(
+        {(r["scheme"], r["radius"]) for r in runs if r["scheme"] != baseline},
+        key=lambda item: (item[1], item[0]),
+    ):
+        seeds = sorted(
+            s
+            for (name, rad, s) in value
+            if (name, rad) == (scheme, radius) and (baseline, radius, s) in value
+        )
+        if not seeds:
+            continue
+        row: dict[str, Any] = {
+            "scheme": scheme,
+            "baseline": baseline,
+            "radius": radius,
+            "seeds": seeds,
+        }
+        for key in PAIRED_KEYS:
+            differences = [
+                float(value[(scheme, radius, s)][key]) - float(value[(baseline, radius, s)][key])
+                for s in seeds
+            ]
+            row[key] = mean_and_error(differences)
+            row[f"{key}_differences"] = differences
+            row[f"{key}_above"] = sum(d > 0 for d in differences)
+        rows.append(row)
+    return rows
 
 
 def reweighted_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
@@ -210,6 +253,21 @@ def markdown(summary: dict[str, Any]) -> str:
             f"{100 * row['share_near_radius']['mean']:.0f}% | "
             f"{100 * row['share_rejected']['mean']:.0f}% |"
         )
+    if summary.get("paired"):
+        lines += [
+            "",
+            "| δ | paired difference | seeds | turn credit at the budget | above on "
+            "| final accuracy | above on |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for row in summary["paired"]:
+            n = len(row["seeds"])
+            lines.append(
+                f"| {row['radius']:g} | {row['scheme']} − {row['baseline']} | {n} | "
+                f"{_cell(row['turn_credit_at_budget'], 3)} | "
+                f"{row['turn_credit_at_budget_above']} of {n} | "
+                f"{_cell(row['accuracy'], 1, 100)} points | {row['accuracy_above']} of {n} |"
+            )
     weighted = reweighted_rows(summary)
     if weighted:
         positions = max(len(row["effective_sample_size_by_position"]) for row in weighted)

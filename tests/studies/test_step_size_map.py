@@ -10,6 +10,7 @@ from studies.llm.step_size_map import (
     certificate_checks,
     main,
     markdown,
+    paired_differences,
     parse_run,
     plot,
     run_record,
@@ -184,4 +185,37 @@ def test_the_summary_averages_over_seeds_and_the_command_writes_it(tmp_path, cap
             ]
         )["rows"][0]["seeds"]
         == 1
+    )
+
+
+def test_the_paired_difference_is_taken_seed_by_seed_over_the_seeds_both_have():
+    def record(scheme: str, seed: int, credit: float, accuracy: float) -> dict:
+        return {
+            "scheme": scheme,
+            "radius": 0.2,
+            "seed": seed,
+            "turn_credit_at_budget": credit,
+            "accuracy": accuracy,
+        }
+
+    runs = [
+        record("stale", 0, 0.5, 0.25),
+        record("stale", 1, 0.125, 0.0),
+        record("teamtr", 0, 0.75, 0.25),
+        record("teamtr", 1, 0.25, 0.5),
+        record("teamtr", 2, 1.0, 1.0),  # no stale run of seed 2: not a pair
+        record("happo", 0, 0.25, 0.0),
+    ]
+    happo, teamtr = paired_differences(runs)
+    assert teamtr["seeds"] == [0, 1] and happo["seeds"] == [0]
+    # Differences 0.25 and 0.125: mean 0.1875, sd 0.0884, se = sd / sqrt 2 = 0.0625.
+    assert teamtr["turn_credit_at_budget"]["mean"] == pytest.approx(0.1875, abs=1e-12)
+    assert teamtr["turn_credit_at_budget"]["standard_error"] == pytest.approx(0.0625, abs=1e-12)
+    assert teamtr["turn_credit_at_budget_above"] == 2
+    assert teamtr["accuracy_differences"] == [0.0, 0.5] and teamtr["accuracy_above"] == 1
+    assert happo["turn_credit_at_budget"]["standard_error"] is None  # one pair
+    table = markdown({"rows": [], "paired": [happo, teamtr]})
+    assert (
+        "| 0.2 | teamtr − stale | 2 | 0.188 ± 0.062 | 2 of 2 | 25.0 ± 25.0 points | 1 of 2 |"
+        in (table)
     )
