@@ -227,7 +227,8 @@ def reweighted_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def _cell(stat: dict[str, float | None], digits: int, scale: float = 1.0) -> str:
+def stat_cell(stat: dict[str, float | None], digits: int, scale: float = 1.0) -> str:
+    """``mean ± standard error`` at ``digits`` decimals (the mean alone with one seed)."""
     error = stat["standard_error"]
     text = f"{scale * stat['mean']:.{digits}f}"  # type: ignore[operator]
     return text if error is None else f"{text} ± {scale * error:.{digits}f}"
@@ -243,11 +244,11 @@ def markdown(summary: dict[str, Any]) -> str:
     for row in summary["rows"]:
         lines.append(
             f"| {row['radius']:g} | {row['scheme']} | {row['seeds']} | "
-            f"{_cell(row['turn_credit_at_budget'], 3)} | "
-            f"{_cell(row['turn_credit'], 3)} | {_cell(row['accuracy'], 1, 100)}% | "
-            f"{_cell(row['minutes'], 1)} | "
-            f"{_cell(row['regressions_turn_credit'], 2)}, {_cell(row['regressions_accuracy'], 2)} | "
-            f"{_cell(row['stages'], 1)} | {row['generated_tokens_per_stage']['mean']:.0f} | "
+            f"{stat_cell(row['turn_credit_at_budget'], 3)} | "
+            f"{stat_cell(row['turn_credit'], 3)} | {stat_cell(row['accuracy'], 1, 100)}% | "
+            f"{stat_cell(row['minutes'], 1)} | "
+            f"{stat_cell(row['regressions_turn_credit'], 2)}, {stat_cell(row['regressions_accuracy'], 2)} | "
+            f"{stat_cell(row['stages'], 1)} | {row['generated_tokens_per_stage']['mean']:.0f} | "
             f"{row['cpu_seconds_per_stage']['mean']:.0f} | "
             f"{100 * row['share_backtracked']['mean']:.0f}% | "
             f"{100 * row['share_near_radius']['mean']:.0f}% | "
@@ -264,9 +265,9 @@ def markdown(summary: dict[str, Any]) -> str:
             n = len(row["seeds"])
             lines.append(
                 f"| {row['radius']:g} | {row['scheme']} − {row['baseline']} | {n} | "
-                f"{_cell(row['turn_credit_at_budget'], 3)} | "
+                f"{stat_cell(row['turn_credit_at_budget'], 3)} | "
                 f"{row['turn_credit_at_budget_above']} of {n} | "
-                f"{_cell(row['accuracy'], 1, 100)} points | {row['accuracy_above']} of {n} |"
+                f"{stat_cell(row['accuracy'], 1, 100)} points | {row['accuracy_above']} of {n} |"
             )
     weighted = reweighted_rows(summary)
     if weighted:
@@ -279,7 +280,7 @@ def markdown(summary: dict[str, Any]) -> str:
             "|---|---|---|" + "---|" * positions,
         ]
         for row in weighted:
-            cells = [_cell(stat, 2) for stat in row["effective_sample_size_by_position"]]
+            cells = [stat_cell(stat, 2) for stat in row["effective_sample_size_by_position"]]
             lines.append(
                 f"| {row['radius']:g} | {row['scheme']} | {row['seeds']} | "
                 + " | ".join(cells)
