@@ -29,7 +29,7 @@ from llm.conversation.router import make_router
 from llm.models.agents import AdapterWeights, LoraTeam
 from llm.sampling.sampler import DialogueRollouts, DialogueSampler
 from llm.training.builder import build
-from studies.llm.scaling import StudySettings, unit_config
+from studies.llm.drift.scaling import StudySettings, unit_config
 
 
 def changed(team: LoraTeam, agent: int, seed: int, scale: float = 0.01) -> LoraTeam:

@@ -17,7 +17,8 @@ GYMNASIUM_CHECK = Command(
     "studies.tabular.gymnasium_check",
 )
 LLM_SCALING = Command(
-    "measure the n^2 (stale) vs n (teamtr) drift on language-model teams", "studies.llm.scaling"
+    "measure the n^2 (stale) vs n (teamtr) drift on language-model teams",
+    "studies.llm.drift.scaling",
 )
 SEED_STUDY = Command(
     "train every method with every seed under one budget, then aggregate",

@@ -329,7 +329,7 @@ def test_the_trl_comparison_is_the_committed_benchmark():
 )
 def test_the_step_size_drift_table_is_the_committed_drift_studies(summary, label, seeds):
     """docs/step_size.md's drift table: the n = 4 row of each study's ``--markdown`` table."""
-    from studies.llm.scaling import markdown as scaling_markdown
+    from studies.llm.drift.scaling import markdown as scaling_markdown
 
     result = json.loads((RESULTS / summary).read_text())
     (row,) = [r for r in scaling_markdown(result).splitlines() if r.startswith("| 4 |")]
@@ -368,8 +368,8 @@ def test_the_filler_rerun_table_is_the_committed_runs():
 def test_the_prefix_reuse_table_is_the_committed_units():
     """docs/results.md's table of TeamTR's stage against stale's with prefix reuse under dynamic
     sampling: seed 0's unit per n in ``results/llm_scaling_pooled``, its ratios as
-    ``studies.llm.scaling`` computes them; and every unit's per-group ratio within the bound."""
-    from studies.llm.scaling import _cost_ratio
+    ``studies.llm.drift.scaling`` computes them; and every unit's per-group ratio within the bound."""
+    from studies.llm.drift.scaling import _cost_ratio
 
     for n in (2, 4, 8):
         unit = json.loads((RESULTS / "llm_scaling_pooled" / f"n{n}_seed0.json").read_text())

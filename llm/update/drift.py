@@ -1,6 +1,6 @@
 """How far apart two language-model teams' dialogue distributions are, from sampled dialogues.
 
-The distance the drift study (``studies.llm.scaling``) adds up is the KL divergence between the
+The distance the drift study (``studies.llm.drift.scaling``) adds up is the KL divergence between the
 distributions of whole dialogues that two teams A and B produce, KL(P_A || P_B). By the chain
 rule over turns and tokens (Lemma 3.1: at every step only the speaking agent's policy acts, and
 routing and grading depend on the transcript alone),

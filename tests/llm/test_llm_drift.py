@@ -194,7 +194,7 @@ def test_chain_identity_of_the_drift_study():
     """Three agents speak once each, in order, one token over 4: 64 dialogues, enumerated.
 
     With pi_hat^j the team whose agents 0..j-1 are updated, every D_stale term is a sum of
-    per-agent message KLs measured under the last team alone (``studies.llm.scaling``):
+    per-agent message KLs measured under the last team alone (``studies.llm.drift.scaling``):
     KL(P_{pi_hat^j} || P_{pi_hat^0}) = sum_{k<j} E_{pi_hat^3}[agent k's message KL]."""
     from llm.update.drift import agent_message_kls
 

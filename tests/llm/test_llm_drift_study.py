@@ -8,8 +8,8 @@ import math
 
 import pytest
 
-from studies.llm import scaling as drift_study
-from studies.llm.scaling import (
+from studies.llm.drift import scaling as drift_study
+from studies.llm.drift.scaling import (
     SCHEMES,
     StudySettings,
     build_parser,
@@ -205,7 +205,7 @@ def test_units_of_other_settings_are_refused(finished, capsys, tmp_path):
 
 
 def test_markdown_tables_list_every_n_and_exponent(finished):
-    from studies.llm.scaling import markdown
+    from studies.llm.drift.scaling import markdown
 
     summary = json.loads((finished / "s.json").read_text())
     table = markdown(summary)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from studies.llm.scaling import build_parser, run
+from studies.llm.drift.scaling import build_parser, run
 from teamtr.cli import main
 from teamtr.trust_region import RADIUS_RULE
 

@@ -1,4 +1,4 @@
-"""The figure of ``teamtr llm-scaling`` (``studies.llm.scaling``): drift against n on
+"""The figure of ``teamtr llm-scaling`` (``studies.llm.drift.scaling``): drift against n on
 language-model teams, and the fitted exponents of both worlds (language models and the exact
 tabular rings) side by side."""
 

@@ -678,7 +678,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json is not None:
         write_atomically(args.json, summary)
     if args.plot is not None:
-        from studies.llm.scaling_plot import plot_llm_scaling
+        from studies.llm.drift.scaling_plot import plot_llm_scaling
 
         tabular = [json.loads(path.read_text()) for path in args.tabular]
         plot_llm_scaling(summary, args.plot, tabular)
