@@ -252,6 +252,39 @@ def test_the_step_size_table_is_the_committed_map_of_the_committed_runs():
     assert_rows_on_pages(table_rows(markdown(committed)), RESULTS_PAGE, "step_size.md")
 
 
+def recomputed_map(folder: str, untrained: str, at_minutes: float) -> dict:
+    """``studies.llm.step_size_map`` of the curves under ``results/<folder>_curves`` and the
+    stage records under ``results/<folder>_metrics``, read at ``at_minutes``."""
+    from studies.llm.step_size_map import run_record, summarise
+
+    floor = json.loads((RESULTS / untrained).read_text())
+    runs = []
+    for path in sorted((RESULTS / f"{folder}_curves").glob("*.json")):
+        curve = json.loads(path.read_text())
+        lines = (RESULTS / f"{folder}_metrics" / f"{curve['run']}.jsonl").read_text().splitlines()
+        runs.append(run_record(curve, [json.loads(line) for line in lines], floor, at_minutes))
+    return json.loads(json.dumps(summarise(runs)))
+
+
+def test_the_team_size_tables_are_the_committed_maps_of_the_committed_runs():
+    """docs/eight_agents.md and docs/results.md print ``studies.llm.team_size``'s tables of
+    ``results/team_size.json``: the maps at n = 2 (8 CPU-minutes) and n = 8 (64) recomputed from
+    their runs' curves and stage records, and the step-size map's n = 4, read at δ = 0.2."""
+    from studies.llm.team_size import markdown, team_size
+
+    maps = {
+        2: recomputed_map("two", "two/untrained_teamtr-d02.json", 8.0),
+        4: json.loads((RESULTS / "stepsize_map.json").read_text()),
+        8: recomputed_map("eight", "eight/untrained_teamtr-d02.json", 64.0),
+    }
+    for n, name in ((2, "two_map.json"), (8, "eight_map.json")):
+        assert maps[n] == json.loads((RESULTS / name).read_text()), n
+    committed = json.loads((RESULTS / "team_size.json").read_text())
+    assert json.loads(json.dumps(team_size(maps, 0.2))) == committed
+    assert {row["n"] for row in committed["rows"]} == {2, 4, 8}
+    assert_rows_on_pages(table_rows(markdown(committed)), RESULTS_PAGE, "eight_agents.md")
+
+
 def test_the_sum_probe_table_is_the_committed_probe():
     """The role-by-role probe of the 3-agent sum (docs/teams_that_learn.md and docs/results.md) is
     ``studies.llm.sum_probe.markdown`` of ``results/sum3_probe.json``."""
