@@ -15,6 +15,8 @@ them to one result file and one figure (the ``*_plot`` module beside each study)
   trust-region radii read at one budget, each scheme's row and its paired difference from stale.
 - ``team_size`` (``python -m studies.llm.team_size``): one step-size map per team size read at one
   radius: each scheme's row and its paired gap from stale against n.
+- ``weight_collapse`` (``python -m studies.llm.weight_collapse``): HAPPO's effective sample size
+  at each update position of a stage, from its runs' stage records.
 - ``sum_probe`` (``python -m studies.llm.sum_probe``): each role of a private-notes sum team
   played on its own after teammates that spoke right: which role stops the team.
 - ``demo_summary`` (``python -m studies.llm.demo_summary``): the line ``make demo`` ends with,
