@@ -97,6 +97,20 @@ def value_at(points: list[tuple[float, float]], minutes: float) -> float:
     return points[-1][1]
 
 
+def mean_until(points: list[tuple[float, float]], minutes: float) -> float:
+    """The mean of the curve of ``value_at`` over [0, ``minutes``]: its area (trapezoids between
+    the points, the last value held beyond the last point) over ``minutes``. Unlike the value at
+    the budget it credits a run for getting there sooner, and it is not capped once two runs
+    both reach the metric's ceiling before the budget."""
+    if minutes <= 0:
+        raise ValueError(f"mean over {minutes} minutes: expected a positive budget")
+    inside = [(x, y) for x, y in points if x < minutes] + [(minutes, value_at(points, minutes))]
+    area = sum(
+        (x1 - x0) * (y0 + y1) / 2 for (x0, y0), (x1, y1) in zip(inside, inside[1:], strict=False)
+    )
+    return area / minutes
+
+
 def held_out_drops(evaluations: list[dict[str, Any]], metric: str = "accuracy") -> int:
     """Evaluations whose ``metric`` fell by more than twice the standard error of the
     difference below the one before, sqrt(se_1^2 + se_2^2) (independent draws: conservative on

@@ -9,6 +9,8 @@ Each method is named ``<scheme>-d<tag>`` (``llm/configs/stepsize/``: ``d004`` is
   training CPU it had used, and the turn credit at equal CPU (``--at``, the runs' budget:
   linear between the checkpoints either side; a run whose last checkpoint came earlier holds
   its last value);
+- the turn credit's mean over the budget (the area under the held-out curve from 0 to ``--at``,
+  over ``--at``): not capped when both schemes reach the ceiling before the budget;
 - regressions per run: checkpoints whose turn credit (and, separately, accuracy) fell by more
   than twice the standard error of the difference below the one before, the untrained team
   first (``studies.llm.run_records.held_out_drops``);
@@ -40,7 +42,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from studies.llm.run_records import held_out, held_out_drops, mean_and_error, value_at
+from studies.llm.run_records import (
+    held_out,
+    held_out_drops,
+    mean_and_error,
+    mean_until,
+    value_at,
+)
 
 RADIUS_TAGS = {"d004": 0.04, "d02": 0.2, "d1": 1.0}
 """A method's radius tag -> δ, the [stage] radius: nats per turn of the average occupancy (the
@@ -130,6 +138,7 @@ def run_record(
         "accuracy": held_out(last),
         "minutes": credit_curve[-1][0],
         "turn_credit_at_budget": value_at(credit_curve, at_minutes),
+        "turn_credit_mean_to_budget": mean_until(credit_curve, at_minutes),
         "turn_credit_curve": credit_curve,
         "regressions_turn_credit": held_out_drops(evaluations, "turn_credit"),
         "regressions_accuracy": held_out_drops(evaluations, "accuracy"),
@@ -156,6 +165,7 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
             "accuracy",
             "minutes",
             "turn_credit_at_budget",
+            "turn_credit_mean_to_budget",
             "regressions_turn_credit",
             "regressions_accuracy",
             "stages",
@@ -178,8 +188,9 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return {"rows": rows, "paired": paired_differences(runs), "runs": runs}
 
 
-PAIRED_KEYS = ("turn_credit_at_budget", "accuracy")
-"""What ``paired_differences`` compares: turn credit at equal CPU, final held-out accuracy."""
+PAIRED_KEYS = ("turn_credit_at_budget", "turn_credit_mean_to_budget", "accuracy")
+"""What ``paired_differences`` compares: turn credit at equal CPU, its mean over the CPU budget
+(``run_records.mean_until``), final held-out accuracy."""
 
 
 def paired_differences(runs: list[dict[str, Any]], baseline: str = "stale") -> list[dict[str, Any]]:

@@ -6,8 +6,10 @@ TeamTR − stale, trained at equal CPU, should grow with n. Each n has its own s
 other sizes at the same δ and learning-rate rule); this reads one map per n at one δ and lays
 out, per n,
 
-- each scheme's held-out turn credit at the budget and final accuracy (mean ± standard error
-  over seeds), its stages, tokens and CPU per stage and regressions per run;
+- each scheme's held-out turn credit at the budget, its mean over the budget (the area under
+  the held-out curve over the budget: not capped where both schemes reach 1.0 before the
+  budget) and final accuracy (mean ± standard error over seeds), its stages, tokens and CPU per
+  stage and regressions per run;
 - the paired difference TeamTR − stale (and every other scheme − stale), seed by seed
   (``step_size_map.paired_differences``), and how many standard errors it is from 0.
 
@@ -30,6 +32,7 @@ from studies.llm.step_size_map import stat_cell
 
 ROW_KEYS = (
     "turn_credit_at_budget",
+    "turn_credit_mean_to_budget",
     "accuracy",
     "regressions_turn_credit",
     "stages",
@@ -65,21 +68,25 @@ def team_size(maps: dict[int, dict[str, Any]], radius: float) -> dict[str, Any]:
         for row in summary.get("paired", []):
             if row["radius"] == radius:
                 z = standard_errors_from_zero(row["turn_credit_at_budget"])
-                paired.append({"n": n, **row, "standard_errors_from_zero": z})
+                z_mean = standard_errors_from_zero(row["turn_credit_mean_to_budget"])
+                paired.append({"n": n, **row, "standard_errors_from_zero": z,
+                               "mean_standard_errors_from_zero": z_mean})  # fmt: skip
     return {"radius": radius, "rows": rows, "paired": paired}
 
 
 def markdown(summary: dict[str, Any]) -> str:
     """The per-n table, then the paired differences."""
     lines = [
-        "| n | scheme | seeds | turn credit at the budget | final accuracy | regressions per run "
-        "| stages | tokens / stage | CPU s / stage |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| n | scheme | seeds | turn credit at the budget | mean over the budget | final accuracy "
+        "| regressions per run | stages | tokens / stage | CPU s / stage |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in summary["rows"]:
         lines.append(
             f"| {row['n']} | {row['scheme']} | {row['seeds']} | "
-            f"{stat_cell(row['turn_credit_at_budget'], 3)} | {stat_cell(row['accuracy'], 1, 100)}% | "
+            f"{stat_cell(row['turn_credit_at_budget'], 3)} | "
+            f"{stat_cell(row['turn_credit_mean_to_budget'], 3)} | "
+            f"{stat_cell(row['accuracy'], 1, 100)}% | "
             f"{stat_cell(row['regressions_turn_credit'], 2)} | {stat_cell(row['stages'], 1)} | "
             f"{row['generated_tokens_per_stage']['mean']:.0f} | "
             f"{row['cpu_seconds_per_stage']['mean']:.0f} |"
@@ -87,16 +94,18 @@ def markdown(summary: dict[str, Any]) -> str:
     lines += [
         "",
         "| n | paired difference | seeds | turn credit at the budget | standard errors from 0 "
-        "| above on | final accuracy |",
-        "|---|---|---|---|---|---|---|",
+        "| above on | mean over the budget | standard errors from 0 | final accuracy |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for row in summary["paired"]:
         pairs = len(row["seeds"])
-        z = row["standard_errors_from_zero"]
+        z, z_mean = row["standard_errors_from_zero"], row["mean_standard_errors_from_zero"]
         lines.append(
             f"| {row['n']} | {row['scheme']} − {row['baseline']} | {pairs} | "
             f"{stat_cell(row['turn_credit_at_budget'], 3)} | {'–' if z is None else f'{z:.1f}'} | "
             f"{row['turn_credit_at_budget_above']} of {pairs} | "
+            f"{stat_cell(row['turn_credit_mean_to_budget'], 3)} | "
+            f"{'–' if z_mean is None else f'{z_mean:.1f}'} | "
             f"{stat_cell(row['accuracy'], 1, 100)} points |"
         )
     return "\n".join(lines)
@@ -104,7 +113,8 @@ def markdown(summary: dict[str, Any]) -> str:
 
 def plot(summary: dict[str, Any], destination: Path) -> Path:
     """Left: each scheme's turn credit at the budget against n; right: each paired difference
-    from stale against n (mean ± s.e.; dots: the seeds' differences)."""
+    from stale against n, at the budget (dots: the seeds' differences) and in the mean over the
+    budget (dashed), mean ± s.e."""
     from studies.figures import plt, save_figure
 
     figure, (levels, gaps) = plt.subplots(1, 2, figsize=(10, 4.2))
@@ -126,6 +136,13 @@ def plot(summary: dict[str, Any], destination: Path) -> Path:
             [row["turn_credit_at_budget"]["mean"] for row in differences],
             yerr=[row["turn_credit_at_budget"]["standard_error"] or 0.0 for row in differences],
             marker="o", color=colour, capsize=3, label=f"{scheme} − stale",
+        )  # fmt: skip
+        gaps.errorbar(
+            [row["n"] for row in differences],
+            [row["turn_credit_mean_to_budget"]["mean"] for row in differences],
+            yerr=[row["turn_credit_mean_to_budget"]["standard_error"] or 0.0 for row in differences],
+            marker="s", linestyle="--", color=colour, capsize=3, alpha=0.6,
+            label=f"{scheme} − stale, mean over the budget",
         )  # fmt: skip
         for row in differences:
             seeds = row["turn_credit_at_budget_differences"]

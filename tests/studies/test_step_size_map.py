@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from studies.llm.run_records import mean_until
 from studies.llm.step_size_map import (
     certificate_checks,
     main,
@@ -111,6 +112,21 @@ def test_the_value_at_equal_cpu_is_linear_between_checkpoints():
     assert value_at(points, 12.0) == 0.9  # beyond the last checkpoint: its value
 
 
+def test_the_mean_over_the_budget_is_the_area_under_the_curve_over_the_budget():
+    points = [(0.0, 0.0), (4.0, 0.4), (9.0, 0.9)]
+    # A straight line y = x / 10 up to 9 minutes: its mean over [0, 6] is 0.3.
+    assert mean_until(points, 6.0) == pytest.approx(0.3, abs=1e-12)
+    # Beyond the last checkpoint the value is held: (9 * 0.45 + 3 * 0.9) / 12 = 0.5625.
+    assert mean_until(points, 12.0) == pytest.approx(0.5625, abs=1e-12)
+    # Two runs both at 1.0 by the budget: the one that got there sooner has the larger mean.
+    sooner, later = [(0.0, 0.0), (2.0, 1.0)], [(0.0, 0.0), (6.0, 1.0)]
+    assert mean_until(sooner, 8.0) == pytest.approx(7 / 8, abs=1e-12)
+    assert mean_until(later, 8.0) == pytest.approx(5 / 8, abs=1e-12)
+    assert value_at(sooner, 8.0) == value_at(later, 8.0) == 1.0
+    with pytest.raises(ValueError, match="positive budget"):
+        mean_until(points, 0.0)
+
+
 def test_a_drop_beyond_two_standard_errors_is_a_regression():
     curve = {
         "run": "stale-d1-s0",
@@ -195,6 +211,7 @@ def test_the_paired_difference_is_taken_seed_by_seed_over_the_seeds_both_have():
             "radius": 0.2,
             "seed": seed,
             "turn_credit_at_budget": credit,
+            "turn_credit_mean_to_budget": credit / 2,
             "accuracy": accuracy,
         }
 
@@ -213,6 +230,7 @@ def test_the_paired_difference_is_taken_seed_by_seed_over_the_seeds_both_have():
     assert teamtr["turn_credit_at_budget"]["standard_error"] == pytest.approx(0.0625, abs=1e-12)
     assert teamtr["turn_credit_at_budget_above"] == 2
     assert teamtr["accuracy_differences"] == [0.0, 0.5] and teamtr["accuracy_above"] == 1
+    assert teamtr["turn_credit_mean_to_budget_differences"] == [0.125, 0.0625]
     assert happo["turn_credit_at_budget"]["standard_error"] is None  # one pair
     table = markdown({"rows": [], "paired": [happo, teamtr]})
     assert (

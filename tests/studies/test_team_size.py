@@ -64,6 +64,35 @@ def test_each_n_gives_its_rows_and_paired_differences_at_the_radius():
     assert team_size(maps, 1.0) == {"radius": 1.0, "rows": [], "paired": []}
 
 
+def test_the_mean_over_the_budget_separates_runs_that_both_end_at_the_ceiling():
+    """Two schemes at 1.0 at the budget tie there; the one that got there sooner leads in the
+    mean over the budget, seed by seed."""
+
+    def run(scheme: str, seed: int, reached: float) -> dict:
+        curve = [
+            {"budget_minutes": reached, "metrics": evaluation(1.0)},
+            {"budget_minutes": 8.0, "metrics": evaluation(1.0)},
+        ]
+        stage = {"certificate": -1.0, "rollout_rewards": [0.1], "generated_tokens": 1,
+                 "cpu_seconds": 1.0, "updates": [{"kl": 0.1, "backtracks": 0, "kept": True}]}  # fmt: skip
+        return run_record(
+            {"run": f"{scheme}-d02-s{seed}", "curve": curve}, [stage], evaluation(0.0)
+        )
+
+    runs = [
+        run("teamtr", 0, 2.0),
+        run("stale", 0, 4.0),
+        run("teamtr", 1, 2.0),
+        run("stale", 1, 6.0),
+    ]
+    summary = team_size({8: json.loads(json.dumps(summarise(runs)))}, 0.2)
+    (paired,) = summary["paired"]
+    assert paired["turn_credit_at_budget"]["mean"] == 0.0
+    # Means over 8 minutes: teamtr 1 - 1/8 both seeds; stale 1 - 2/8, then 1 - 3/8.
+    assert paired["turn_credit_mean_to_budget_differences"] == pytest.approx([0.125, 0.25])
+    assert paired["mean_standard_errors_from_zero"] == pytest.approx(0.1875 / 0.0625, abs=1e-9)
+
+
 def test_the_command_writes_the_tables_and_the_figure_and_refuses_bad_maps(tmp_path, capsys):
     paths = []
     for n, credits in ((2, [0.5, 0.25]), (8, [0.0, 0.125])):
