@@ -153,7 +153,8 @@ def plot(summary: dict[str, Any], destination: Path) -> Path:
         axes.set_xscale("log", base=2)
         axes.set_xticks(ticks, [str(n) for n in ticks])
         axes.set_xlabel("agents n")
-        axes.legend()
+    levels.legend()
+    gaps.legend(fontsize="small", loc="upper left")  # the differences sit near 0 at n = 2
     levels.set_ylabel("held-out turn credit at the CPU budget")
     gaps.set_ylabel("paired difference from stale (turn credit)")
     figure.suptitle(f"δ = {summary['radius']:g} nats per turn, each n at its own budget")
