@@ -285,6 +285,27 @@ def test_the_team_size_tables_are_the_committed_maps_of_the_committed_runs():
     assert_rows_on_pages(table_rows(markdown(committed)), RESULTS_PAGE, "eight_agents.md")
 
 
+def test_the_eight_agent_drift_and_weight_tables_are_the_committed_results():
+    """docs/eight_agents.md prints the drift study at δ = 0.2 per turn for n = 2, 4, 8
+    (``teamtr llm-scaling --markdown`` of its committed summary) and HAPPO's effective sample
+    size per update position at n = 8 (``studies.llm.weight_collapse`` of the committed stage
+    records of its run)."""
+    from studies.llm.drift.scaling import markdown as drift_markdown
+    from studies.llm.weight_collapse import collapse, read_stages
+    from studies.llm.weight_collapse import markdown as weight_markdown
+
+    drift = json.loads((RESULTS / "llm_scaling_turn_r0.2.json").read_text())
+    assert drift["agents"] == [2, 4, 8]
+    assert_rows_on_pages(table_rows(drift_markdown(drift)), "eight_agents.md")
+    committed = json.loads((RESULTS / "eight" / "happo_weights.json").read_text())
+    stages = []
+    for run in committed["runs"]:
+        stages += read_stages(RESULTS / "eight_metrics" / f"{run}.jsonl")
+    assert committed["stages"] == len(stages) and committed["by_position"] == collapse(stages)
+    assert len(committed["by_position"]) == 8
+    assert_rows_on_pages(table_rows(weight_markdown(committed)), "eight_agents.md")
+
+
 def test_the_sum_probe_table_is_the_committed_probe():
     """The role-by-role probe of the 3-agent sum (docs/teams_that_learn.md and docs/results.md) is
     ``studies.llm.sum_probe.markdown`` of ``results/sum3_probe.json``."""
