@@ -86,15 +86,26 @@ def sample_size_by_position(stages: list[dict[str, Any]]) -> list[float] | None:
     update, k = 0, 1, ...: HAPPO's k-th agent trains on the stage-start batch weighted by the
     k agents updated before it. None where the records do not have it (runs before it was
     recorded)."""
+    try:
+        columns = sizes_by_position(stages)
+    except ValueError:
+        return None
+    return [sum(v) / len(v) for v in columns]
+
+
+def sizes_by_position(stages: list[dict[str, Any]]) -> list[list[float]]:
+    """Every stage's ``updates[k].effective_sample_size``, gathered by update position k.
+    ValueError where an update has none (records written before it was kept) or no stage has
+    an update."""
     by_position: dict[int, list[float]] = {}
-    for stage in stages:
+    for index, stage in enumerate(stages):
         for position, update in enumerate(stage["updates"]):
             if "effective_sample_size" not in update:
-                return None
-            by_position.setdefault(position, []).append(update["effective_sample_size"])
+                raise ValueError(f"stage {index}, update {position}: no effective_sample_size")
+            by_position.setdefault(position, []).append(float(update["effective_sample_size"]))
     if not by_position:
-        return None
-    return [sum(v) / len(v) for _, v in sorted(by_position.items())]
+        raise ValueError("no stage has an update")
+    return [sizes for _, sizes in sorted(by_position.items())]
 
 
 def certificate_checks(stages: list[dict[str, Any]]) -> dict[str, float | None]:

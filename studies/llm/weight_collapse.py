@@ -6,14 +6,14 @@ the intermediate team's surrogate from as many independent dialogues as its effe
 size (Kish's (Σw)² / (N Σw²), ``llm.update.outcome.effective_sample_size``) says, as a share of
 the batch. This reads ``updates[k].effective_sample_size`` of every stage of every given
 ``metrics.jsonl`` and reports, per update position k = 1..n, the mean ± standard error over
-the stages (and the smallest seen): the number the step-size map gives per δ at n = 4,
-measured here on as many stages as were run (docs/eight_agents.md: two stages of one seed at
+the stages (and the smallest seen): the step-size map gives the mean alone, per seed; this
+shows how the size spreads over one run's stages (docs/eight_agents.md: HAPPO's seed 2 at
 n = 8).
 
 Usage::
 
-    python -m studies.llm.weight_collapse --metrics results/eight/happo_probe/happo-d02-s0.jsonl \\
-        --json results/eight/happo_probe.json --markdown
+    python -m studies.llm.weight_collapse --metrics results/eight_metrics/happo-d02-s2.jsonl \\
+        --json results/eight/happo_weights.json --markdown
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from studies.llm.run_records import mean_and_error
+from studies.llm.step_size_map import sizes_by_position
 
 
 def read_stages(path: Path) -> list[dict[str, Any]]:
@@ -36,16 +37,8 @@ def collapse(stages: list[dict[str, Any]]) -> list[dict[str, float | None]]:
     """Per update position, over the stages: the effective sample size's mean ± standard error,
     the number of stages and the smallest value. ValueError where a stage's updates carry no
     effective sample size (records written before it was kept) or no stage has an update."""
-    by_position: dict[int, list[float]] = {}
-    for index, stage in enumerate(stages):
-        for position, update in enumerate(stage["updates"]):
-            if "effective_sample_size" not in update:
-                raise ValueError(f"stage {index}, update {position}: no effective_sample_size")
-            by_position.setdefault(position, []).append(float(update["effective_sample_size"]))
-    if not by_position:
-        raise ValueError("no stage has an update")
     rows = []
-    for _, sizes in sorted(by_position.items()):
+    for sizes in sizes_by_position(stages):
         stat = mean_and_error(sizes)
         rows.append({"mean": stat["mean"], "standard_error": stat["standard_error"],
                      "stages": float(len(sizes)), "smallest": min(sizes)})  # fmt: skip
