@@ -143,6 +143,8 @@ def run_record(
         "scheme": scheme,
         "radius": radius,
         "seed": seed,
+        # Each stage records its speaking order, one entry per agent: the team's size.
+        "agents": len(stages[0]["order"]) if stages and "order" in stages[0] else None,
         "stages": len(stages),
         "checkpoints": len(curve["curve"]),
         "turn_credit": last["turn_credit"],
@@ -311,6 +313,16 @@ def markdown(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def team_name(summary: dict[str, Any]) -> str:
+    """The figure's name for the team: the "8-agent relay chain" where every run has 8 agents,
+    else the sizes the runs recorded."""
+    sizes = sorted({run.get("agents") or 0 for run in summary["runs"]})
+    if len(sizes) == 1 and sizes[0]:
+        return f"{sizes[0]}-agent relay chain"
+    known = [str(size) for size in sizes if size]
+    return f"relay chain ({', '.join(known) or 'unknown'} agents)"
+
+
 def plot(summary: dict[str, Any], destination: Path, at_minutes: float = 8.0) -> Path:
     """Final turn credit and regressions per run against δ, one line per scheme (mean ± s.e.,
     dots: seeds); the held-out curves beside them."""
@@ -371,7 +383,7 @@ def plot(summary: dict[str, Any], destination: Path, at_minutes: float = 8.0) ->
         sizes.set_ylabel("effective sample size / batch")
         sizes.set_title("(Σw)² / (N Σw²) of the reweighted batch", fontsize=9)
         sizes.legend()
-    figure.suptitle("4-agent relay chain: stale against TeamTR at equal CPU, by step size")
+    figure.suptitle(f"{team_name(summary)}: stale against TeamTR at equal CPU, by step size")
     return save_figure(figure, destination)
 
 

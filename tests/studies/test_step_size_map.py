@@ -17,6 +17,7 @@ from studies.llm.step_size_map import (
     run_record,
     sample_size_by_position,
     summarise,
+    team_name,
     update_shares,
     value_at,
 )
@@ -237,3 +238,19 @@ def test_the_paired_difference_is_taken_seed_by_seed_over_the_seeds_both_have():
         "| 0.2 | teamtr − stale | 2 | 0.188 ± 0.062 | 2 of 2 | 25.0 ± 25.0 points | 1 of 2 |"
         in (table)
     )
+
+
+def test_the_figure_names_the_team_size_its_runs_recorded():
+    """The run record reads the team's size off a stage's speaking order, and the figure's title
+    says it, or the sizes where the runs differ."""
+    curve = {"run": "stale-d02-s0", "curve": [curve_point(16.0, 0.5, 0.2)]}
+    ordered = stage(-1.0, 0.1, [(0.1, 0, True)] * 8) | {"order": [6, 7, 2, 1, 4, 5, 3, 0]}
+    eight = run_record(curve, [ordered], evaluation(0.25, 0.0))
+    assert eight["agents"] == 8
+    assert team_name(summarise([eight])) == "8-agent relay chain"
+    unrecorded = run_record(
+        curve | {"run": "stale-d02-s1"}, [stage(-1.0, 0.1, [])], evaluation(0.25, 0.0)
+    )
+    assert unrecorded["agents"] is None
+    assert team_name(summarise([eight, unrecorded])) == "relay chain (8 agents)"
+    assert team_name(summarise([unrecorded])) == "relay chain (unknown agents)"
