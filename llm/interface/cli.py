@@ -36,6 +36,7 @@ from llm.training.checkpoint import RunDirectoryError
 from llm.training.distributed import (
     DistributedSetupError,
     launched_by_torchrun,
+    leave_the_report_to_rank_zero,
     rank_from_environment,
 )
 
@@ -465,6 +466,7 @@ def main(argv: list[str]) -> int:
     ) as error:
         if rank_from_environment() == 0:  # every rank stops; one says why
             print(f"error: {_located(error, args)}", file=sys.stderr)
+        leave_the_report_to_rank_zero()
         return BAD_INPUT
     except RunFailed as error:
         print(f"error: {error}", file=sys.stderr)
@@ -473,6 +475,7 @@ def main(argv: list[str]) -> int:
         where = f"{error.filename}: " if error.filename else ""
         if rank_from_environment() == 0:
             print(f"error: {where}{error.strerror or error}", file=sys.stderr)
+        leave_the_report_to_rank_zero()
         return BAD_INPUT
 
 

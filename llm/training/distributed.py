@@ -73,6 +73,25 @@ def rank_from_environment() -> int:
         return 0
 
 
+PEER_REPORT_WAIT_S = 60.0
+"""How long a rank other than 0 that found bad input waits for torchrun to end it."""
+
+
+def leave_the_report_to_rank_zero() -> None:
+    """On a rank other than 0 of a torchrun launch that found bad input, wait to be terminated.
+
+    Every rank runs the same checks, but torchrun's agent terminates all ranks as soon as one
+    exits: a rank that exits first (it imported torch sooner) cuts rank 0 off before rank 0 says
+    why. Waiting here lets rank 0 report and exit first; the agent then ends this process. The
+    wait is bounded so that a rank 0 which passed the checks (it cannot know a peer failed)
+    stops at the latest ``PEER_REPORT_WAIT_S`` later, when this rank exits and the agent ends it.
+    """
+    # TORCHELASTIC_RUN_ID is set by torchrun's agent only, not by a hand-made environment.
+    if rank_from_environment() == 0 or "TORCHELASTIC_RUN_ID" not in os.environ:
+        return
+    time.sleep(PEER_REPORT_WAIT_S)
+
+
 @dataclass(frozen=True)
 class WorldSpec:
     """The rendezvous variables of this process, validated."""

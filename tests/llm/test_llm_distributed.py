@@ -39,6 +39,7 @@ from test_llm_resume import (
 from llm.interface.cli import main
 from llm.models.loading import tiny_char_tokenizer
 from llm.sampling.sampler import SamplerSettings
+from llm.training.distributed import PEER_REPORT_WAIT_S
 
 REPO = Path(__file__).resolve().parents[2]
 RELATIVE_TOLERANCE = 1e-5
@@ -312,8 +313,35 @@ def test_a_failure_after_the_ranks_met_ends_every_rank_with_exit_2(runs):
     assert err.count("error:") == 1 and "already exists" in err
 
 
-def test_plain_torchrun_reports_a_bad_batch_once_and_no_rank_hangs(tmp_path):
+SLOW_RANK_ZERO = """
+import os, sys, time
+import llm.interface.cli as cli
+
+checks = cli._train_config
+
+
+def slow_on_rank_zero(*args):
+    # Rank 0 reaches its checks last, as when it imported torch after its peers.
+    if os.environ["RANK"] == "0":
+        time.sleep(8)
+    return checks(*args)
+
+
+cli._train_config = slow_on_rank_zero
+raise SystemExit(cli.main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("rank_zero", ["as fast as its peers", "last to check"])
+def test_plain_torchrun_reports_a_bad_batch_once_and_no_rank_hangs(tmp_path, rank_zero):
+    # torchrun ends every rank once one exits: the peers must leave rank 0 time to say why.
     config = write_config(tmp_path, "")
+    if rank_zero == "last to check":
+        script = tmp_path / "slow_rank_zero.py"
+        script.write_text(SLOW_RANK_ZERO)
+        program = [str(script)]
+    else:
+        program = ["-m", "teamtr"]
     command = [
         sys.executable,
         "-m",
@@ -321,17 +349,19 @@ def test_plain_torchrun_reports_a_bad_batch_once_and_no_rank_hangs(tmp_path):
         "--standalone",
         "--nproc-per-node",
         "3",
-        "-m",
-        "teamtr",
+        *program,
         "train",
         "--config",
         str(config),
         "--no-progress",
     ]
     environment = {**os.environ, "OMP_NUM_THREADS": "1"}
+    started = time.monotonic()
     done = subprocess.run(
         command, cwd=REPO, env=environment, capture_output=True, text=True, timeout=300
     )
     assert done.returncode != 0
-    assert done.stderr.count("error:") == 1
+    assert done.stderr.count("error:") == 1, done.stderr
     assert "not divisible by the world size 3" in done.stderr
+    # The waiting peers were ended by torchrun when rank 0 exited, not by their own time-out.
+    assert time.monotonic() - started < PEER_REPORT_WAIT_S
