@@ -117,7 +117,7 @@ def plot(summary: dict[str, Any], destination: Path) -> Path:
     budget (dashed), mean ± s.e."""
     from studies.figures import plt, save_figure
 
-    figure, (levels, gaps) = plt.subplots(1, 2, figsize=(10, 4.2))
+    figure, (levels, gaps) = plt.subplots(1, 2, figsize=(13, 4.2))
     schemes = sorted({row["scheme"] for row in summary["rows"]})
     for index, scheme in enumerate(schemes):
         colour = f"C{index}"
@@ -154,7 +154,8 @@ def plot(summary: dict[str, Any], destination: Path) -> Path:
         axes.set_xticks(ticks, [str(n) for n in ticks])
         axes.set_xlabel("agents n")
     levels.legend()
-    gaps.legend(fontsize="small", loc="upper left")  # the differences sit near 0 at n = 2
+    # Beside the axes: the differences and their seeds spread over the whole panel.
+    gaps.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.02, 1.0))
     levels.set_ylabel("held-out turn credit at the CPU budget")
     gaps.set_ylabel("paired difference from stale (turn credit)")
     figure.suptitle(f"δ = {summary['radius']:g} nats per turn, each n at its own budget")
