@@ -30,6 +30,7 @@ from transformers import PreTrainedModel
 from llm.common.devices import seeded
 from llm.common.settings import LoraSettings
 from llm.models.generation import MergedGenerationCopy
+from llm.models.lora_sum import install_lora_sum
 from llm.models.precision import is_half
 
 GRADIENT_CHECKPOINTING_NOTICE = r"`is_gradient_checkpointing` is deprecated"
@@ -162,6 +163,7 @@ class LoraBackbone(AdapterSlots):
         for index in range(1, n_agents):
             with seeded(seed + index):
                 model.add_adapter(slot_name(index), config)
+        install_lora_sum(model, settings.half_precision_sum)
         model.eval()
         return cls(model, n_agents)
 
@@ -229,6 +231,7 @@ class SeparateBackbone(AdapterSlots):
         for index, base in enumerate(bases):
             with seeded(seed + index):
                 model = wrap_in_peft(base, settings.peft_config(), slot_name(index))
+            install_lora_sum(model, settings.half_precision_sum)
             model.eval()
             models.append(model)
         return cls(models)
