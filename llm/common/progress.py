@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -59,7 +60,14 @@ def library_bars(enabled: bool) -> Iterator[None]:
 
 
 class StageProgress:
-    """The progress of a run's stages: counts stages, or, under a time budget, the budget."""
+    """The progress of a run's stages: counts stages, or, under a time budget, the budget.
+
+    Inside a stage it moves too: ``step`` reports each part of the stage as it ends (the
+    sampling, each agent's update, the held-out evaluation) with the fraction of the stage
+    done, so that a bar advances by fractions of a stage and a log gets one plain line per
+    part, each with an estimate of the time left. ``note`` prints a line that must stay
+    (a warning, a held-out result) whatever the mode.
+    """
 
     def __init__(
         self,
@@ -75,6 +83,9 @@ class StageProgress:
         self.budget = budget_seconds
         self.scheme = scheme
         self.enabled = enabled
+        self.start_stage = start_stage
+        self.started = time.perf_counter()
+        """When this process began its stages: estimates count only what it has timed."""
         self.bar: tqdm | None = None
         if not (enabled and on_terminal()):
             return
@@ -88,11 +99,60 @@ class StageProgress:
                 bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} s [{elapsed}<{remaining}{postfix}]",
             )
         else:
-            self.bar = tqdm(total=stages, initial=start_stage, desc=f"{scheme} stages")
+            self.bar = tqdm(
+                total=stages,
+                initial=start_stage,
+                desc=f"{scheme} stages",
+                bar_format="{l_bar}{bar}| {n:.2f}/{total_fmt} [{elapsed}<{remaining}{postfix}]",
+            )
+
+    def label(self, stage: int) -> str:
+        """``stage`` (0-based index) as every line names it: 1-based, of the run's stages."""
+        return f"{self.scheme} stage {stage + 1}/{self.stages}"
+
+    def remaining_seconds(
+        self, stage: int, fraction: float, elapsed_seconds: float
+    ) -> float | None:
+        """The run's time left, from this process's pace so far (None before any is known):
+        under a budget, the budget left; else the stages left at the pace of those done."""
+        if self.budget > 0:
+            return max(0.0, self.budget - elapsed_seconds)
+        done = stage + fraction - self.start_stage
+        if done <= 0:
+            return None
+        spent = time.perf_counter() - self.started
+        return spent / done * (self.stages - stage - fraction)
+
+    def step(self, stage: int, fraction: float, text: str, elapsed_seconds: float) -> None:
+        """A part of stage ``stage`` has ended, ``fraction`` of the stage done (in [0, 1))."""
+        if not self.enabled:
+            return
+        if self.bar is None:
+            left = self.remaining_seconds(stage, fraction, elapsed_seconds)
+            estimate = "" if left is None else f"; about {duration(left)} left"
+            print(f"{self.label(stage)}: {text}{estimate}", file=sys.stderr, flush=True)
+            return
+        self.bar.set_postfix_str(f"stage {stage + 1}: {text}"[:80])
+        self._advance(stage + fraction, elapsed_seconds)
+
+    def note(self, line: str) -> None:
+        """A line that stays: above the bar on a terminal, else as it is (even without
+        progress, a warning is printed)."""
+        if self.bar is not None:
+            self.bar.write(line, file=sys.stderr)
+        else:
+            print(line, file=sys.stderr, flush=True)
 
     def stage_done(
-        self, stage: int, elapsed_seconds: float, stage_seconds: float, reward: float, cert: float
+        self,
+        stage: int,
+        elapsed_seconds: float,
+        stage_seconds: float,
+        reward: float,
+        cert: float,
+        detail: str = "",
     ) -> None:
+        """Stage ``stage`` has ended; ``detail`` follows the certificate (its parts)."""
         if not self.enabled:
             return
         if self.bar is None:
@@ -101,22 +161,41 @@ class StageProgress:
                 if self.budget > 0
                 else ""
             )
+            left = self.remaining_seconds(stage, 1.0, elapsed_seconds)
+            estimate = (
+                ""
+                if left is None or stage + 1 >= self.stages
+                else (f"; about {duration(left)} left")
+            )
             print(
-                f"{self.scheme} stage {stage + 1}/{self.stages}: reward {reward:.2f}, "
-                f"certificate {cert:.3g}, {stage_seconds:.1f} s{budget}",
+                f"{self.label(stage)}: reward {reward:.2f}, certificate {cert:.3g}{detail}, "
+                f"{stage_seconds:.1f} s{budget}{estimate}",
                 file=sys.stderr,
                 flush=True,
             )
             return
         self.bar.set_postfix(stage=stage + 1, reward=f"{reward:.2f}", cert=f"{cert:.3g}")
+        self._advance(stage + 1.0, elapsed_seconds)
+
+    def _advance(self, position: float, elapsed_seconds: float) -> None:
+        assert self.bar is not None
         if self.budget > 0:
             self.bar.update(max(0, min(round(elapsed_seconds), self.bar.total) - self.bar.n))
         else:
-            self.bar.update(1)
+            self.bar.update(max(0.0, min(position, self.stages) - self.bar.n))
 
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
+
+
+def duration(seconds: float) -> str:
+    """A time left, as a person reads it: "40 s", "12 min", "3.5 h"."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 class CountProgress:

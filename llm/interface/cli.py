@@ -63,6 +63,15 @@ def _check_flag(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _real_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--real",
+        action="store_true",
+        help="with --check: also load the real model, play one batch of dialogues and say "
+        "how many groups earned differing rewards (the only ones training learns from)",
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="teamtr", description="Language-model teams.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -99,6 +108,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     add_set_option(train)
     _check_flag(train)
+    _real_flag(train)
     evaluate = commands.add_parser("eval", help="evaluate a trained or untrained team")
     source = evaluate.add_mutually_exclusive_group(required=True)
     source.add_argument("--run", help="run directory of `teamtr train`")
@@ -215,7 +225,39 @@ def _checked(args: argparse.Namespace, config) -> int:
             # real dialogues, before the real model would load.
             for line in check_task(configured_task(config), config).lines():
                 print(line)
+    if args.real:
+        for line in _real_signal(config, progress=not args.no_progress):
+            print(line)
     return 0
+
+
+def _real_signal(config, progress: bool) -> list[str]:
+    """``--check --real``: one batch of the real model's dialogues, as the first stage would
+    draw it, and how many of its groups earned differing rewards (only those teach GRPO
+    anything): what a tiny random model cannot tell."""
+    import time
+
+    from llm.training.builder import build
+
+    parts = build(config, progress=progress)
+    started = time.perf_counter()
+    rollouts = parts.sampler.sample(parts.team)
+    settings = parts.sampler.settings
+    turns = [turn for episode in rollouts.episodes for turn in episode.turns]
+    cut = sum(len(t.message) >= settings.max_tokens_of(t.agent) for t in turns)
+    lines = [
+        f"real model: {len(rollouts.episodes)} dialogues in {rollouts.groups_drawn} groups of "
+        f"{settings.group_size} ({time.perf_counter() - started:.1f} s): "
+        f"{rollouts.groups_with_signal} groups with differing rewards, mean reward "
+        f"{rollouts.mean_reward:.2f}, {cut} of {len(turns)} messages cut at max_new_tokens"
+    ]
+    if not rollouts.groups_with_signal:
+        lines.append(
+            "warning: no group had differing rewards: a stage like this learns nothing "
+            "(a reward that never varies, messages cut by [sampler] max_new_tokens, or a "
+            "task too hard for the model)"
+        )
+    return lines
 
 
 def _train(args: argparse.Namespace, argv: list[str]) -> int:
@@ -228,6 +270,8 @@ def _train(args: argparse.Namespace, argv: list[str]) -> int:
     from llm.training.rundir import TrainingInterrupted
     from llm.training.train import resume, train
 
+    if args.real and not args.check:
+        raise ConfigError("--real: only with --check (`teamtr train --config FILE --check --real`)")
     if args.nproc is not None:
         if args.nproc < 1:
             raise ConfigError(f"--nproc: must be >= 1, got {args.nproc}")

@@ -46,6 +46,10 @@ class Evaluation:
     scores: list[float] = field(default_factory=list)
     """Each dialogue's held-out score (the task's metric; ``accuracy`` or ``score`` is their
     mean)."""
+    rewards: list[float] = field(default_factory=list)
+    """Each dialogue's reward (the task's own, without the training-only bonus)."""
+    measure: str = "accuracy"
+    """What the mean of ``scores`` is reported as (``llm.problems.task.Task.measure``)."""
 
 
 def evaluate_team(
@@ -128,19 +132,20 @@ def _evaluate(
             )
             finished.extend(done)
             tokens += generated
-        grades, scores, credits = _scored(sampler, finished)
+        grades, scores, credits, rewards = _scored(sampler, finished)
     else:
-        grades, scores, credits, tokens = _evaluate_share(
+        grades, scores, credits, rewards, tokens = _evaluate_share(
             team, sampler, problems, episodes, seeds, samples, batch_size, collective, bar.advance
         )
         grades = [g for share in collective.gather(grades) for g in share]
         scores = [x for share in collective.gather(scores) for x in share]
         credits = [c for share in collective.gather(credits) for c in share]
+        rewards = [r for share in collective.gather(rewards) for r in share]
         tokens = int(collective.sum(tokens))
     bar.close(f"{len(problems)} questions in {time.perf_counter() - started:.1f} s")
     measure = sampler.task.measure(problems)
     result = _record(problems, samples, grades, scores, credits, tokens, measure)
-    return Evaluation(result, finished, grades, list(scores))
+    return Evaluation(result, finished, grades, list(scores), list(rewards), measure)
 
 
 def _record(
@@ -199,17 +204,19 @@ def _record(
 
 def _scored(
     sampler: DialogueSampler, finished: Sequence[Episode]
-) -> tuple[list[Grade], list[float], list[float | None]]:
-    """Per finished dialogue: its final answer's grade, its held-out score (the task's
-    metric) and, where the task's reward is per turn, its return (else None)."""
-    grades, scores, credits = [], [], []
+) -> tuple[list[Grade], list[float], list[float | None], list[float]]:
+    """Per finished dialogue: its final answer's math-verify grade, its held-out score (the
+    task's metric), where the task's reward is per turn its return (else None), and its
+    reward (the task's own)."""
+    grades, scores, credits, rewards = [], [], [], []
     for episode in finished:
         dialogue = sampler.dialogue(episode)
         grades.append(verdict_of(dialogue))
         returns = sampler.task.returns(dialogue)
         scores.append(sampler.task.score(dialogue, returns))
         credits.append(returns.value if returns.per_turn is not None else None)
-    return grades, scores, credits
+        rewards.append(returns.value)
+    return grades, scores, credits, rewards
 
 
 def _summary(scores: np.ndarray, measure: str) -> dict[str, float]:
@@ -250,11 +257,16 @@ def transcript_records(
     evaluation: Evaluation, samples: int, message_text: Callable[[Turn], str]
 ) -> list[dict[str, Any]]:
     """One JSON-ready record per dialogue: the problem (question, reference answer, notes,
-    template, difficulty), each turn (agent and decoded text), the parsed answer, the reward."""
+    template, difficulty), each turn (agent and decoded text), math-verify's parse of the
+    final answer, and what the task made of it: ``reward`` (its reward), ``score`` (its
+    held-out metric, whose mean is the reported accuracy or score) and ``correct`` (score 1,
+    where the metric grades right or wrong; else None). So the rows add up to the report."""
     records = []
     scores = evaluation.scores or [g.reward for g in evaluation.grades]
-    for index, (episode, verdict, score) in enumerate(
-        zip(evaluation.episodes, evaluation.grades, scores, strict=True)
+    rewards = evaluation.rewards or [g.reward for g in evaluation.grades]
+    grading = evaluation.measure == "accuracy"
+    for index, (episode, verdict, score, reward) in enumerate(
+        zip(evaluation.episodes, evaluation.grades, scores, rewards, strict=True)
     ):
         problem = episode.problem
         records.append(
@@ -271,8 +283,8 @@ def transcript_records(
                 ],
                 "parsed_answer": verdict.extracted,
                 "parsed": verdict.parsed,
-                "reward": verdict.reward,
-                "correct": verdict.correct,
+                "reward": reward,
+                "correct": score == 1.0 if grading else None,
                 "score": score,
             }
         )
@@ -296,9 +308,9 @@ def _evaluate_share(
     batch_size: int,
     collective: Collective,
     on_messages: Callable[[int], None] | None = None,
-) -> tuple[list[Grade], list[float], list[float | None], int]:
+) -> tuple[list[Grade], list[float], list[float | None], list[float], int]:
     """This rank's contiguous share of the problems, played and graded (``_scored``: grades,
-    held-out scores, per-turn returns) and the tokens generated.
+    held-out scores, per-turn returns, rewards) and the tokens generated.
 
     ``seeds`` holds one generation seed per batch of the whole set (``_evaluate``'s own
     generator); this rank's batches take theirs in order.

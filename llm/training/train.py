@@ -66,7 +66,13 @@ from llm.training.preflight import (
     check_run_name,
     require_writable_directory,
 )
-from llm.training.records import RunPosition, StageMetrics, final_summary, log_scalars
+from llm.training.records import (
+    RunPosition,
+    StageMetrics,
+    UpdateMetrics,
+    final_summary,
+    log_scalars,
+)
 from llm.training.rundir import (
     RunFailed,
     TrainingInterrupted,
@@ -85,8 +91,8 @@ from llm.training.runlock import RunLock
 from llm.training.runlock import acquire as acquire_run_lock
 from llm.training.task_check import check_task
 from teamtr.penalty import EpisodicPenalty
-from teamtr.reports import UpdateRecord
-from teamtr.stage import run_stage
+from teamtr.reports import StageReport, UpdateRecord
+from teamtr.stage import run_stage, stage_order
 
 
 # -- training --------------------------------------------------------------------------------------
@@ -364,15 +370,16 @@ class _Run:
         started, cpu_started = time.perf_counter(), time.process_time()
         # Exclusive of the sampler's and updater's own sections: the certificate (Thm
         # 3.4/3.6 arithmetic on the updates' measurements) and the loop's bookkeeping.
+        report_part = StagePartReports(self, bar, stage, team)
         with profiling.section("certificate and stage loop"):
             report, team = run_stage(
                 team,
-                parts.sampler,
+                report_part.sampler(parts.sampler),
                 parts.updater,
                 config.stage,
                 self.penalty,
                 stage_index=stage,
-                on_update=self.note_update,
+                on_update=report_part.updated,
             )
         with profiling.section("logging"):
             record = StageMetrics.of(
@@ -386,11 +393,16 @@ class _Run:
             replicas_agree(together, team.policies)
         last = stage == config.stage.stages - 1 or out_of_time
         every = config.run.eval_every
+        if self.writes and record.groups_drawn and not record.groups_with_signal:
+            bar.note(no_signal_warning(bar.label(stage), record, report_part.cut_messages))
         if every and ((stage + 1) % every == 0 or last) and parts.test_problems:
+            report_part.step("held-out evaluation...")
             evaluation = evaluate_team(
                 team, parts.sampler, parts.test_problems, collective=together
             )
             record = replace(record, eval=evaluation)
+            if self.writes and bar.enabled:
+                bar.note(f"{bar.label(stage)}: {held_out_line(evaluation)}")
         self.keep(record, team, last, metrics, writer)
         with profiling.section("logging"):
             reward = record.train_reward if record.train_reward is not None else math.nan
@@ -400,6 +412,7 @@ class _Run:
                 record.wall_seconds,
                 reward,
                 report.certificate,
+                certificate_parts(report),
             )
         return team, last
 
@@ -433,9 +446,6 @@ class _Run:
                 self.checkpoint = write_checkpoint(self.run_dir, self.resume_point)
         self.last = record
 
-    def note_update(self, record: UpdateRecord) -> None:
-        self.position.updates_done = record.position + 1
-
     def require_run_directory(self) -> None:
         """A deleted (or replaced) run directory is never recreated half-empty."""
         if self.writes and directory_identity(self.run_dir) != self.identity:
@@ -447,3 +457,111 @@ class _Run:
         self.require_run_directory()
         with signals_deferred(reraise=False):
             return write_checkpoint(self.run_dir, point)
+
+
+class StagePartReports:
+    """What a stage says while it runs: each sampling and each agent's update as it ends
+    (``StageProgress.step``), and the count of messages cut at their length limit."""
+
+    def __init__(self, run: _Run, bar: StageProgress, stage: int, team: LoraTeam) -> None:
+        self.run = run
+        self.bar = bar
+        self.stage = stage
+        self.updates = len(stage_order(run.config.stage, team.n_agents, stage))
+        self.done = 0
+        self.cut_messages: tuple[int, int] = (0, 0)
+        """Of the stage's first sampling: messages at their length limit, and messages."""
+
+    def sampler(self, inner: Any) -> Any:
+        """``inner``, reporting each fresh sampling as it ends."""
+        return _ReportingSampler(inner, self.sampled)
+
+    def step(self, text: str) -> None:
+        # Each update is a part of the stage, and the end (evaluation, bookkeeping) one more.
+        self.bar.step(
+            self.stage,
+            self.done / (self.updates + 1),
+            text,
+            self.run.clock() - self.run.run_started,
+        )
+
+    def sampled(self, rollouts: Any) -> None:
+        if not self.done:
+            settings = self.run.parts.sampler.settings
+            turns = [turn for episode in rollouts.episodes for turn in episode.turns]
+            cut = sum(len(t.message) >= settings.max_tokens_of(t.agent) for t in turns)
+            self.cut_messages = (cut, len(turns))
+        self.step(
+            f"sampled {rollouts.groups_drawn} groups ({rollouts.groups_with_signal} with "
+            f"differing rewards), reward {rollouts.mean_reward:.2f}, "
+            f"{rollouts.wall_seconds:.1f} s"
+        )
+
+    def updated(self, record: UpdateRecord) -> None:
+        self.run.position.updates_done = record.position + 1
+        self.done = record.position + 1
+        update = UpdateMetrics.of(record)
+        verdict = "kept" if record.kept else "rejected"
+        backtracks = f"{update.backtracks} backtrack{'s' * (update.backtracks != 1)}"
+        self.step(
+            f"agent {record.agent} update {self.done}/{self.updates} {verdict}: KL "
+            f"{update.kl:.3g} of radius {record.radius:g}, {backtracks}, surrogate gain "
+            f"{update.surrogate:+.3g}, penalty {update.penalty:.3g}"
+        )
+
+
+class _ReportingSampler:
+    """A sampler that calls ``on_sample`` with every fresh draw (everything else passes
+    through: the stage loop sees the same sampler)."""
+
+    def __init__(self, inner: Any, on_sample: Any) -> None:
+        self._inner = inner
+        self._on_sample = on_sample
+
+    def sample(self, team: Any, **kwargs: Any) -> Any:
+        rollouts = self._inner.sample(team, **kwargs)
+        self._on_sample(rollouts)
+        return rollouts
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def no_signal_warning(label: str, record: StageMetrics, cut_messages: tuple[int, int]) -> str:
+    """The line of a stage whose groups all earned equal rewards: GRPO's advantages were all
+    zero, so no agent moved, and nothing says so but ``groups_with_signal: 0``."""
+    cut, messages = cut_messages
+    reward = record.train_reward if record.train_reward is not None else math.nan
+    return (
+        f"warning: {label}: none of the {record.groups_drawn} groups drawn had differing "
+        f"rewards (mean reward {reward:.2f}), so this stage learned nothing. Usual causes: "
+        f"a reward that never varies; messages cut by [sampler] max_new_tokens ({cut} of "
+        f"{messages} reached it); a task too hard (or too easy) for the model. "
+        "`teamtr train --check --real` plays a few dialogues of the real model and counts "
+        "the groups that would carry a signal"
+    )
+
+
+def held_out_line(evaluation: dict[str, float]) -> str:
+    """The held-out result of a periodic evaluation, as the console prints it."""
+    measure = "accuracy" if "accuracy" in evaluation else "score"
+    return (
+        f"held-out {measure} {evaluation[measure]:.3f} +- "
+        f"{evaluation['standard_error']:.3f} on {int(evaluation['n'])} problems, parse "
+        f"failures {evaluation['parse_failure_rate']:.2f}"
+    )
+
+
+def certificate_parts(report: StageReport) -> str:
+    """The certificate's two parts, surrogate gain L and penalty (Thm 3.4/3.6: certificate
+    = L - penalty), and, when negative, why it certifies nothing (docs/runs.md)."""
+    kept = [r for r in report.records if r.kept]
+    if not kept:
+        return " (no update kept)"
+    gain = sum(r.update.surrogate for r in kept)
+    penalty = gain - report.certificate  # joint schemes charge one penalty for the whole move
+    text = f"surrogate gain {gain:.3g} - penalty {penalty:.3g}"
+    if report.certificate < 0:
+        # Both parts grow as sqrt(KL) to first order: a smaller radius rarely changes the sign.
+        text += "; negative: it certifies no improvement, see docs/runs.md"
+    return f" ({text})"

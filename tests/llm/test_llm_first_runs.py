@@ -1,0 +1,143 @@
+"""What a first run of one's own task says and records: a stage that cannot learn is said to
+be one, eval's transcripts add up to its accuracy, exports name no path of the machine that
+wrote them, data files that hold nothing are said to hold nothing. Tiny random models, real
+files, the real command line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from llm.interface.cli import main
+
+TINY = """
+[model]
+source = "tiny"
+[lora]
+rank = 4
+[team]
+system_prompt = "Plural."
+role_prompts = []
+[sampler]
+prompts_per_batch = 2
+group_size = 2
+max_new_tokens = 6
+[updater]
+learning_rate = 1e-2
+steps = 1
+[stage]
+radius = 0.05
+stages = 1
+[run]
+eval_every = 1
+checkpoint_every = 1
+"""
+NOUNS = [("cat", "cats"), ("box", "boxes"), ("child", "children"), ("mouse", "mice")]
+
+
+def plurals_task(folder: Path, *, train: str = "train.jsonl", test: str | None = None) -> str:
+    """A dataset task: the plural of a noun, graded by the ready-made ``exact_match``."""
+    rows = [{"question": f"Plural of {s}?", "answer": p} for s, p in NOUNS]
+    (folder / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    held_out = f'test_file = "{test}"\n' if test else ""
+    return (
+        f'[task]\nkind = "dataset"\ntrain_file = "{train}"\n{held_out}reward = "exact_match"\n'
+    )
+
+
+def config_file(folder: Path, task: str, extra: str = "") -> Path:
+    config = folder / "plurals.toml"
+    text = TINY.replace("[run]\n", f"[run]\noutput_dir = {json.dumps(str(folder / 'runs'))}\n")
+    config.write_text(text + task + extra)
+    return config
+
+
+# -- a stage that cannot learn -------------------------------------------------------------------
+def test_a_stage_whose_rewards_never_differ_says_so_during_train(tmp_path, capsys):
+    """A tiny random model never writes a plural: every dialogue earns 0, no group has
+    differing rewards, and the stage learns nothing. The console says so, even without
+    progress lines."""
+    config = config_file(tmp_path, plurals_task(tmp_path))
+    assert main(["train", "--config", str(config), "--name", "r", "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    warnings = [line for line in err.splitlines() if line.startswith("warning: ")]
+    assert len(warnings) == 1, err
+    record = json.loads((tmp_path / "runs" / "r" / "metrics.jsonl").read_text())
+    assert record["groups_with_signal"] == 0
+    drawn = record["groups_drawn"]
+    assert f"none of the {drawn} groups drawn had differing rewards" in warnings[0]
+    assert "learned nothing" in warnings[0] and "max_new_tokens" in warnings[0]
+    assert "a reward that never varies" in warnings[0]
+
+
+def test_check_real_plays_the_model_and_counts_the_groups_with_a_signal(tmp_path, capsys):
+    config = config_file(tmp_path, plurals_task(tmp_path))
+    assert main(["train", "--config", str(config), "--check", "--real", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "real model: 4 dialogues in 2 groups of 2" in out
+    assert "0 groups with differing rewards" in out
+    assert "warning: no group had differing rewards" in out
+    assert not (tmp_path / "runs").exists()  # a check writes no run
+    assert main(["train", "--config", str(config), "--real"]) == 2
+    assert capsys.readouterr().err.startswith("error: --real: only with --check")
+
+
+def test_progress_lines_say_each_part_of_a_stage_and_the_held_out_result(tmp_path, capsys):
+    config = config_file(tmp_path, plurals_task(tmp_path, test="train.jsonl"))
+    assert main(["train", "--config", str(config), "--name", "r"]) == 0
+    lines = capsys.readouterr().err.splitlines()
+    stage = [line for line in lines if line.startswith("teamtr stage 1/1: ")]
+    assert any(": sampled 2 groups (0 with differing rewards)" in line for line in stage)
+    updates = [line for line in stage if "update" in line and "KL" in line]
+    assert len(updates) == 2 and all("backtrack" in line for line in updates)
+    assert all("left" in line for line in updates)  # an estimate of the time left
+    record = json.loads((tmp_path / "runs" / "r" / "metrics.jsonl").read_text())
+    held_out = [line for line in stage if "held-out accuracy" in line]
+    assert held_out == [
+        f"teamtr stage 1/1: held-out accuracy {record['eval']['accuracy']:.3f} +- "
+        f"{record['eval']['standard_error']:.3f} on 4 problems, parse failures "
+        f"{record['eval']['parse_failure_rate']:.2f}"
+    ]
+    done = [line for line in stage if "certificate" in line]
+    assert len(done) == 1 and "surrogate gain" in done[0] and "penalty" in done[0]
+
+
+# -- eval's transcripts ---------------------------------------------------------------------------
+def test_eval_transcripts_add_up_to_the_reported_accuracy_of_an_exact_match_task(
+    tmp_path, capsys
+):
+    """Two sampled dialogues a question (the evaluation's own seeds: the same dialogues every
+    time); the references of two questions are set to what their first dialogue said, so
+    exact_match grades some rows right. Every row's ``correct`` and ``score`` then average
+    to the reported accuracy, and ``reward`` is the task's reward."""
+    config = config_file(tmp_path, plurals_task(tmp_path, test="test.jsonl"))
+    (tmp_path / "test.jsonl").write_text((tmp_path / "train.jsonl").read_text())
+    first = tmp_path / "first.json"
+    argv = ["eval", "--config", str(config), "--samples", "2", "--no-progress", "--json"]
+    assert main([*argv, str(first)]) == 0
+    said = [
+        json.loads(line)["turns"][-1]["text"]
+        for line in first.with_name("first.transcripts.jsonl").read_text().splitlines()
+    ]
+    rows = [
+        {"question": f"Plural of {s}?", "answer": said[2 * i] if i % 2 == 0 else p}
+        for i, (s, p) in enumerate(NOUNS)
+    ]
+    assert all(row["answer"].strip() for row in rows), said  # sampled text is not blank
+    (tmp_path / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "eval.json"
+    assert main([*argv, str(out)]) == 0
+    result = json.loads(out.read_text())
+    records = [json.loads(line) for line in Path(result["transcripts"]).read_text().splitlines()]
+    assert [r["turns"][-1]["text"] for r in records] == said  # the same dialogues
+    assert result["accuracy"] >= 2 / 8
+    assert np.mean([r["correct"] for r in records]) == result["accuracy"]
+    assert np.mean([r["score"] for r in records]) == result["accuracy"]
+    assert [r["reward"] for r in records] == [float(r["correct"]) for r in records]
+    assert records[0]["correct"] and records[4]["correct"]
+    wrong = [r for r in records if r["score"] < 1]  # docs/tasks.md's snippet
+    assert len(wrong) == round(8 * (1 - result["accuracy"]))
+    capsys.readouterr()
