@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 import torch
 
-from llm.conversation.dialogue import ChatFormat
+from llm.conversation.dialogue import ChatFormat, Episode
 from llm.conversation.router import FixedOrder
 from llm.logprobs.losses import group_normalised_advantages
-from llm.models.agents import LoraBackbone, LoraSettings, LoraTeam
+from llm.models.agents import AdapterWeights, LoraBackbone, LoraSettings, LoraTeam
 from llm.models.loading import tiny_llama
 from llm.problems.tasks import ArithmeticSuite
 from llm.sampling.sampler import DialogueRollouts, DialogueSampler, SamplerSettings
@@ -27,15 +28,35 @@ def make_team(vocab_size: int, n_agents: int, seed: int = 0, rank: int = 4) -> L
 
 
 def perturb_agent(team: LoraTeam, agent: int, scale: float, seed: int) -> LoraTeam:
-    """A team whose agent ``agent`` has random (non-zero) LoRA B matrices."""
+    """A team whose agent ``agent`` has random (non-zero) LoRA B matrices, N(0, scale²) each."""
     generator = torch.Generator().manual_seed(seed)
     tensors = {
         key: (torch.randn(value.shape, generator=generator) * scale if "lora_B" in key else value)
         for key, value in team.agent(agent).tensors.items()
     }
-    from llm.models.agents import AdapterWeights
-
     return team.with_agent(agent, AdapterWeights(tensors))
+
+
+def full_pass_logps(
+    model: torch.nn.Module,
+    chat: ChatFormat,
+    episodes: Sequence[Episode],
+    refs: Iterable[tuple[int, int]],
+    temperature: float,
+) -> dict[tuple[int, int], torch.Tensor]:
+    """Each message ``refs`` names, scored by ``model`` (any causal LM: a PEFT model or the
+    plain merged copy) in one forward pass over its transcript, in its speaker's view, up to
+    the message's end: the token log-probs at ``temperature``, in float32."""
+    out = {}
+    with torch.no_grad():
+        for e, t in refs:
+            episode = episodes[e]
+            ids, spans = chat.assemble(episode, chat.view_of(episode, episode.turns[t].agent))
+            start, end = spans[t]
+            logits = model(input_ids=torch.tensor([ids[:end]])).logits[0].float() / temperature
+            log_probs = torch.log_softmax(logits[start - 1 : end - 1], dim=-1)
+            out[(e, t)] = log_probs.gather(-1, torch.tensor(ids[start:end]).unsqueeze(-1))[:, 0]
+    return out
 
 
 def arithmetic_sampler(chat: ChatFormat, n_agents: int = 3, **overrides) -> DialogueSampler:

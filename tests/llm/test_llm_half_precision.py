@@ -4,18 +4,24 @@ sampler's log-probs measured against the trainer's at every update, checked and 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
 import numpy as np
 import pytest
 import torch
-from llm_test_support import with_rewards
+from llm_test_support import (
+    FLOAT32_EPSILON,
+    full_pass_logps,
+    perturb_agent,
+    with_rewards,
+    with_sampled_logps,
+)
 from test_llm_devices import with_placement, write_config
 
 from llm.common.config import load_config
 from llm.interface.cli import main
-from llm.models.agents import AdapterWeights
 from llm.models.precision import FLOAT32_ATTENTION, Float32Head, unit_roundoff
 from llm.training.builder import build
 from llm.update.mismatch import (
@@ -103,12 +109,7 @@ def test_an_adapter_change_below_the_weights_spacing_reaches_the_sampler(tmp_pat
     generates with the adapter unmerged, so it draws from the trainer's policy."""
     parts = half_parts(tmp_path, dtype)
     team = parts.team
-    generator = torch.Generator().manual_seed(3)
-    tensors = {
-        key: torch.randn(value.shape, generator=generator) * 1e-5 if "lora_B" in key else value
-        for key, value in team.agent(0).tensors.items()
-    }
-    moved = team.with_agent(0, AdapterWeights(tensors))
+    moved = perturb_agent(team, 0, scale=1e-5, seed=3)
     ids = torch.tensor([list(range(1, 40))])
 
     def logits(model):
@@ -144,12 +145,7 @@ def test_stale_rollouts_are_still_refused_in_half_precision(tmp_path):
     updates would) lie far above what rounding to bfloat16 explains: the check refuses them,
     while the same team's own rollouts pass it."""
     parts = half_parts(tmp_path, "bfloat16")
-    generator = torch.Generator().manual_seed(5)
-    tensors = {
-        key: torch.randn(value.shape, generator=generator) * 0.5 if "lora_B" in key else value
-        for key, value in parts.team.agent(0).tensors.items()
-    }
-    other = parts.team.with_agent(0, AdapterWeights(tensors))
+    other = perturb_agent(parts.team, 0, scale=0.5, seed=5)
     own = with_rewards(parts.sampler.sample(parts.team), [1.0, 0.0] * 8)
     assert parts.updater.update(parts.team, 0, own, radius=0.05).mismatch is not None
     stale = with_rewards(parts.sampler.sample(other), [1.0, 0.0] * 8)
@@ -254,3 +250,167 @@ def test_the_corrected_surrogate_weighs_each_message_by_its_truncated_ratio(tmp_
     # The message weights are float32 sums of ~20 log-ratios exponentiated: relative 1e-6.
     assert measured.surrogate == pytest.approx(surrogate(sampled), rel=1e-6, abs=1e-9)
     assert abs(surrogate(sampled) - surrogate(original)) > 1e-3  # the weight is really applied
+
+
+# -- the correction in the gradient ------------------------------------------------------------
+
+
+def trainer_logps_of(reference) -> dict[tuple[int, int], torch.Tensor]:
+    """Every message's token log-probs as a reference pass of the updater computed them."""
+    return {
+        ref: chunk.logps[row][chunk.batch.mask[row]]
+        for chunk in reference.chunks
+        for row, ref in enumerate(chunk.batch.refs)
+    }
+
+
+def token_advantages(chunk) -> torch.Tensor:
+    """(M, T) a reference chunk's advantages per token (an uncorrected pass keeps one per
+    message: the same for each of its tokens)."""
+    advantages = chunk.advantages
+    return advantages if advantages.dim() == 2 else advantages.unsqueeze(-1).expand_as(chunk.logps)
+
+
+def test_each_tokens_advantage_is_weighted_by_its_truncated_ratio(tmp_path):
+    """The reference pass, whose loss gives the first step's gradient, weighs token t of a
+    message by Â·min(π(y_t)/μ(y_t), C) against the sampler's recorded μ: one message recorded
+    as if μ had drawn it likelier (weights e^-0.05 of π/μ), one 1 nat a token less likely (π/μ
+    about e, cut at C), the others as the sampler recorded them (weights 1 to rounding)."""
+    parts = half_parts(tmp_path, "bfloat16")
+    rollouts = with_rewards(parts.sampler.sample(parts.team), [1.0, 0.0] * 8)
+    sampled = dict(rollouts.recorded_logps(0, parts.chat.policy))
+    likelier, unlikelier = sorted(sampled)[:2]
+    sampled[likelier] = sampled[likelier] + 0.05
+    sampled[unlikelier] = sampled[unlikelier] - 1.0
+    cap = parts.config.updater.tis_cap
+    tokens = sum(len(logps) for logps in sampled.values())
+    reference = parts.updater._reference_pass(parts.team, 0, rollouts, tokens, sampled, cap)
+    seen = set()
+    for chunk in reference.chunks:
+        advantages = token_advantages(chunk)
+        for row, (e, t) in enumerate(chunk.batch.refs):
+            mask = chunk.batch.mask[row]
+            log_ratio = chunk.logps[row][mask].double() - sampled[(e, t)].double()
+            expected = rollouts.advantages[e] * torch.clamp(log_ratio.exp(), max=cap)
+            # float32 rounds π - μ (relative u of it), exp (1 ulp) and the products with Â
+            # (u each): relative eps·(2 + |log π/μ|) at most; 4 eps·(1 + |log π/μ|) allowed.
+            tolerance = 4 * FLOAT32_EPSILON * (1 + float(log_ratio.abs().max()))
+            got = advantages[row][mask].double()
+            torch.testing.assert_close(got, expected, rtol=tolerance, atol=0)
+            seen.add((e, t))
+    assert seen == set(sampled)
+    # The premise: the two messages' weights really differ from 1 (by far more than rounding).
+    shifted = {ref: advantages_of(reference, ref) for ref in (likelier, unlikelier)}
+    assert torch.all(shifted[unlikelier].abs() == cap * abs(rollouts.advantages[unlikelier[0]]))
+    assert torch.all(shifted[likelier].abs() < 0.96 * abs(rollouts.advantages[likelier[0]]))
+
+
+def advantages_of(reference, ref: tuple[int, int]) -> torch.Tensor:
+    """The token advantages of message ``ref`` in a reference pass."""
+    for chunk in reference.chunks:
+        if ref in chunk.batch.refs:
+            row = chunk.batch.refs.index(ref)
+            return token_advantages(chunk)[row][chunk.batch.mask[row]]
+    raise KeyError(ref)
+
+
+def test_the_first_steps_gradient_is_the_corrected_one(tmp_path):
+    """μ recorded as the trainer's own log-probs (every weight exp(0) = 1 exactly) except on
+    one episode's messages of the agent, recorded 1 nat a token less likely (π/μ = e, cut to
+    exactly C = 2): the first step's gradient, Σ_t Â·w_t·∇log π(y_t) over the token mean, is
+    then bit for bit that of an uncorrected update with the episode's advantage doubled (the
+    same float operations on the same values: 2Â is exact), and differs from the uncorrected
+    gradient of the same rollouts by that episode's whole share."""
+    parts = half_parts(tmp_path, "bfloat16")
+    rollouts = with_rewards(parts.sampler.sample(parts.team), [1.0, 0.0] * 8)
+    updater = parts.updater
+    tokens = sum(len(logps) for logps in rollouts.recorded_logps(0, parts.chat.policy).values())
+    uncorrected = updater._reference_pass(parts.team, 0, rollouts, tokens)
+    trainer = trainer_logps_of(uncorrected)
+    episode = min(e for e, _ in trainer)
+    assert rollouts.advantages[episode] != 0
+    recorded = {ref: logps - 1.0 if ref[0] == episode else logps for ref, logps in trainer.items()}
+    corrected = updater._reference_pass(parts.team, 0, rollouts, tokens, recorded, cap=2.0)
+    advantages = rollouts.advantages.copy()
+    advantages[episode] *= 2
+    doubled = dataclasses.replace(rollouts, advantages=advantages)
+    expected = updater._reference_pass(parts.team, 0, doubled, tokens).first_gradient
+    gradient = corrected.first_gradient
+    assert gradient is not None and expected is not None
+    assert len(gradient) == len(expected)
+    for got, want in zip(gradient, expected, strict=True):
+        assert (got is None) == (want is None)
+        if got is not None:
+            torch.testing.assert_close(got, want, rtol=0, atol=0)
+    moved = [
+        float((got - plain).abs().max())
+        for got, plain in zip(gradient, uncorrected.first_gradient, strict=True)
+        if got is not None
+    ]
+    assert max(moved) > 0.05 * max(float(g.abs().max()) for g in gradient if g is not None)
+
+
+@pytest.mark.parametrize("mode", ["auto", "tis", "off"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_each_correction_mode_corrects_in_the_precisions_it_documents(tmp_path, dtype, mode):
+    """``[updater] mismatch_correction``: "tis" corrects in every precision, "off" in none,
+    "auto" in half precision only, each with C = ``tis_cap``. Seen in an update whose sampler
+    recorded one token 1 nat less likely than the trainer finds it (π/μ about e; in float32
+    ``ratio_tolerance`` is raised to let the check pass it): a corrected update cuts its
+    weight at C = 2 (one token truncated), an uncorrected one weighs nothing."""
+    config = load_config(write_config(tmp_path))
+    settings = dataclasses.replace(config.updater, mismatch_correction=mode, ratio_tolerance=2.0)
+    parts = build(with_placement(dataclasses.replace(config, updater=settings), "cpu", dtype))
+    assert parts.config.updater.tis_cap == 2.0
+    rollouts = with_rewards(parts.sampler.sample(parts.team), [1.0, 0.0] * 8)
+    (e, t), logps = min(rollouts.recorded_logps(0, parts.chat.policy).items())
+    shifted = logps.clone()
+    shifted[0] -= 1.0
+    update = parts.updater.update(
+        parts.team, 0, with_sampled_logps(rollouts, e, t, shifted), radius=0.05
+    )
+    mismatch = update.mismatch
+    assert mismatch is not None and mismatch.max_gap >= 1.0 - 1e-3
+    corrected = mode == "tis" or (mode == "auto" and dtype != "float32")
+    assert mismatch.truncated * mismatch.tokens == pytest.approx(float(corrected), abs=1e-9)
+
+
+# -- the sampler's model -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", HALF)
+def test_half_precision_samples_through_the_unmerged_adapter(tmp_path, dtype):
+    """The sampler draws from the trainer's own layers (LoRA unmerged), not from a copy with
+    W + s·BA merged and rounded to the format.
+
+    A merged copy rounds every weight to the format's unit roundoff u, so every product it
+    computes is off by a relative ~u and each token's log-prob with it (mean gap 5e-3 in
+    bfloat16, 7e-4 in float16, measured here). Drawing with the trainer's own weights and
+    layers, the sampler differs from the training pass only in the order its float32 sums
+    add up (a key/value cache, one position at a time); that changes a rounding to the format
+    only where the float32 value lies within float32's u32 of a rounding boundary, a share
+    ~u32/u of them, so its gaps are about u32/u of the merged copy's (measured 1e-4 and 9e-4
+    of them; u32/u = 2^-16 and 2^-13). The line is drawn halfway on a log scale,
+    sqrt(u32/u) of the merged copy's gap (1/256 and 1/91): a sampler that drew from the merged
+    copy has gaps the merged copy's own (a ratio about 1)."""
+    parts = half_parts(tmp_path, dtype)
+    team = perturb_agent(parts.team, 0, scale=0.3, seed=3)
+    rollouts = parts.sampler.sample(team)
+    recorded = rollouts.recorded_logps(0, parts.chat.policy)
+    assert recorded is not None, "a half-precision sampler records what it drew tokens with"
+    trainer = parts.sampler.agent_logps(team, rollouts.episodes, 0)
+    temperature = parts.config.sampler.temperature
+    merged = full_pass_logps(
+        team.generation_model(0), parts.chat, rollouts.episodes, recorded, temperature
+    )
+
+    def mean_gap(logps):
+        return float(torch.cat([(logps[k] - trainer[k]).double() for k in recorded]).abs().mean())
+
+    sampler_gap, merged_gap = mean_gap(recorded), mean_gap(merged)
+    u = unit_roundoff(getattr(torch, dtype))
+    assert merged_gap > 0
+    assert sampler_gap <= math.sqrt(unit_roundoff(torch.float32) / u) * merged_gap, (
+        sampler_gap,
+        merged_gap,
+    )
