@@ -141,6 +141,19 @@ def measured_in(
     return measurement.kl, measurement.surrogate
 
 
+def logp_change(
+    parts: Components, agent: int, rollouts: DialogueRollouts, tensors: dict[str, torch.Tensor]
+) -> torch.Tensor:
+    """How far the log-prob of every token ``agent`` sampled moves when its adapter goes from
+    the start to ``tensors``, as ``parts``' model computes it (float64, in a fixed order)."""
+    start = parts.team
+    old = parts.sampler.agent_logps(start, rollouts.episodes, agent)
+    moved = start.with_agent(agent, AdapterWeights({k: v.clone() for k, v in tensors.items()}))
+    new = parts.sampler.agent_logps(moved, rollouts.episodes, agent)
+    start.activate()
+    return torch.cat([(new[key] - old[key]).double() for key in sorted(old)])
+
+
 def by_kind(tensors: dict[str, torch.Tensor], kind: str) -> list[torch.Tensor]:
     return [t for key, t in tensors.items() if f".{kind}." in key or key.endswith(f"{kind}.weight")]
 
@@ -174,6 +187,8 @@ def one_seed(base: RunConfig, seed: int, variants: list[str], log) -> dict[str, 
     rows: dict[str, dict[str, Any]] = {}
     reference_gradient: dict[int, dict[str, torch.Tensor]] = {}
     reference_step: dict[int, dict[str, torch.Tensor]] = {}
+    reference_policy: dict[int, dict[str, torch.Tensor]] = {}
+    reference_change: dict[int, torch.Tensor] = {}
     for variant in variants:
         parts = reference_parts if variant == "float32" else build_variant(base, variant, seed)
         rollouts = float32_rollouts if variant == "float32" else rebound(drawn, parts)
@@ -186,6 +201,16 @@ def one_seed(base: RunConfig, seed: int, variants: list[str], log) -> dict[str, 
             step = {k: update.policy.tensors[k] - start.tensors[k] for k in start.tensors}
             if variant == "float32":
                 reference_gradient[agent], reference_step[agent] = gradient, step
+                reference_policy[agent] = dict(update.policy.tensors)
+                reference_change[agent] = logp_change(
+                    parts, agent, rollouts, reference_policy[agent]
+                )
+            # The float32 update's own weights, through this variant's forward pass: the share
+            # of float32's log-prob change it keeps (projection; 1 = all of it, 0 = none) and
+            # the cosine (the rest is rounding noise, orthogonal to it).
+            change = logp_change(parts, agent, rollouts, reference_policy[agent])
+            wanted = reference_change[agent]
+            kept = float(change @ wanted) / float(wanted @ wanted)
             kl_f32, surrogate_f32 = measured_in(
                 reference_parts, agent, float32_rollouts, update.policy.tensors
             )
@@ -195,6 +220,8 @@ def one_seed(base: RunConfig, seed: int, variants: list[str], log) -> dict[str, 
                 "backtracks": update.backtracks,
                 "kept": bool(update.accepted),
                 "kl_in_float32": kl_f32,
+                "signal_kept": kept,
+                "signal_cosine": cosine(change, wanted),
                 "surrogate_in_float32": surrogate_f32,
                 "gradient": compare(gradient, reference_gradient[agent]),
                 "step": compare(step, reference_step[agent]),
@@ -203,7 +230,8 @@ def one_seed(base: RunConfig, seed: int, variants: list[str], log) -> dict[str, 
             per_agent[str(agent)] = row
             log(
                 f"  {variant:>17} agent {agent}: KL {row['kl']:.4f} (in float32 {kl_f32:.4f}), "
-                f"surrogate {row['surrogate']:.3f}, backtracks {row['backtracks']}, gradient cos "
+                f"surrogate {row['surrogate']:.3f}, float32's step kept {kept:.3f} (cos "
+                f"{row['signal_cosine']:.3f}), backtracks {row['backtracks']}, gradient cos "
                 f"{row['gradient']['cosine']:.4f} norm x{row['gradient']['norm_ratio']:.3f}, step cos "
                 f"{row['step']['cosine']:.4f} norm x{row['step']['norm_ratio']:.3f}"
             )
@@ -257,6 +285,9 @@ def summary(seeds: list[dict[str, Any]], variants: list[str]) -> dict[str, dict[
             "step_norm_ratio": mean([r["step"]["norm_ratio"] for r, _ in rows]),
             "backtracks": mean([float(r["backtracks"]) for r, _ in rows]),
             "kl": mean([r["kl"] for r, _ in rows]),
+            "signal_kept": mean([r["signal_kept"] for r, _ in rows]),
+            "signal_kept_se": se([r["signal_kept"] for r, _ in rows]),
+            "signal_cosine": mean([r["signal_cosine"] for r, _ in rows]),
         }
     return out
 
@@ -264,14 +295,15 @@ def summary(seeds: list[dict[str, Any]], variants: list[str]) -> dict[str, dict[
 def markdown(table: dict[str, dict[str, float]]) -> str:
     lines = [
         "| variant | updates | KL ÷ float32's | the same step's KL in float32 ÷ float32's | "
-        "surrogate ÷ float32's | gradient cosine | gradient norm ÷ | step cosine | step norm ÷ | "
+        "surrogate ÷ float32's | float32's step: change kept | its cosine | gradient cosine | gradient norm ÷ | step cosine | step norm ÷ | "
         "backtracks |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for variant, row in table.items():
         lines.append(
             f"| {variant} | {row['updates']} | {row['kl_ratio']:.2f} ± {row['kl_ratio_se']:.2f} | "
             f"{row['kl_in_float32_ratio']:.2f} | {row['surrogate_ratio']:.2f} | "
+            f"{row['signal_kept']:.2f} ± {row['signal_kept_se']:.2f} | {row['signal_cosine']:.3f} | "
             f"{row['gradient_cosine']:.4f} | {row['gradient_norm_ratio']:.3f} | "
             f"{row['step_cosine']:.4f} | {row['step_norm_ratio']:.3f} | {row['backtracks']:.2f} |"
         )
