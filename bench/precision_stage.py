@@ -10,8 +10,9 @@ of the stage's first batch, from the same seed) is timed too, and the raw matrix
 of each precision on one thread (the hardware's ceiling: 2048x576 by 576x1536).
 
 Usage: ``OMP_NUM_THREADS=1 .venv/bin/python bench/precision_stage.py --config default
---json results/precision_stage.json`` (``--dtypes float32 bfloat16 float16``; ``--quick``: the
-tiny random model, seconds).
+--json results/precision_stage.json`` (``--dtypes float32 bfloat16 float16``; a dtype may name
+its ``[lora] half_precision_sum`` too: ``bfloat16:peft``, ``bfloat16:round_once``; ``--quick``:
+the tiny random model, seconds).
 """
 
 from __future__ import annotations
@@ -88,9 +89,13 @@ def main(argv: list[str] | None = None) -> int:
         )
     result: dict[str, Any] = {"config": args.config, "source": base.model.source, "dtypes": {}}
     for name in args.dtypes:
-        config = dataclasses.replace(base, run=dataclasses.replace(base.run, dtype=name))
+        dtype, _, lora_sum = name.partition(":")
+        config = dataclasses.replace(base, run=dataclasses.replace(base.run, dtype=dtype))
+        if lora_sum:
+            lora = dataclasses.replace(base.lora, half_precision_sum=lora_sum)
+            config = dataclasses.replace(config, lora=lora)
         row = one_stage(config, args.seed)
-        row["matmul_gflops"] = matmul_rate(getattr(torch, name))
+        row["matmul_gflops"] = matmul_rate(getattr(torch, dtype))
         result["dtypes"][name] = row
         print(
             f"{name:>9}: stage {row['cpu_seconds']:.1f} CPU-s, {row['generated_tokens']} tokens "
