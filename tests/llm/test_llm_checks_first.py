@@ -127,14 +127,20 @@ def test_dialogues_longer_than_the_model_are_refused_before_the_run_directory(tm
 
 
 # -- progress ------------------------------------------------------------------------------------
-def test_without_a_terminal_each_stage_prints_one_plain_line(tmp_path, capsys):
+def test_without_a_terminal_each_stage_prints_plain_lines(tmp_path, capsys):
+    """One line per part of a stage (its samplings, its updates), then one that ends it."""
     config = smoke_config(tmp_path)
     assert main(["train", "--config", str(config), "--name", "r"]) == 0
     err = capsys.readouterr().err
     assert "\r" not in err
     lines = [line for line in err.splitlines() if line.startswith("teamtr stage ")]
-    assert [line.split(":")[0] for line in lines] == ["teamtr stage 1/2", "teamtr stage 2/2"]
-    assert all("reward " in line and "certificate " in line for line in lines)
+    ends = [line for line in lines if "certificate " in line]
+    assert [line.split(":")[0] for line in ends] == ["teamtr stage 1/2", "teamtr stage 2/2"]
+    assert all(": reward " in line for line in ends)
+    for stage in ("1/2", "2/2"):
+        parts = [line for line in lines if line.startswith(f"teamtr stage {stage}: ")]
+        assert sum(": sampled " in line for line in parts) == 2  # teamtr samples per update
+        assert sum(" update " in line for line in parts) == 2
 
 
 def test_a_budgeted_bar_counts_the_budget_and_a_plain_one_the_stages(monkeypatch, capsys):

