@@ -19,7 +19,10 @@ and, asked for by name (``--parts mismatch seeds``: each needs its own few minut
    the precision's tolerance), with the sampler's own generation and with the merged copy;
 6. ``seeds``: the precision comparison of docs/scaling_out.md ("Half precision") on the
    device: the default relay for 2 stages, seeds 0, 1, 2, in bfloat16 and float16
-   (``teamtr seed-study``), for the GPU's row of the table that decides ``dtype = "auto"``.
+   (``teamtr seed-study``), for the GPU's row of the table that decides ``dtype = "auto"``;
+7. ``diagnosis``: ``bench/precision_diagnosis.py`` on seed 0's first updates, float16 included:
+   which rounding costs an update its signal on the device (docs/scaling_out.md, "Where
+   bfloat16 loses its signal").
 
 It writes ``gpu_environment.json``, ``gpu_device_tests.json``, ``gpu_train.json``,
 ``gpu_throughput.json``, ``gpu_distributed.json`` and ``gpu_summary.json`` into the output
@@ -241,6 +244,27 @@ def seeds(out: Path, runs: Path, quick: bool, env: dict[str, str], limit: float)
     return result
 
 
+def diagnosis(out: Path, quick: bool, env: dict[str, str], limit: float) -> dict[str, Any]:
+    """Where half precision loses an update's signal, on the device (seed 0's first updates):
+    bench/precision_diagnosis.py with every variant, float16's included."""
+    path = out / "gpu_diagnosis.json"
+    command = [sys.executable, "bench/precision_diagnosis.py", "--seeds", "0", "--json", str(path)]
+    command += ["--config", "smoke" if quick else "default", "--variants", *DIAGNOSIS_VARIANTS]
+    result = run_part("diagnosis", command, limit, env)
+    if path.is_file():
+        result["summary"] = json.loads(path.read_text()).get("summary")
+    return result
+
+
+DIAGNOSIS_VARIANTS = (
+    "float32",
+    "bfloat16",
+    "bf16-round-once",
+    "bf16-float32-sum",
+    "float16-float32-sum",
+)
+
+
 def write(out: Path, name: str, data: dict[str, Any]) -> None:
     (out / name).write_text(json.dumps(data, indent=2) + "\n")
 
@@ -257,7 +281,15 @@ def main() -> int:
         "--parts",
         nargs="+",
         default=["device_tests", "train", "throughput", "distributed"],
-        choices=["device_tests", "train", "throughput", "distributed", "mismatch", "seeds"],
+        choices=[
+            "device_tests",
+            "train",
+            "throughput",
+            "distributed",
+            "mismatch",
+            "seeds",
+            "diagnosis",
+        ],
     )
     args = parser.parse_args()
     out = args.out.resolve()
@@ -274,7 +306,7 @@ def main() -> int:
         summary["environment_error"] = repr(error)
     # Time limits (seconds): the whole check stays under ten minutes on one GPU.
     limits = {"device_tests": 120, "train": 240, "throughput": 150, "distributed": 90}
-    limits |= {"mismatch": 300, "seeds": 540}
+    limits |= {"mismatch": 300, "seeds": 540, "diagnosis": 400}
     for part in args.parts:
         if part == "device_tests":
             result = device_tests(out, args.device, env, limits[part])
@@ -286,6 +318,8 @@ def main() -> int:
             result = mismatch(out, args.quick, env, limits[part])
         elif part == "seeds":
             result = seeds(out, runs, args.quick, env, limits[part])
+        elif part == "diagnosis":
+            result = diagnosis(out, args.quick, env, limits[part])
         else:
             result = distributed(out, runs, args.device, env, limits[part])
         write(out, f"gpu_{part}.json", result)

@@ -21,7 +21,8 @@ Variants (``--variants``): ``float32``; ``bfloat16`` (PEFT's sum, ``half_precisi
 behaviour before ``llm.models.lora_sum``); ``bf16-attn-bf16`` (as bfloat16, with attention in
 torch's bfloat16 SDPA instead of float32); ``bf16-round-once`` (W x + s B A x in float32,
 rounded once); ``bf16-float32-sum`` (the bfloat16 product's output plus the branch, kept in
-float32: the default).
+float32: the default); ``float16-float32-sum`` (float16 with the same sum; on a GPU,
+``bench/gpu_check.py --parts diagnosis``).
 
 Usage (one thread; about 25 CPU-minutes for 3 seeds of the default relay on SmolLM2)::
 
@@ -58,7 +59,10 @@ VARIANTS: dict[str, dict[str, str]] = {
     "bf16-attn-bf16": {"dtype": "bfloat16", "sum": "peft", "attention": "sdpa"},
     "bf16-round-once": {"dtype": "bfloat16", "sum": "round_once"},
     "bf16-float32-sum": {"dtype": "bfloat16", "sum": "float32"},
+    "float16-float32-sum": {"dtype": "float16", "sum": "float32"},
 }
+DEFAULT_VARIANTS = [name for name in VARIANTS if not name.startswith("float16")]
+"""float16 only where asked for (``bench/gpu_check.py``): CPUs multiply it slowly."""
 """Each variant: the model's dtype, its ``half_precision_sum`` and (optionally) the attention
 implementation that replaces the float32 one half precision installs."""
 
@@ -314,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", default="default", help="config file or shipped name")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument("--variants", nargs="+", default=DEFAULT_VARIANTS, choices=list(VARIANTS))
     parser.add_argument("--quick", action="store_true", help="the tiny random model")
     parser.add_argument("--json", type=Path, help="write the measurements here (after each seed)")
     args = parser.parse_args(argv)
