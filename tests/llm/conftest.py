@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from llm_test_support import SHORT_SYSTEM_PROMPT, make_team
+from team_out_support import train_notes_team
 
 from llm.conversation.dialogue import ChatFormat
 from llm.models.agents import LoraTeam
@@ -23,3 +26,10 @@ def char_team(char_tokenizer) -> LoraTeam:
 @pytest.fixture
 def char_chat(char_tokenizer) -> ChatFormat:
     return ChatFormat.from_tokenizer(char_tokenizer, 3, system_prompt=SHORT_SYSTEM_PROMPT)
+
+
+@pytest.fixture(scope="session")
+def notes_run(tmp_path_factory) -> Path:
+    """The tiny team with private notes of ``team_out_support``, trained once for every test
+    that reads it (chat, export, eval --data): its run directory. Tests write elsewhere."""
+    return train_notes_team(tmp_path_factory.mktemp("notes"))

@@ -9,15 +9,10 @@ import json
 
 import datasets
 import pytest
-from team_out_support import ROWS, train_notes_team
+from team_out_support import ROWS
 
 import llm
 from llm.interface.cli import main
-
-
-@pytest.fixture(scope="module")
-def notes_run(tmp_path_factory):
-    return train_notes_team(tmp_path_factory.mktemp("eval_data"))
 
 
 def write_rows(path, rows):

@@ -9,7 +9,7 @@ import shlex
 import subprocess
 import sys
 
-from team_out_support import REPO, teamtr, train_notes_team
+from team_out_support import REPO, teamtr
 
 
 def section(text: str, heading: str) -> str:
@@ -18,8 +18,8 @@ def section(text: str, heading: str) -> str:
     return text[start : end if end > 0 else len(text)]
 
 
-def test_the_readme_commands_chat_export_and_play_from_python(tmp_path):
-    run = train_notes_team(tmp_path)
+def test_the_readme_commands_chat_export_and_play_from_python(notes_run, tmp_path):
+    run = notes_run
     readme = section((REPO / "README.md").read_text(), "## Use your trained team")
     (bash,) = re.findall(r"```bash\n(.*?)```", readme, re.DOTALL)
     lines = [line.split("  #")[0] for line in bash.splitlines() if line.strip()]
@@ -51,8 +51,8 @@ def test_the_readme_commands_chat_export_and_play_from_python(tmp_path):
     assert outputs[2].startswith("(")  # the dialogue's messages, a tuple of three
 
 
-def test_the_python_of_the_docs_page_runs(tmp_path):
-    run = train_notes_team(tmp_path)
+def test_the_python_of_the_docs_page_runs(notes_run):
+    run = notes_run
     page = (REPO / "docs" / "exported_team.md").read_text()
     (code,) = re.findall(r"```py\n(.*?)```", page, re.DOTALL)
     code = code.replace("runs/<name>", str(run)) + "\nprint(len(dialogues), dialogue.speakers)\n"
