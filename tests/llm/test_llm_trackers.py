@@ -57,7 +57,7 @@ def test_trackio_and_tensorboard_get_the_same_keys(tmp_path):
     )
     assert read.returncode == 0, read.stderr
     rows = json.loads(read.stdout)
-    assert [row["step"] for row in rows] == [0, 1]  # one row per stage
+    assert [row["step"] for row in rows] == [1, 2]  # one row per stage, numbered as printed
     (events,) = (tmp_path / "tracked" / "tensorboard").glob("events.out.tfevents.*")
     board = EventAccumulator(str(events))
     board.Reload()
