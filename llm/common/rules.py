@@ -158,6 +158,10 @@ KEY_RULES: dict[tuple[str, str], Rule] = {
     ("sampler", "signal_groups"): at_least(0, "0 = off"),
     ("sampler", "max_draws"): at_least(0, "extra groups a batch may draw"),
     ("sampler", "kept_contexts_mb"): at_least(0, "MiB for kept keys and values; 0 = off"),
+    ("sampler", "engine_url"): Rule(
+        lambda v: v == "" or re.fullmatch(r"https?://[^\s/]+(:\d+)?/?", v) is not None,
+        'must be "http://host:port" (a vLLM server) or empty',
+    ),
     ("updater", "learning_rate"): positive(),
     ("updater", "steps"): at_least(1),
     ("updater", "clip_eps"): positive(),
@@ -249,8 +253,15 @@ def _arguments_name_a_ready_made_reward(task: Any) -> str | None:
     return None
 
 
+def _engine_keys_need_the_server_engine(sampler: Any) -> str | None:
+    if sampler.engine != "vllm" and (sampler.engine_url or sampler.engine_args):
+        return 'is for engine = "vllm" (the server); engine = "hf" samples in this process'
+    return None
+
+
 SECTION_RULES: tuple[SectionRule, ...] = (
     SectionRule("sampler", "signal_groups", _signal_groups_fit_the_batch),
+    SectionRule("sampler", "engine_url", _engine_keys_need_the_server_engine),
     SectionRule("task", "train_file", _a_file_task_names_its_file),
     SectionRule("task", "factory", _a_python_task_names_its_factory),
     SectionRule("task", "args", _args_only_for_a_factory),

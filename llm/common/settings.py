@@ -126,6 +126,18 @@ class SamplerSettings:
     exceed the limit is not kept (its contexts are read afresh next time). About 46 KB a
     token for SmolLM2-135M: 0.7 GB for the 8-agent chain's 8 dialogues. Only dialogues of 3 or
     more turns keep any. 0: off."""
+    engine: Literal["hf", "vllm"] = "hf"
+    """What draws the messages (``llm.sampling.engine``): "hf", Hugging Face ``generate`` in
+    this process; "vllm", a vLLM server (``make vllm``) holding the base once and one LoRA
+    adapter per agent, started and stopped by teamtr unless ``engine_url`` names one. Either
+    way the trainer checks every update against the log-probs the engine drew with."""
+    engine_url: str = ""
+    """With engine "vllm": the address of a vLLM server already running (``http://host:port``,
+    started with ``--enable-lora``, run-time adapter loading and ``--logprobs-mode
+    processed_logprobs``; docs/scaling_out.md); empty: teamtr starts its own."""
+    engine_args: str = ""
+    """With engine "vllm": further arguments for the server teamtr starts (on a GPU shared
+    with training, ``--gpu-memory-utilization 0.3``)."""
     seed: int = 0
 
     def __post_init__(self) -> None:

@@ -180,7 +180,9 @@ class TrainedTeam:
         )
         router = make_router(settings.router, settings.n_agents, settings.speaking_order)
         task = Task(_never_trains, name="play")  # the sampler plays; it draws no problems
-        sampler = DialogueSampler(chat, router, task, config.sampler)
+        # A trained team plays in process: a run's server engine was the run's.
+        in_process = dataclasses.replace(config.sampler, engine="hf", engine_url="", engine_args="")
+        sampler = DialogueSampler(chat, router, task, in_process)
         return cls(config, team, sampler, checkpoint, tokenizer)
 
     @property

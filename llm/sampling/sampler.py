@@ -74,11 +74,13 @@ from llm.conversation.dialogue import ChatFormat, Episode, Turn
 from llm.conversation.router import Router
 from llm.logprobs.losses import group_normalised_advantages
 from llm.logprobs.scoring import score_chunks
-from llm.models.agents import LoraTeam, is_half_precision
+from llm.models.agents import LoraTeam
 from llm.problems.rewards import Grade
 from llm.problems.task import Dialogue, ProblemSource, Task, verdict_of
 from llm.sampling.context_cache import ContextCaches
-from llm.sampling.messages import generate_messages
+from llm.sampling.engine import Engine, TurnRequest
+from llm.sampling.engine_hf import HFEngine
+from llm.sampling.engine_vllm import VLLMEngine
 
 
 class BehaviourLogps(Sequence[Sequence[torch.Tensor]]):
@@ -275,6 +277,12 @@ class DialogueSampler:
         the same, so that its ratio check compares identical computations) and each agent's
         behaviour log-probs only when first asked for (``BehaviourLogps``). False: the
         straightforward path, kept as the reference of the equality tests and the profile."""
+        self.hf = HFEngine(chat, settings, reuse_work)
+        """The in-process engine; its rules for the generating model stay readable whichever
+        engine draws (``speaker_model``, ``records_logps``)."""
+        self.engine: Engine = VLLMEngine(chat, settings) if settings.engine == "vllm" else self.hf
+        """What draws the messages (``[sampler] engine``, ``llm.sampling.engine``); a server
+        engine is started by ``llm.training.builder.build`` and stopped by ``close``."""
         self.rng = np.random.default_rng(settings.seed)
         """The sampler's generator (problems, routes, sampling seeds); checkpoints save and
         restore its state, so a resumed run draws what a straight run would."""
@@ -288,7 +296,16 @@ class DialogueSampler:
         """Whether draws keep their speakers' contexts for the next draw: on the default path
         (``reuse_work``), with ``kept_contexts_mb`` > 0 and dialogues of 3 or more turns (with
         2, no unchanged speaker follows a kept turn: nothing could be read again)."""
-        return self.reuse_work and self.settings.kept_contexts_mb > 0 and self.settings.turns >= 3
+        return (
+            self.reuse_work
+            and self.settings.kept_contexts_mb > 0
+            and self.settings.turns >= 3
+            and self.engine is self.hf  # a server keeps its own prefix cache
+        )
+
+    def close(self) -> None:
+        """Stop the engine's server, if it has one (idempotent)."""
+        self.engine.close()
 
     def _new_context_caches(self) -> ContextCaches:
         return ContextCaches(limit_bytes=self.settings.kept_contexts_mb * 2**20)
@@ -338,15 +355,8 @@ class DialogueSampler:
         )
 
     def speaker_model(self, team: LoraTeam, speaker: int) -> PreTrainedModel | PeftModel:
-        """The model that generates ``speaker``'s messages (see ``merged_generation``): its
-        policy's adapter."""
-        policy = self.chat.policy(speaker)
-        # In half precision the merge W + s·BA would be rounded to W's 8 or 11 bits, dropping
-        # every adapter change below W's spacing from the policy that samples; generation then
-        # goes through the training model's own layers (LoRA unmerged, in float32).
-        if self.settings.merged_generation and not team.backbone.half_precision:
-            return team.generation_model(policy)
-        return team.use(policy)
+        """The model that generates ``speaker``'s messages in process (``HFEngine``)."""
+        return self.hf.speaker_model(team, speaker)
 
     def play(
         self,
@@ -387,29 +397,29 @@ class DialogueSampler:
                 return episodes, generated
             for agent in sorted(pending):
                 indices = pending[agent]
-                model = self.speaker_model(team, agent)
                 contexts = [self.chat.context(episodes[i], agent) for i in indices]
                 lengths = [len(episodes[i].prompt) for i in indices]
                 # Whole contexts when prompts are not shared (a one-token prompt shares nothing).
                 prompt_lengths = lengths if self.reuse_work and min(lengths) >= 2 else None
-                recorded: list[torch.Tensor] | None = (
-                    [] if self.records_logps(model, temperature) else None
-                )
                 kept = None
+                policy = self.chat.policy(agent)
                 if self._keeping and prompt_lengths is not None:
-                    policy = self.chat.policy(agent)
                     kept = (self.context_caches, (policy, team.agent(policy).version))
+                request = TurnRequest(
+                    team,
+                    agent,
+                    policy,
+                    contexts,
+                    s.max_tokens_of(agent),
+                    temperature,
+                    record=temperature > 0,
+                    prompt_lengths=prompt_lengths,
+                    kept=kept,
+                    seeds=self.engine.row_seeds(len(contexts)),
+                )
                 with profiling.section(f"sampling turn {len(episodes[indices[0]].turns) + 1}"):
-                    messages = generate_messages(
-                        model,
-                        contexts,
-                        self.chat,
-                        s.max_tokens_of(agent),
-                        temperature,
-                        prompt_lengths,
-                        sampled_logps=recorded,
-                        kept=kept,
-                    )
+                    drawn = self.engine.draw(request)
+                messages, recorded = drawn.messages, drawn.logps
                 for k, (index, message) in enumerate(zip(indices, messages, strict=True)):
                     episode = episodes[index]
                     turn = Turn(agent, message, None if recorded is None else recorded[k])
@@ -419,15 +429,9 @@ class DialogueSampler:
                     on_messages(len(messages))
 
     def records_logps(self, model: torch.nn.Module, temperature: float) -> bool:
-        """Whether sampling with ``model`` records each token's log-prob on its turn: at a
-        sampling temperature on the default path (``reuse_work``), with ``[sampler]
-        behaviour_logps = "sampled"`` or a half-precision model, whose updates always compare
-        (and correct) the sampler's log-probs against the trainer's (``llm.update.mismatch``)."""
-        return (
-            (self.settings.behaviour_logps == "sampled" or is_half_precision(model))
-            and temperature > 0
-            and self.reuse_work
-        )
+        """Whether sampling in process with ``model`` records each token's log-prob on its
+        turn (``HFEngine.records_logps``); a server engine records every sampled turn."""
+        return self.hf.records_logps(model, temperature)
 
     def scored_logps(self, team: LoraTeam, episodes: tuple[Episode, ...]) -> BehaviourLogps:
         """Every message's token log-probs under its speaker, by the training forward pass:

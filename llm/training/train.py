@@ -151,6 +151,7 @@ def train(
     try:
         if parts.writes_files:
             lock = create_run_directory(run_dir, parts.config)
+            parts.sampler.engine.keep_log_in(run_dir)
         try:
             if parts.writes_files:
                 if collective is not None:
@@ -169,6 +170,7 @@ def train(
             raise
         return _run(parts, run_dir, start, progress)
     finally:
+        parts.sampler.close()  # a server engine stops on every way out
         if lock is not None:
             lock.release()
 
@@ -195,6 +197,7 @@ def resume(
         config = replace(config, run=replace(config.run, device=device))
     writes = collective is None or collective.is_main
     lock = None
+    parts: Components | None = None
     try:
         if writes:
             try:
@@ -217,6 +220,8 @@ def resume(
         if writes and overrides:  # the run goes on with them: its record says so
             write_atomically(run_dir / "config.json", recorded)
         parts = build(config, collective, progress)
+        if writes:
+            parts.sampler.engine.keep_log_in(run_dir)
         # Stopped before its first checkpoint: the rebuilt run is exactly the original start.
         point = latest.point or ResumePoint.capture(
             0, parts.team, parts.updater, parts.sampler.rng, (), 0.0
@@ -225,6 +230,8 @@ def resume(
             _log_resumed(run_dir, latest, point.stage)
         return _run(parts, run_dir, point, progress)
     finally:
+        if parts is not None:
+            parts.sampler.close()  # a server engine stops on every way out
         if lock is not None:
             lock.release()
 

@@ -40,6 +40,7 @@ BAD_VALUES: dict[tuple[str, str], str] = {
     ("sampler", "signal_groups"): "-1",
     ("sampler", "max_draws"): "-1",
     ("sampler", "kept_contexts_mb"): "-1",
+    ("sampler", "engine_url"): '"localhost:8000"',
     ("updater", "learning_rate"): "0.0",
     ("updater", "steps"): "0",
     ("updater", "clip_eps"): "0.0",
@@ -62,6 +63,7 @@ BAD_VALUES: dict[tuple[str, str], str] = {
 
 SECTION_BREAKS: dict[tuple[str, str], str] = {
     ("sampler", "signal_groups"): "[sampler]\nsignal_groups = 5\n",
+    ("sampler", "engine_url"): '[sampler]\nengine_url = "http://127.0.0.1:8000"\n',
     ("task", "train_file"): '[task]\nkind = "jsonl"\n',
     ("task", "factory"): '[task]\nkind = "python"\n',
     ("task", "args"): "[task]\neval_size = 5\n[task.args]\nn = 1\n",
