@@ -217,28 +217,64 @@ def test_a_team_trained_in_python_is_saved_and_loaded_again(tmp_path):
     ).play(question)
 
 
-def test_chat_refuses_bad_input_in_one_line_before_loading_a_model(exported, tmp_path, capsys):
+def test_chat_refuses_bad_input_in_one_line_before_loading_a_model(
+    exported, tmp_path, capsys, monkeypatch
+):
+    """Each bad input is its own one-line error, and no model is built for it: every model
+    construction (``PreTrainedModel.__init__``, whatever loads it) is counted, and a good
+    question afterwards shows the count sees one."""
+    from transformers import PreTrainedModel
+
     from llm.interface.cli import main
 
+    built = []
+    construct = PreTrainedModel.__init__
+
+    def counted(self, *args, **kwargs):
+        built.append(type(self).__name__)
+        construct(self, *args, **kwargs)
+
+    monkeypatch.setattr(PreTrainedModel, "__init__", counted)
     run, out, _ = exported
+    absent = tmp_path / "absent"
     cases = {
-        "no such run": ["--run", str(tmp_path / "absent"), "--question", "q"],
-        "not a run": ["--run", str(tmp_path), "--question", "q"],
-        "wrong number of notes": ["--run", str(run), "--question", "q", "--note", "one"],
-        "step without checkpoint": ["--run", str(run), "--question", "q", "--step", "7"],
-        "step of another export": ["--run", str(out), "--question", "q", "--step", "0"],
-        "empty question": ["--run", str(run), "--question", " "],
+        "no such run": (
+            ["--run", str(absent), "--question", "q"],
+            f"{absent}: no such directory",
+        ),
+        "not a run": (
+            ["--run", str(tmp_path), "--question", "q"],
+            f"{tmp_path}: neither a run directory (no config.json) nor an export",
+        ),
+        "wrong number of notes": (
+            ["--run", str(run), "--question", "q", "--note", "one"],
+            "--note: 1 notes for a team of 2 agents",
+        ),
+        "step without checkpoint": (
+            ["--run", str(run), "--question", "q", "--step", "7"],
+            f"{run / 'checkpoints' / 'stage_7'}: no such checkpoint",
+        ),
+        "step of another export": (
+            ["--run", str(out), "--question", "q", "--step", "0"],
+            f"{out}: an export holds one checkpoint (stage_2); --step 0 names another",
+        ),
+        "empty question": (["--run", str(run), "--question", " "], "--question: empty"),
     }
-    for case, arguments in cases.items():
+    for case, (arguments, message) in cases.items():
         capsys.readouterr()
         assert main(["chat", *arguments]) == 2, case
         captured = capsys.readouterr()
         lines = captured.err.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: "), (case, captured.err)
+        assert message in lines[0], (case, lines[0])
         assert captured.out == ""
+        assert built == [], (case, built)
     capsys.readouterr()
     assert main(["export", "--run", str(run), "--out", str(out)]) == 2
     assert "not empty" in capsys.readouterr().err
+    notes = [argument for note in NOTES for argument in ("--note", note)]
+    assert main(["chat", "--run", str(run), "--question", QUESTION, *notes]) == 0
+    assert built, "a good question loads the team's model"
 
 
 def test_chat_without_a_question_reads_them_from_stdin(exported):
