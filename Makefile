@@ -34,6 +34,8 @@ demo: $(STAMP)
 		--run runs/demo/$(DEMO_RUN) --json results/demo_llm.json
 
 test: $(STAMP)
+	@test -x .venv-vllm/bin/python || echo "make test: the vLLM engine's tests \
+	(tests/llm/test_llm_engine_vllm.py) are skipped: no .venv-vllm; \`make vllm\` builds it"
 	HYPOTHESIS_PROFILE=quick $(BIN)/python -m pytest -q -p no:cacheprovider
 
 prove: $(STAMP)

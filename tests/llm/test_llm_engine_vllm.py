@@ -1,0 +1,351 @@
+"""The vLLM engine against a real vLLM server (``make vllm``; skipped without ``.venv-vllm``).
+
+A tiny Llama whose heads vLLM's CPU attention supports (``tiny:128x2``: 4 heads of 32), saved as
+a folder and served by the engine's own environment. What is checked: the engine's log-probs
+agree with the trainer's float32 forward pass, adapter versions are served exactly (and the
+pitfall that the new name per version avoids is real), every update's mismatch stays within
+the float32 tolerance, a replayed draw is the same tokens, and the server goes away on every
+way teamtr can end (done, SIGTERM, Ctrl-C, kill -9), with faults said in one ``error:`` line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+import torch
+
+from llm.common.config import ConfigError, load_config
+from llm.models.agents import AdapterWeights
+from llm.sampling.engine_vllm import VLLMEngine, write_adapter
+from llm.training.builder import Components, build
+from teamtr.config import StageConfig
+from teamtr.penalty import EpisodicPenalty
+from teamtr.stage import run_stage
+
+REPO = Path(__file__).resolve().parents[2]
+VLLM_PYTHON = Path(os.environ.get("TEAMTR_VLLM_PYTHON", REPO / ".venv-vllm" / "bin" / "python"))
+TEAMTR = [sys.executable, "-m", "llm.interface.cli"]
+TOLERANCE = 1e-4
+"""``[updater] ratio_tolerance``: float32's, which the engine's log-probs must meet."""
+
+pytestmark = pytest.mark.skipif(
+    not VLLM_PYTHON.is_file(), reason="no vLLM environment (`make vllm` builds .venv-vllm)"
+)
+
+CONFIG = """
+[model]
+source = "tiny:128x2"
+[lora]
+rank = 4
+[team]
+n_agents = 2
+system_prompt = "Solve."
+[task]
+kind = "jsonl"
+train_file = "{data}"
+test_file = "{data}"
+eval_size = 4
+[sampler]
+prompts_per_batch = 2
+group_size = 4
+turns = 2
+max_new_tokens = 12
+engine = "vllm"
+[updater]
+learning_rate = 1e-2
+steps = 2
+[stage]
+radius = 0.05
+update_order = "fixed"
+stages = {stages}
+[run]
+output_dir = "{runs}"
+dtype = "float32"
+eval_every = 1
+checkpoint_every = 1
+threads = 1
+"""
+
+
+def write_config(directory: Path, stages: int = 1) -> Path:
+    """A tiny team on a task whose answers are all "2": the random model says it now and then,
+    so rewards differ within groups and updates really run (and check the engine)."""
+    data = directory / "say_two.jsonl"
+    data.write_text("".join(f'{{"question": "Say two ({i})", "answer": "2"}}\n' for i in range(20)))
+    path = directory / "engine.toml"
+    path.write_text(CONFIG.format(data=data, runs=directory / "runs", stages=stages))
+    return path
+
+
+def moved(weights: AdapterWeights, seed: int) -> AdapterWeights:
+    """``weights`` with every LoRA B matrix random: a policy visibly away from the base."""
+    generator = torch.Generator().manual_seed(seed)
+    tensors = {
+        name: (
+            torch.randn(t.shape, generator=generator, dtype=t.dtype) * 0.3
+            if "lora_B" in name
+            else t
+        )
+        for name, t in weights.tensors.items()
+    }
+    return AdapterWeights(tensors)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory) -> Components:
+    """One server for the in-process tests of this module (it takes ~50 s to start)."""
+    directory = tmp_path_factory.mktemp("served")
+    parts = build(load_config(write_config(directory)), progress=False)
+    assert isinstance(parts.sampler.engine, VLLMEngine)
+    yield parts
+    parts.sampler.close()
+
+
+def engine_and_trainer_logps(parts: Components, team):
+    """Per sampled message of ``team``: the engine's recorded log-probs and the trainer's."""
+    rollouts = parts.sampler.sample(team)
+    pairs = []
+    for agent in range(team.n_agents):
+        recorded = rollouts.recorded_logps(agent, parts.chat.policy)
+        assert recorded, f"agent {agent} spoke no message with recorded log-probs"
+        trainer = parts.sampler.agent_logps(team, rollouts.episodes, agent)
+        pairs += [(recorded[key], trainer[key]) for key in recorded]
+    return rollouts, pairs
+
+
+def largest_gap(pairs) -> float:
+    return max(float((a - b).abs().max()) for a, b in pairs if len(a))
+
+
+def test_the_engines_log_probs_are_the_trainers_in_float32(served):
+    team = served.team
+    for policy in range(team.n_agents):  # two adapters, both away from the base, one batch
+        team = team.with_agent(policy, moved(team.agent(policy), seed=policy + 1))
+    _, pairs = engine_and_trainer_logps(served, team)
+    tokens = sum(len(a) for a, _ in pairs)
+    assert tokens >= 20
+    assert largest_gap(pairs) <= TOLERANCE
+    # The adapters matter: the base's own log-probs of the same tokens are far from them.
+    rollouts = served.sampler.sample(team)
+    base = served.sampler.agent_logps(served.team, rollouts.episodes, 0)
+    recorded = rollouts.recorded_logps(0, served.chat.policy)
+    assert max(float((recorded[k] - base[k]).abs().max()) for k in recorded) > 0.1
+
+
+def test_each_new_adapter_version_is_served_exactly(served):
+    team = served.team
+    for seed in (11, 12, 13):  # three versions of agent 0 in turn, each under a new name
+        team = team.with_agent(0, moved(team.agent(0), seed=seed))
+        _, pairs = engine_and_trainer_logps(served, team)
+        assert largest_gap(pairs) <= TOLERANCE
+
+
+def test_reusing_an_adapters_name_serves_its_old_weights(served, tmp_path):
+    """The pitfall the engine's naming avoids: the same name (and path) loaded again with new
+    weights keeps serving the old ones."""
+    engine = served.sampler.engine
+    assert isinstance(engine, VLLMEngine) and engine.url is not None
+    model = served.team.backbone.model
+    first = moved(served.team.agent(0), seed=21)
+    second = moved(served.team.agent(0), seed=22)
+    folder = tmp_path / "reused"
+    context = served.chat.context(served.sampler.new_episodes(1)[0], 0)
+
+    def served_logps(name: str) -> list[float]:
+        body = {
+            "model": name,
+            "prompt": list(context),
+            "max_tokens": 1,
+            "temperature": 1.0,
+            "seed": 0,
+            "logprobs": 0,
+            "echo": False,
+        }
+        answer = post(engine.url, "/v1/completions", body)
+        return answer["choices"][0]["logprobs"]["top_logprobs"][0]
+
+    write_adapter(folder, model, 0, first)
+    post(engine.url, "/v1/load_lora_adapter", {"lora_name": "reused", "lora_path": str(folder)})
+    before = served_logps("reused")
+    shutil.rmtree(folder)
+    write_adapter(folder, model, 0, second)
+    try:
+        post(engine.url, "/v1/load_lora_adapter", {"lora_name": "reused", "lora_path": str(folder)})
+    except urllib.error.HTTPError:
+        pass  # refused as already loaded: the old weights stay all the same
+    post(engine.url, "/v1/load_lora_adapter", {"lora_name": "renamed", "lora_path": str(folder)})
+    assert served_logps("reused") == before  # still the first weights
+    assert served_logps("renamed") != before  # the second, under a name of its own
+
+
+def post(url: str, path: str, body: dict) -> dict:
+    request = urllib.request.Request(
+        f"{url}{path}", json.dumps(body).encode(), {"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=120) as response:
+        text = response.read().decode()
+    return json.loads(text) if text.strip().startswith("{") else {}
+
+
+def test_every_update_of_a_stage_checks_the_engine_within_float32(served):
+    torch.manual_seed(0)
+    report, _ = run_stage(
+        served.team,
+        served.sampler,
+        served.updater,
+        StageConfig(scheme="teamtr", radius=0.05, order="fixed"),
+        EpisodicPenalty(served.config.sampler.turns),
+    )
+    measured = [r.update.mismatch for r in report.records if r.update.mismatch is not None]
+    assert measured, "no update of the stage had a signal to check the engine with"
+    assert all(m.max_gap <= TOLERANCE for m in measured)
+
+
+def test_a_draw_replayed_with_its_seed_is_the_same_tokens(served):
+    """What ``--resume`` rests on with the engine: the sampler's generator gives a replayed
+    draw the same requests and seeds, and the engine draws the same tokens for them."""
+    sampler = served.sampler
+    episodes = sampler.new_episodes(2)
+    first, _ = sampler.play(served.team, list(episodes), seed=123)
+    again, _ = sampler.play(served.team, list(episodes), seed=123)
+    other, _ = sampler.play(served.team, list(episodes), seed=124)
+    messages = [[t.message for t in e.turns] for e in first]
+    assert messages == [[t.message for t in e.turns] for e in again]
+    assert messages != [[t.message for t in e.turns] for e in other]
+
+
+# -- the server's lifecycle and faults, through `teamtr train` ---------------------------------
+SERVER_PID = re.compile(r"\(APIServer pid=(\d+)\)")
+
+
+def group_alive(group: int) -> bool:
+    try:
+        os.killpg(group, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def start_training(config: Path, name: str, *extra: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [*TEAMTR, "train", "--config", str(config), "--name", name, "--no-progress", *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own group: a Ctrl-C can be sent to it as a terminal does
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+
+
+def wait_for_server(run_dir: Path, process: subprocess.Popen[str], timeout: float = 600) -> int:
+    """The server's pid (its group's id), once teamtr has started it and made the run."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        log = run_dir / "engine.log"
+        if log.is_file() and (found := SERVER_PID.search(log.read_text(errors="replace"))):
+            # The log moves into the run directory as the run begins; its stages (and their
+            # handlers of SIGTERM) start a moment later.
+            time.sleep(5)
+            return int(found[1])
+        assert process.poll() is None, process.communicate()
+        time.sleep(0.5)
+    raise AssertionError("the server did not start")
+
+
+def wait_gone(group: int, timeout: float = 30) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not group_alive(group):
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def test_a_finished_run_leaves_no_server_and_keeps_its_log(tmp_path):
+    config = write_config(tmp_path)
+    process = start_training(config, "done")
+    group = wait_for_server(tmp_path / "runs" / "done", process)
+    _, err = process.communicate(timeout=900)
+    assert process.returncode == 0, err
+    assert not group_alive(group)
+    assert "Application startup complete" in (tmp_path / "runs/done/engine.log").read_text()
+
+
+@pytest.mark.parametrize(
+    ("way", "code"),
+    [("SIGTERM", 130), ("Ctrl-C", 130), ("kill -9", -signal.SIGKILL)],
+)
+def test_no_server_outlives_teamtr(tmp_path, way, code):
+    config = write_config(tmp_path, stages=20)
+    process = start_training(config, "stopped")
+    group = wait_for_server(tmp_path / "runs" / "stopped", process)
+    if way == "SIGTERM":
+        process.send_signal(signal.SIGTERM)
+    elif way == "Ctrl-C":  # the terminal's SIGINT reaches every process of its group
+        os.killpg(process.pid, signal.SIGINT)
+    else:
+        process.kill()
+    process.communicate(timeout=300)
+    assert process.returncode == code
+    assert wait_gone(group), f"the server outlived teamtr ({way})"
+
+
+def test_a_server_that_dies_mid_run_stops_the_run_and_resume_continues(tmp_path):
+    config = write_config(tmp_path, stages=2)
+    run_dir = tmp_path / "runs" / "fault"
+    process = start_training(config, "fault")
+    group = wait_for_server(run_dir, process)
+    os.killpg(group, signal.SIGKILL)
+    _, err = process.communicate(timeout=300)
+    assert process.returncode == 1
+    lines = err.strip().splitlines()
+    assert lines[-1].startswith("error: ") and "vLLM server" in lines[-1], err
+    assert str(run_dir / "engine.log") in lines[-1]
+    assert (run_dir / "checkpoints" / "stage_0").is_dir()  # the state it started from, whole
+    # --resume starts a new server and finishes the run.
+    resumed = subprocess.run(
+        [*TEAMTR, "train", "--resume", str(run_dir), "--no-progress"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    events = [json.loads(line)["event"] for line in (run_dir / "events.jsonl").open()]
+    assert events[-1] == "finished"
+    new_group = int(SERVER_PID.findall((run_dir / "engine.log").read_text())[-1])
+    assert new_group != group and not group_alive(new_group)
+
+
+def test_an_engine_that_is_not_installed_is_one_error_line_and_exit_2(tmp_path):
+    config = write_config(tmp_path)
+    result = subprocess.run(
+        [*TEAMTR, "train", "--config", str(config), "--name", "missing", "--no-progress"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "TEAMTR_VLLM_PYTHON": str(tmp_path / "no" / "python")},
+    )
+    assert result.returncode == 2
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "make vllm" in errors[0], result.stderr
+    assert not (tmp_path / "runs" / "missing").exists()
+
+
+def test_engine_keys_without_the_server_engine_are_refused(tmp_path):
+    config = write_config(tmp_path)
+    text = config.read_text().replace('engine = "vllm"', 'engine_url = "http://127.0.0.1:9"')
+    config.write_text(text)
+    with pytest.raises(ConfigError, match="engine_url"):
+        load_config(config)
