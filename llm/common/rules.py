@@ -18,6 +18,7 @@ This module imports neither torch nor the settings it checks (they import it).
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import re
 import typing
 from collections.abc import Callable
@@ -111,6 +112,16 @@ def _as_tuple(value: str | tuple[str, ...]) -> tuple[str, ...]:
 
 def _is_reward_name(name: str) -> bool:
     return name in READY_MADE_REWARDS or FUNCTION_SPEC.fullmatch(name) is not None
+
+
+def _reward_meant(value: str | tuple[str, ...]) -> str:
+    """``"; did you mean 'exact_match'?"`` for a misspelt ready-made reward, else ""."""
+    for name in _as_tuple(value):
+        if name and not _is_reward_name(name):
+            close = difflib.get_close_matches(name, READY_MADE_REWARDS, n=1)
+            if close:
+                return f"; did you mean {close[0]!r}?"
+    return ""
 
 
 def _lengths(value: int | tuple[int, ...]) -> tuple[int, ...]:
@@ -305,7 +316,8 @@ def check_section(settings: Any, section: str) -> None:
         value = getattr(settings, field.name)
         rule = KEY_RULES.get((section, field.name))
         if rule is not None and not rule.admits(value):
-            raise SettingError(field.name, f"{rule.expected}, got {value!r}", section)
+            hint = _reward_meant(value) if (section, field.name) == ("task", "reward") else ""
+            raise SettingError(field.name, f"{rule.expected}, got {value!r}{hint}", section)
         largest = largest_integer(value)
         if largest is not None and largest > MAX_INTEGER:
             raise SettingError(field.name, f"must be <= {MAX_INTEGER}, got {value!r}", section)

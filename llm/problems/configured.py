@@ -190,10 +190,17 @@ def data_path(name: str, directory: str) -> Path:
 def _from_dataset(settings: TaskSettings) -> Task:
     train = read_problems(settings, settings.train_file, "[task] train_file")
     test = (
-        read_problems(settings, settings.test_file, "[task] test_file")[: settings.eval_size]
+        read_problems(settings, settings.test_file, "[task] test_file")
         if settings.test_file
         else []
     )
+    if test and settings.eval_size > len(test):
+        say_once(
+            f"note: [task] eval_size = {settings.eval_size}, but [task] test_file "
+            f"{data_path(settings.test_file, settings.directory)} has {len(test)} rows: the "
+            f"held-out evaluation uses those {len(test)}"
+        )
+    test = test[: settings.eval_size]
     names = reward_names(settings)
     if not names or names == ("math_verify",):  # math-verify compares: check every answer
         for where, problems in (("train_file", train), ("test_file", test)):
@@ -212,13 +219,20 @@ def read_problems(settings: TaskSettings, name: str, key: str) -> list[Problem]:
     """The rows of a local data file as problems (``datasets.load_dataset``)."""
     path = data_path(name, settings.directory)
     if not path.is_file():
-        raise TaskDataError(f"{key}: {path}: no such file")
+        # Where it was looked for, in full: a relative name is read beside the config, else
+        # from the working directory, and "no such file" alone does not say which.
+        beside = [Path(settings.directory) / name] if settings.directory else []
+        looked = dict.fromkeys(str(p.resolve()) for p in [*beside, path])
+        raise TaskDataError(f"{key}: {name}: no such file (looked for {' and '.join(looked)})")
     data_format = settings.data_format or DATA_FORMATS.get(path.suffix.lower())
     if data_format is None:
         raise ConfigError(
             f"{key}: {path}: cannot tell the format from the suffix {path.suffix!r}; set "
             f"[task] data_format to one of {sorted(set(DATA_FORMATS.values()))}"
         )
+    nothing = _holds_no_rows(path, data_format)
+    if nothing:
+        raise TaskDataError(f"{key}: {path}: {nothing}")
     rows = _load_rows(path, data_format, key)
     columns = list(rows.column_names)
     wanted = [settings.question_column, *settings.notes_columns]
@@ -269,6 +283,41 @@ def _answer_of(row: dict[str, Any], column: str, where: str) -> str:
     if "####" in answer:  # GSM8K writes the reasoning, then "#### <final answer>"
         answer = answer.split("####")[-1]
     return answer.strip()
+
+
+def _holds_no_rows(path: Path, data_format: str) -> str | None:
+    """What an empty or header-only file holds, said before ``datasets`` reads it (which
+    raises a generic DatasetGenerationError, or reads no split at all); None otherwise."""
+    if path.stat().st_size == 0:
+        return "the file is empty: no rows"
+    if data_format not in ("json", "csv"):
+        return None
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None  # the reader's own error says what is wrong
+    if not text.strip():
+        return "the file holds only blank lines: no rows"
+    if data_format == "json" and text.strip() == "[]":
+        return "the file holds an empty list: no rows"
+    if data_format == "csv":
+        with contextlib.suppress(csv.Error):
+            records = [r for r in csv.reader(io.StringIO(text)) if r]
+            if len(records) == 1:
+                return f"the file holds a header ({', '.join(records[0])}) and no rows"
+    return None
+
+
+_SAID: set[str] = set()
+
+
+def say_once(line: str) -> None:
+    """Print ``line`` to stderr once in this process (a task is read by the check and again
+    by the run), and only in the process that reports (rank 0 of a data-parallel run)."""
+    if line in _SAID or os.environ.get("RANK", "0") != "0":
+        return
+    _SAID.add(line)
+    print(line, file=sys.stderr, flush=True)
 
 
 def row_places(path: Path, data_format: str, count: int) -> list[str]:

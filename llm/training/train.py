@@ -20,6 +20,7 @@ import errno
 import json
 import math
 import os
+import sys
 import time
 from collections.abc import Sequence
 from contextlib import ExitStack
@@ -113,7 +114,9 @@ def check_training(
         raise ConfigError(str(missing)) from None
     task = configured_task(config)  # every data line parsed and checked, every module imported
     if user_code(config) if task_check is None else task_check:
-        check_task(task, config)  # a reward that fails does so now, before the model loads
+        checked = check_task(task, config)  # a reward that fails does so now, before the load
+        for warning in checked.warnings:  # train/test overlap, ...: what --check would say
+            print(f"warning: {warning}", file=sys.stderr, flush=True)
     return run_dir
 
 

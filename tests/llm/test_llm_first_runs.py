@@ -62,7 +62,7 @@ def test_a_stage_whose_rewards_never_differ_says_so_during_train(tmp_path, capsy
     config = config_file(tmp_path, plurals_task(tmp_path))
     assert main(["train", "--config", str(config), "--name", "r", "--no-progress"]) == 0
     err = capsys.readouterr().err
-    warnings = [line for line in err.splitlines() if line.startswith("warning: ")]
+    warnings = [line for line in err.splitlines() if line.startswith("warning: teamtr stage")]
     assert len(warnings) == 1, err
     record = json.loads((tmp_path / "runs" / "r" / "metrics.jsonl").read_text())
     assert record["groups_with_signal"] == 0
@@ -226,3 +226,93 @@ def test_an_export_of_the_shipped_gguf_names_its_package_and_hub_id(tmp_path):
         check=True,
     ).stdout.strip()
     assert (Path(found) / base.gguf_file).is_file()
+
+
+def test_each_certificate_is_printed_with_its_gain_and_penalty_and_why_when_negative(
+    tmp_path, capsys
+):
+    """The smoke run's first stage certifies -0.15: a gain of 0.457 against a penalty of
+    0.607. Every stage's line gives both parts as metrics.jsonl has them."""
+    import re
+
+    smoke = (Path(__file__).resolve().parents[2] / "configs" / "smoke.toml").read_text()
+    config = tmp_path / "smoke.toml"
+    config.write_text(smoke.replace("[run]\n", f'[run]\noutput_dir = "{tmp_path / "runs"}"\n'))
+    assert main(["train", "--config", str(config), "--name", "r"]) == 0
+    ends = [line for line in capsys.readouterr().err.splitlines() if "certificate" in line]
+    records = [json.loads(line) for line in (tmp_path / "runs" / "r" / "metrics.jsonl").open()]
+    assert len(ends) == len(records) == 2
+    negative = 0
+    for line, record in zip(ends, records, strict=True):
+        kept = [u for u in record["updates"] if u["kept"]]
+        gain = sum(u["surrogate"] for u in kept)
+        penalty = sum(u["penalty"] for u in kept)
+        assert record["certificate"] == pytest.approx(gain - penalty, abs=1e-9)
+        found = re.search(r"certificate (\S+) \(surrogate gain (\S+) - penalty ([^;)]+)", line)
+        assert found, line
+        assert [float(x) for x in found.groups()] == pytest.approx(
+            [record["certificate"], gain, penalty], rel=1e-2, abs=1e-9
+        )
+        said = "negative: it certifies no improvement, see docs/runs.md" in line
+        assert said == (record["certificate"] < 0)
+        negative += said
+    assert negative >= 1
+
+
+# -- data -----------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("", "the file is empty: no rows"),
+        ("question,answer\n", "the file holds a header (question, answer) and no rows"),
+        ("\n\n", "the file holds only blank lines: no rows"),
+    ],
+    ids=["empty", "header_only", "blank_lines"],
+)
+def test_a_data_file_without_rows_is_one_line_saying_so(tmp_path, capsys, text, says):
+    (tmp_path / "rows.csv").write_text(text)
+    config = config_file(tmp_path, plurals_task(tmp_path, train="rows.csv"))
+    assert main(["train", "--config", str(config), "--check"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"[task] train_file: {tmp_path / 'rows.csv'}: {says}" in err
+
+
+def test_a_missing_data_file_names_every_place_it_was_looked_for(tmp_path, capsys, monkeypatch):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    config = config_file(tmp_path, plurals_task(tmp_path, train="gone.csv"))
+    assert main(["train", "--config", str(config), "--check"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert (
+        f"[task] train_file: gone.csv: no such file (looked for {tmp_path / 'gone.csv'} and "
+        f"{elsewhere / 'gone.csv'})"
+    ) in err
+
+
+def test_a_misspelt_ready_made_reward_gets_the_name_meant(tmp_path, capsys):
+    task = plurals_task(tmp_path).replace('"exact_match"', '"exact_mach"')
+    assert main(["train", "--config", str(config_file(tmp_path, task)), "--check"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.rstrip().endswith("did you mean 'exact_match'?")
+
+
+def test_a_held_out_set_smaller_than_eval_size_and_one_that_overlaps_training_are_said_once(
+    tmp_path, capsys
+):
+    """4 test rows for eval_size = 50, and the test rows are the training rows: the run says
+    both once (the task is read twice: checked, then built), and trains on."""
+    task = plurals_task(tmp_path, test="train.jsonl") + "eval_size = 50\n"
+    config = config_file(tmp_path, task)
+    assert main(["train", "--config", str(config), "--name", "r", "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    cap = (
+        f"note: [task] eval_size = 50, but [task] test_file {tmp_path / 'train.jsonl'} has 4 "
+        "rows: the held-out evaluation uses those 4"
+    )
+    assert err.count(cap) == 1, err
+    overlap = [line for line in err.splitlines() if "training problems are also test" in line]
+    assert len(overlap) == 1 and overlap[0].startswith("warning: "), err
+    record = json.loads((tmp_path / "runs" / "r" / "metrics.jsonl").read_text())
+    assert record["eval"]["n"] == 4

@@ -301,7 +301,9 @@ def test_a_reward_that_fails_mid_run_leaves_a_checkpoint_that_resume_continues_f
     )
     (tmp_path / "rewards.py").write_text(broken)
     status, err = run_cli(tmp_path, task, capsys, "--name", "r")
-    assert status == 2 and len(err.strip().splitlines()) == 1, err
+    # One error line; before it, what the run said of its data and stages (warnings, notes).
+    assert status == 2 and [line[:6] for line in err.strip().splitlines()][-1] == "error:", err
+    assert sum(line.startswith("error:") for line in err.splitlines()) == 1, err
     assert "raised ConnectionError: the judge went away" in err and "stage 2" in err
     assert f"teamtr train --resume {run_dir}" in err
     assert (run_dir / "checkpoints" / "stage_1").is_dir()
