@@ -35,6 +35,10 @@ class Command:
     ``forward_argv`` is set, ``main(argv) -> int`` with ``argv`` starting at the subcommand."""
     forward_argv: bool = False
     """Hand the unparsed command line to ``module.main`` (a package with its own parser)."""
+    group: str = ""
+    """The heading ``teamtr --help`` lists it under ("" : ``STUDIES``, the research studies)."""
+    order: int = 0
+    """Its place in its group (then its name): a group reads in the order one uses it."""
 
     def __call__(self, name: str, argv: Sequence[str]) -> int:
         """Run the subcommand ``name`` with the arguments after it."""
@@ -56,6 +60,8 @@ class Unavailable(Command):
         object.__setattr__(self, "help", f"(unavailable: {reason})")
         object.__setattr__(self, "module", value.partition(":")[0])
         object.__setattr__(self, "forward_argv", False)
+        object.__setattr__(self, "group", "")
+        object.__setattr__(self, "order", 0)
         object.__setattr__(self, "value", value)
         object.__setattr__(self, "reason", reason)
 
@@ -114,14 +120,29 @@ def source_checkout_entry_points() -> dict[str, str]:
     return dict(project.get("entry-points", {}).get(ENTRY_POINT_GROUP, {}))
 
 
+STUDIES = "research studies (the theorems, the tabular worlds, measurements)"
+"""The heading of the commands that name no group."""
+
+
 def usage(commands: dict[str, Command]) -> str:
-    lines = ["usage: teamtr <command> [options]", "", "commands:"]
+    lines = ["usage: teamtr <command> [options]"]
     width = max([10, *map(len, commands)])
-    lines += [f"  {name:<{width}} {command.help}" for name, command in commands.items()]
+    groups: dict[str, list[tuple[int, str, Command]]] = {}
+    for name, command in commands.items():
+        groups.setdefault(command.group or STUDIES, []).append((command.order, name, command))
+    # Named groups first (a package's own commands), the research studies last.
+    for heading in sorted(groups, key=lambda g: g == STUDIES):
+        lines += ["", f"{heading}:"]
+        lines += [f"  {n:<{width}} {c.help}" for _, n, c in sorted(groups[heading], key=_place)]
     if not commands:
+        lines += ["", "commands:"]
         lines.append(f"  (none: no installed package registers the {ENTRY_POINT_GROUP!r} group)")
     lines += ["", "Run `teamtr <command> --help` for the options of one command."]
     return "\n".join(lines)
+
+
+def _place(entry: tuple[int, str, Command]) -> tuple[int, str]:
+    return entry[0], entry[1]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

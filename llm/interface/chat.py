@@ -44,7 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--seed", type=integer_at_least(0), default=0, help="routes and samples")
     parser.add_argument("--device", help='where the models go, e.g. "cpu" (default: the run\'s)')
-    add_set_option(parser)
+    add_set_option(parser, example="sampler.max_new_tokens=64")
 
 
 def run_chat(args: argparse.Namespace) -> int:

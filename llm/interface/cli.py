@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -72,15 +73,64 @@ def _real_flag(parser: argparse.ArgumentParser) -> None:
     )
 
 
+EXAMPLES = {
+    "train": """examples:
+  teamtr train --config default                        # the run to start with (SmolLM2, relay)
+  teamtr train --config my_team.toml --check           # config, data and reward; no real model
+  teamtr train --config my_team.toml --check --real    # ... and one batch of the real model
+  teamtr train --config smoke --set stage.stages=1 --name try
+  teamtr train --resume runs/try                       # continue from its newest checkpoint""",
+    "eval": """examples:
+  teamtr eval --run runs/try --json results/try.json   # + results/try.transcripts.jsonl
+  teamtr eval --run runs/try --step 2 --samples 8 --json step2.json
+  teamtr eval --config default --json untrained.json   # the untrained team""",
+    "swap": """examples:
+  teamtr swap --run runs/a --agent 1 --model runs/b            # -> runs/a-swap1-direct
+  teamtr swap --run runs/a --agent 1 --model runs/b --align    # Stage-0 alignment first""",
+    "chat": """examples:
+  teamtr chat --run runs/try --question "What is 12 + 30?"
+  teamtr chat --run exported_team --question "..." --note "17" --note ""
+  teamtr chat --run runs/try --set sampler.max_new_tokens=64   # questions from stdin""",
+    "export": """examples:
+  teamtr export --run runs/try --out exported_team
+  teamtr export --run runs/try --step 2 --out team_step2 --merge""",
+    "plot": """examples:
+  teamtr plot --run runs/try                       # runs/try/curves.png
+  teamtr plot --run runs/try --out try.png
+  tensorboard --logdir runs                        # every run's scalars, live""",
+}
+"""Each subcommand's examples, shown under its ``--help``."""
+
+
+def _command(commands: Any, name: str, summary: str, description: str) -> argparse.ArgumentParser:
+    """A subcommand: ``summary`` in the list of commands, ``description`` and its examples
+    in its own ``--help``."""
+    return commands.add_parser(
+        name,
+        help=summary,
+        description=textwrap.fill(description, 88),  # raw: the examples keep their lines
+        epilog=EXAMPLES[name],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="teamtr", description="Language-model teams.")
     commands = parser.add_subparsers(dest="command", required=True)
-    train = commands.add_parser("train", help="train a team from a TOML config")
+    train = _command(
+        commands,
+        "train",
+        "train a team from a TOML config",
+        "Train a team of language-model agents (LoRA adapters on one base model) that take "
+        "turns in one dialogue, with KL trust-region updates, for [stage] stages; writes a "
+        "run directory (docs/runs.md).",
+    )
     start = train.add_mutually_exclusive_group(required=True)
     start.add_argument(
         "--config",
-        help="TOML file, or a shipped config's name (default: the run to start with; reference: "
-        "every key; chain/chain4_teamtr: a file of llm/configs/, which configs/ links to)",
+        help="TOML file, or the name of a shipped config: default (the run to start with), "
+        "reference (every key, with its meaning), smoke (a tiny random model, seconds), "
+        "chain/chain4_teamtr, ... (llm/configs/, which configs/ links to)",
     )
     start.add_argument(
         "--resume", metavar="DIR", help="continue the run in DIR from its newest valid checkpoint"
@@ -109,7 +159,14 @@ def _parser() -> argparse.ArgumentParser:
     add_set_option(train)
     _check_flag(train)
     _real_flag(train)
-    evaluate = commands.add_parser("eval", help="evaluate a trained or untrained team")
+    evaluate = _command(
+        commands,
+        "eval",
+        "evaluate a trained or untrained team",
+        "Play every held-out question (or those of --data) greedily, or --samples K times; "
+        "write the accuracy (or score), its standard error and per-group tables to --json, "
+        "and every dialogue to a transcripts file beside it.",
+    )
     source = evaluate.add_mutually_exclusive_group(required=True)
     source.add_argument("--run", help="run directory of `teamtr train`")
     source.add_argument(
@@ -143,17 +200,48 @@ def _parser() -> argparse.ArgumentParser:
     _check_flag(evaluate)
     from llm.interface.swap import add_arguments as add_swap_arguments
 
-    swap = commands.add_parser(
-        "swap", help="replace one agent by another adapter, directly or after Stage-0 alignment"
+    swap = _command(
+        commands,
+        "swap",
+        "replace one agent by another adapter, directly or after Stage-0 alignment",
+        "Replace agent k of a trained team by another adapter and measure the team before "
+        "and after, directly or after Stage-0 alignment of the newcomer (docs/llm_results.md).",
     )
     add_swap_arguments(swap)
     _check_flag(swap)
     from llm.interface.chat import add_arguments as add_chat_arguments
     from llm.interface.export import add_arguments as add_export_arguments
 
-    add_chat_arguments(commands.add_parser("chat", help="ask a trained team a question"))
+    add_chat_arguments(
+        _command(
+            commands,
+            "chat",
+            "ask a trained team a question",
+            "One dialogue of a trained team (a run directory or an export) about a question "
+            "of one's own, each turn printed with its speaker; without --question, questions "
+            "are read from stdin, one a line.",
+        )
+    )
     add_export_arguments(
-        commands.add_parser("export", help="write a trained team as PEFT adapters for vLLM")
+        _command(
+            commands,
+            "export",
+            "write a trained team as PEFT adapters for vLLM",
+            "Write a checkpoint as a folder that opens without teamtr: one PEFT adapter per "
+            "agent, the tokenizer, team.json (how a dialogue is rendered), a model card with "
+            "the lines that build the base, and a `vllm serve` line run from that folder.",
+        )
+    )
+    from llm.interface.plot import add_arguments as add_plot_arguments
+
+    add_plot_arguments(
+        _command(
+            commands,
+            "plot",
+            "draw a run's training reward and held-out curve to a PNG",
+            "Draw one run's training reward, held-out accuracy (or score) and certificate per "
+            "stage from its metrics.jsonl, to a PNG; no model loads.",
+        )
     )
     return parser
 
@@ -497,6 +585,10 @@ def main(argv: list[str]) -> int:
             from llm.interface.export import run_export
 
             return run_export(args)
+        if args.command == "plot":
+            from llm.interface.plot import run_plot
+
+            return run_plot(args)
         from llm.interface.swap import run_swap
 
         return run_swap(args)

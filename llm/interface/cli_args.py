@@ -49,17 +49,18 @@ def _override(text: str) -> Override:
         raise argparse.ArgumentTypeError(str(error).removeprefix(f"--set {text}: ")) from None
 
 
-def add_set_option(parser: argparse.ArgumentParser) -> None:
+def add_set_option(parser: argparse.ArgumentParser, example: str = "stage.stages=1") -> None:
     """``--set SECTION.KEY=VALUE`` (repeatable) on a command that reads a config: one key
     changed without a file of one's own (TRL's parser and Hydra's overrides do the same).
     The values arrive as ``args.set`` (a list of ``llm.common.config.Override``) for
-    ``load_config(path, args.set)``, which checks them by the rules a file's keys follow."""
+    ``load_config(path, args.set)``, which checks them by the rules a file's keys follow.
+    ``example``: a key the command's help shows (one that changes what that command does)."""
     parser.add_argument(
         "--set",
         action="append",
         default=[],
         type=_override,
         metavar="SECTION.KEY=VALUE",
-        help="override one config key, its value written as in TOML, e.g. --set stage.stages=1 "
+        help=f"override one config key, its value written as in TOML, e.g. --set {example} "
         "(repeatable; checked as the file's keys are)",
     )

@@ -316,3 +316,83 @@ def test_a_held_out_set_smaller_than_eval_size_and_one_that_overlaps_training_ar
     assert len(overlap) == 1 and overlap[0].startswith("warning: "), err
     record = json.loads((tmp_path / "runs" / "r" / "metrics.jsonl").read_text())
     assert record["eval"]["n"] == 4
+
+
+# -- the command line ----------------------------------------------------------------------------
+def test_teamtr_help_lists_the_commands_for_using_a_team_apart_from_the_studies(tmp_path):
+    import subprocess
+    import sys
+
+    # Run elsewhere than the checkout: a *.egg-info left there by a build would be read first.
+    done = subprocess.run(
+        [sys.executable, "-m", "teamtr", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    using = next(i for i, line in enumerate(lines) if line.startswith("using a team"))
+    studies = next(i for i, line in enumerate(lines) if line.startswith("research studies"))
+    assert using < studies
+
+    def names(block: list[str]) -> list[str]:
+        return [line.split()[0] for line in block if line.startswith("  ")]
+
+    assert names(lines[using:studies]) == ["train", "eval", "chat", "plot", "export", "swap"]
+    assert {"verify", "scaling", "llm-scaling", "sim-train", "evaluate"} <= set(
+        names(lines[studies:])
+    )
+
+
+@pytest.mark.parametrize("command", ["train", "eval", "chat", "plot", "export", "swap"])
+def test_every_subcommand_has_a_description_and_examples_that_parse(command, capsys):
+    """Each example of a subcommand's --help is a command line its own parser accepts."""
+    import shlex
+
+    from llm.interface.cli import _parser
+
+    assert main([command, "--help"]) == 0
+    text = capsys.readouterr().out
+    description = text.split("\n\n")[1]
+    assert not description.startswith(("options:", "positional")), text
+    examples = text.split("examples:\n")[1].splitlines()
+    runs = [line.split("#")[0] for line in examples if line.strip().startswith("teamtr ")]
+    assert runs, text
+    for line in runs:
+        words = shlex.split(line)
+        assert words[1] == command
+        _parser().parse_args(words[1:])  # exits 2 on an example that does not fit
+    if command == "chat":
+        assert "stage.stages" not in text  # a key that changes nothing in a chat
+    if command == "train":
+        assert "--real" in text and "(default:" not in text.split("--config")[1][:80]
+
+
+def test_plot_draws_a_runs_curves_to_a_png_and_a_bad_run_is_one_line(tmp_path, capsys):
+    config = config_file(tmp_path, plurals_task(tmp_path, test="train.jsonl"))
+    text = config.read_text().replace("stages = 1", "stages = 2")
+    config.write_text(text)
+    assert main(["train", "--config", str(config), "--name", "r", "--no-progress"]) == 0
+    run = tmp_path / "runs" / "r"
+    capsys.readouterr()
+    assert main(["plot", "--run", str(run)]) == 0
+    out = capsys.readouterr().out
+    png = run / "curves.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    record = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
+    assert out.strip() == (
+        f"{png}: 2 stages, 2 held-out evaluations, last accuracy {record['eval']['accuracy']:.3f}"
+    )
+    assert main(["plot", "--run", str(tmp_path / "nowhere")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: --run ") and "no such directory" in err
+    assert main(["plot", "--run", str(run), "--out", str(tmp_path / "c.jpg")]) == 2
+    assert "ending .png" in capsys.readouterr().err
+
+
+def test_the_docs_say_how_to_watch_a_runs_curves():
+    repo = Path(__file__).resolve().parents[2]
+    runs = (repo / "docs" / "runs.md").read_text()
+    assert "tensorboard --logdir runs" in runs and "teamtr plot --run runs/<name>" in runs

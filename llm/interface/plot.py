@@ -1,0 +1,111 @@
+"""``teamtr plot``: one run's training curve, drawn from its ``metrics.jsonl`` to a PNG.
+
+Two panels over the stages (numbered from 1, as the console and the checkpoints number them):
+the training reward of each stage's first sampling and, where the run measured it
+(``[run] eval_every``), the held-out accuracy or score with its standard error; below, each
+stage's certificate. It reads only ``metrics.jsonl``: no model loads, and a run still in
+progress can be drawn. TensorBoard shows the same scalars (``tensorboard --logdir runs``);
+``teamtr compare-report`` draws several runs against each other.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from llm.common.config import ConfigError
+
+CURVES_FILE = "curves.png"
+"""Where the figure goes by default: inside the run directory."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--run", required=True, help="run directory of `teamtr train`")
+    parser.add_argument(
+        "--out", help=f"the PNG to write (default: {CURVES_FILE} inside the run directory)"
+    )
+
+
+def stage_records(run_dir: Path) -> list[dict[str, Any]]:
+    """The run's stage records; a ``ConfigError`` naming the file when there are none."""
+    metrics = run_dir / "metrics.jsonl"
+    if not run_dir.is_dir():
+        raise ConfigError(f"--run {run_dir}: no such directory")
+    if not metrics.is_file():
+        raise ConfigError(
+            f"--run {run_dir}: no metrics.jsonl (not a run directory of `teamtr train`)"
+        )
+    records = []
+    for number, line in enumerate(metrics.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except ValueError:
+            raise ConfigError(f"{metrics}:{number}: not a JSON line") from None
+    if not records:
+        raise ConfigError(f"--run {run_dir}: metrics.jsonl holds no stage yet")
+    return records
+
+
+def run_plot(args: argparse.Namespace) -> int:
+    run_dir = Path(args.run)
+    records = stage_records(run_dir)
+    out = Path(args.out) if args.out else run_dir / CURVES_FILE
+    if out.suffix.lower() != ".png":
+        raise ConfigError(f"--out {out}: the figure is a PNG; give a name ending .png")
+    draw(records, out, run_dir.name)
+    held_out = [r for r in records if "eval" in r]
+    print(
+        f"{out}: {len(records)} stages, {len(held_out)} held-out evaluations"
+        + (f", last {_measure_of(held_out[-1]['eval'])}" if held_out else "")
+    )
+    return 0
+
+
+def _measure_of(evaluation: dict[str, float]) -> str:
+    name = "accuracy" if "accuracy" in evaluation else "score"
+    return f"{name} {evaluation[name]:.3f}"
+
+
+def draw(records: list[dict[str, Any]], out: Path, title: str) -> None:
+    """The two panels of the module's docstring, written to ``out``."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # a file, never a window
+    import matplotlib.pyplot as plt
+
+    stages = [r["stage"] + 1 for r in records]  # metrics.jsonl holds the index: stage k - 1
+    figure, (top, bottom) = plt.subplots(
+        2, 1, figsize=(7, 5.5), sharex=True, gridspec_kw={"height_ratios": [2, 1]}
+    )
+    rewards = [
+        r["train_reward"] if r["train_reward"] is not None else float("nan") for r in records
+    ]
+    top.plot(stages, rewards, "o-", label="training reward (first sampling of the stage)")
+    held_out = [r for r in records if "eval" in r]
+    if held_out:
+        name = "accuracy" if "accuracy" in held_out[0]["eval"] else "score"
+        top.errorbar(
+            [r["stage"] + 1 for r in held_out],
+            [r["eval"][name] for r in held_out],
+            yerr=[r["eval"].get("standard_error", 0.0) for r in held_out],
+            fmt="s-",
+            capsize=3,
+            label=f"held-out {name} (+- standard error, n = {int(held_out[-1]['eval']['n'])})",
+        )
+    top.set_ylabel("reward / held-out")
+    top.set_title(title)
+    top.legend(loc="best", fontsize="small")
+    top.grid(alpha=0.3)
+    bottom.bar(stages, [r["certificate"] for r in records], color="tab:gray")
+    bottom.axhline(0.0, color="black", linewidth=0.8)
+    bottom.set_ylabel("certificate")
+    bottom.set_xlabel("stage")
+    bottom.grid(alpha=0.3)
+    figure.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(out, dpi=100)
+    plt.close(figure)
