@@ -273,7 +273,12 @@ def resumable_config(
         raise RunDirectoryError(f"{run_dir}: no such run directory")
     require_resumable(run_dir)
     require_same_world(run_dir, world_size)
-    return load_config(run_dir / "config.json", overrides)
+    config = load_config(run_dir / "config.json", overrides)
+    try:  # as a new run does (``check_training``): before the model loads, not a traceback
+        check_trackers(config.run.report_to)
+    except TrackerMissing as missing:
+        raise ConfigError(str(missing)) from None
+    return config
 
 
 def _failure(check: Any, *args: Any) -> Exception | None:
