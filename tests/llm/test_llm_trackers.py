@@ -7,59 +7,83 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from llm.common.config import ConfigError, load_config, parse_override
+from llm.common.config import ConfigError, RunConfig, load_config, parse_override
+from llm.interface.cli import main
 
 TEAMTR = Path(sys.executable).with_name("teamtr")
 READ = """
 import json
 from trackio.sqlite_storage import SQLiteStorage
-print(json.dumps(SQLiteStorage.get_logs("teamtr", "tracked")))
+print(json.dumps([SQLiteStorage.get_runs("teamtr"), SQLiteStorage.get_logs("teamtr", "tracked")]))
 """
 
 
-@pytest.mark.skipif(
+TRACKIO_MISSING = "[run] report_to: trackio is not installed"
+needs_trackio = pytest.mark.skipif(
     importlib.util.find_spec("trackio") is None,
     reason="trackio is not installed (pip install 'teamtr[trackio]')",
 )
-def test_trackio_and_tensorboard_get_the_same_keys(tmp_path):
+
+
+@needs_trackio
+def test_trackio_and_tensorboard_get_the_same_keys_and_a_resumed_run_goes_on(tmp_path):
+    """A run interrupted (SIGINT) once its first stage's checkpoint is written, then resumed:
+    trackio keeps one run whose steps carry on (1, then 2: the resumed stage is neither a new
+    run nor logged from step 1 again), and every row is TensorBoard's points under the same
+    keys."""
     environment = {**os.environ, "OMP_NUM_THREADS": "1", "TRACKIO_DIR": str(tmp_path / "tk")}
-    done = subprocess.run(
-        [
-            str(TEAMTR),
-            "train",
-            "--config",
-            "smoke",
-            "--set",
-            "stage.stages=2",
-            "--set",
-            'run.report_to=["tensorboard", "trackio"]',
-            "--set",
-            f"run.output_dir={json.dumps(str(tmp_path))}",
-            "--name",
-            "tracked",
-            "--no-progress",
-        ],  # fmt: skip
+    run_dir = tmp_path / "tracked"
+    arguments = [
+        "train", "--config", "smoke",
+        "--set", 'run.report_to=["tensorboard", "trackio"]',
+        "--set", f"run.output_dir={json.dumps(str(tmp_path))}",
+        "--name", "tracked",
+        "--no-progress",
+    ]  # fmt: skip
+    process = subprocess.Popen(
+        [str(TEAMTR), *arguments],
+        env=environment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        # A shell without job control starts background commands with SIGINT ignored.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    deadline = time.monotonic() + 300
+    while not (run_dir / "checkpoints" / "stage_1").exists():
+        assert process.poll() is None, process.communicate()[1][-2000:]
+        assert time.monotonic() < deadline, "the first stage never ended"
+        time.sleep(0.01)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=300)
+    assert process.returncode == 130, err
+    assert not (run_dir / "checkpoints" / "stage_2").exists(), "interrupted too late"
+    resumed = subprocess.run(
+        [str(TEAMTR), "train", "--resume", str(run_dir), "--no-progress"],
         env=environment,
         capture_output=True,
         text=True,
         timeout=600,
     )
-    assert done.returncode == 0, done.stderr
+    assert resumed.returncode == 0, resumed.stderr
     read = subprocess.run(
         [sys.executable, "-c", READ], env=environment, capture_output=True, text=True, timeout=120
     )
     assert read.returncode == 0, read.stderr
-    rows = json.loads(read.stdout)
+    runs, rows = json.loads(read.stdout)
+    assert runs == ["tracked"]  # the resumed run went on in the same trackio run
     assert [row["step"] for row in rows] == [1, 2]  # one row per stage, numbered as printed
-    (events,) = (tmp_path / "tracked" / "tensorboard").glob("events.out.tfevents.*")
-    board = EventAccumulator(str(events))
+    board = EventAccumulator(str(run_dir / "tensorboard"))
     board.Reload()
     for row in rows:
         tags = {key for key in row if key not in ("step", "timestamp")}
@@ -70,8 +94,44 @@ def test_trackio_and_tensorboard_get_the_same_keys(tmp_path):
             assert row[tag] == pytest.approx(point.value, rel=1e-6)
     logged = {key for row in rows for key in row if key not in ("step", "timestamp")}
     assert logged == set(board.Tags()["scalars"])
-    stages = [json.loads(line) for line in (tmp_path / "tracked" / "metrics.jsonl").open()]
+    stages = [json.loads(line) for line in (run_dir / "metrics.jsonl").open()]
     assert [row["eval/accuracy"] for row in rows] == [s["eval"]["accuracy"] for s in stages]
+
+
+def test_a_missing_trackio_is_one_error_before_any_stage(tmp_path, capsys, monkeypatch):
+    """Without the library (``sys.modules["trackio"] = None``: not importable, not found), a
+    new run asking for it is one error line and exit code 2 before its run directory is made;
+    a run resumed with it (its recorded ``report_to``) is one error line too, before any
+    stage: its metrics and checkpoints as they were."""
+    output_dir = json.dumps(str(tmp_path))
+    tracked = [
+        "--config", "smoke",
+        "--set", 'run.report_to=["trackio"]',
+        "--set", f"run.output_dir={output_dir}",
+    ]  # fmt: skip
+    monkeypatch.setitem(sys.modules, "trackio", None)
+    assert main(["train", *tracked, "--name", "new", "--no-progress"]) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and TRACKIO_MISSING in lines[0]
+    assert not (tmp_path / "new").exists()
+
+    # A run that asked for trackio on a machine that has it, stopped after its first stage
+    # (its last checkpoint gone, as a crash leaves it), resumed on one that has not.
+    plain = ["--config", "smoke", "--set", f"run.output_dir={output_dir}"]
+    assert main(["train", *plain, "--name", "resumed", "--no-progress"]) == 0
+    run_dir = tmp_path / "resumed"
+    shutil.rmtree(run_dir / "checkpoints" / "stage_2")
+    config = json.loads((run_dir / "config.json").read_text())
+    config["run"]["report_to"] = ["trackio"]
+    (run_dir / "config.json").write_text(json.dumps(config))
+    metrics = (run_dir / "metrics.jsonl").read_bytes()
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run_dir), "--no-progress"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and TRACKIO_MISSING in lines[0]
+    assert (run_dir / "metrics.jsonl").read_bytes() == metrics
+    assert [p.name for p in (run_dir / "checkpoints").iterdir()] == ["stage_1"]
 
 
 def test_an_unknown_tracker_names_the_key():
@@ -81,6 +141,6 @@ def test_an_unknown_tracker_names_the_key():
     assert load_config("smoke", [parse_override("run.report_to=[]")]).run.report_to == ()
 
 
-def test_reference_names_report_to():
-    reference = Path(__file__).resolve().parents[2] / "llm" / "configs" / "reference.toml"
-    assert 'report_to = ["tensorboard"]' in reference.read_text()
+def test_tensorboard_is_the_default_tracker():
+    """The code's default (``configs/reference.toml`` writes the same: test_llm_stage_config)."""
+    assert RunConfig().run.report_to == ("tensorboard",)
