@@ -131,4 +131,7 @@ def test_exact_match_trains_a_team_on_a_csv_of_text_answers(tmp_path, capsys):
     assert main(["train", "--config", str(config), "--no-progress"]) == 0
     (stage,) = [json.loads(line) for line in (tmp_path / "runs/r/metrics.jsonl").open()]
     assert stage["eval"]["n"] == len(CAPITALS)
-    assert 0.0 <= stage["eval"]["accuracy"] <= 1.0  # graded right or wrong: an accuracy
+    # Each held-out problem graded right or wrong by exact_match: the accuracy is k / n for a
+    # whole k (a partial score, as contains_answer's or a shaped reward's, would not be).
+    right = stage["eval"]["accuracy"] * len(CAPITALS)
+    assert right == pytest.approx(round(right), abs=1e-9) and 0 <= round(right) <= len(CAPITALS)
