@@ -248,15 +248,18 @@ def start_training(config: Path, name: str, *extra: str) -> subprocess.Popen[str
     )
 
 
-def wait_for_server(run_dir: Path, process: subprocess.Popen[str], timeout: float = 600) -> int:
-    """The server's pid (its group's id), once teamtr has started it and made the run."""
+def wait_for_server(
+    run_dir: Path, process: subprocess.Popen[str], settle: float = 5, timeout: float = 600
+) -> int:
+    """The server's pid (its group's id), once teamtr has started it and made the run, and
+    ``settle`` seconds more."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         log = run_dir / "engine.log"
         if log.is_file() and (found := SERVER_PID.search(log.read_text(errors="replace"))):
             # The log moves into the run directory as the run begins; its stages (and their
             # handlers of SIGTERM) start a moment later.
-            time.sleep(5)
+            time.sleep(settle)
             return int(found[1])
         assert process.poll() is None, process.communicate()
         time.sleep(0.5)
@@ -302,10 +305,10 @@ def test_no_server_outlives_teamtr(tmp_path, way, code):
 
 
 def test_a_server_that_dies_mid_run_stops_the_run_and_resume_continues(tmp_path):
-    config = write_config(tmp_path, stages=2)
+    config = write_config(tmp_path, stages=3)
     run_dir = tmp_path / "runs" / "fault"
     process = start_training(config, "fault")
-    group = wait_for_server(run_dir, process)
+    group = wait_for_server(run_dir, process, settle=0)  # killed before the first stage ends
     os.killpg(group, signal.SIGKILL)
     _, err = process.communicate(timeout=300)
     assert process.returncode == 1
