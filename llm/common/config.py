@@ -215,6 +215,10 @@ class RunSettings:
     """Evaluate on the held-out set every this many stages (and after the last); 0 = never."""
     checkpoint_every: int = 2
     """Save adapters and optimiser state every this many stages (and after the last)."""
+    keep_checkpoints: int = 0
+    """Keep only this many of the newest checkpoints: each one written deletes those older
+    (0: keep every one, as the studies that evaluate each checkpoint need). Resuming needs
+    only the newest; eval, chat, export and swap read any kept one (docs/runs.md)."""
     threads: int = 0
     """torch CPU threads (0: torch's default)."""
     time_budget_minutes: float = 0.0
@@ -856,6 +860,7 @@ RESUMABLE_KEYS = frozenset(
         ("run", "time_budget_minutes"),
         ("run", "eval_every"),
         ("run", "checkpoint_every"),
+        ("run", "keep_checkpoints"),
         ("run", "threads"),
         ("run", "device"),
         ("sampler", "engine_url"),

@@ -184,6 +184,7 @@ KEY_RULES: dict[tuple[str, str], Rule] = {
     ("stage", "stages"): at_least(1),
     ("run", "eval_every"): at_least(0, "0 = never"),
     ("run", "checkpoint_every"): at_least(0, "0 = only the last stage and on interrupt"),
+    ("run", "keep_checkpoints"): at_least(0, "0 = keep every checkpoint"),
     ("run", "threads"): between(0, MAX_THREADS, "0 = torch's default"),
     ("run", "seed"): seed(),
     ("run", "time_budget_minutes"): at_least(0, "0 = no budget"),

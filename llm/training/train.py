@@ -20,6 +20,7 @@ import errno
 import json
 import math
 import os
+import shutil
 import sys
 import time
 from collections.abc import Sequence
@@ -51,6 +52,7 @@ from llm.training.checkpoint import (
     latest_checkpoint,
     recover_interrupted_writes,
     require_resumable,
+    stage_directories,
     write_atomically,
     write_checkpoint,
 )
@@ -281,6 +283,17 @@ def resumable_config(
     return config
 
 
+def prune_checkpoints(run_dir: Path, keep: int) -> list[str]:
+    """Delete every checkpoint but the ``keep`` newest (0: keep all); returns their names.
+    Called once a new checkpoint is complete on disk, so a crash mid-way leaves it intact."""
+    if keep <= 0:
+        return []
+    old = stage_directories(run_dir)[:-keep]
+    for directory in old:
+        shutil.rmtree(directory, ignore_errors=True)
+    return [directory.name for directory in old]
+
+
 def _failure(check: Any, *args: Any) -> Exception | None:
     """The error ``check(*args)`` raises, if any (to be agreed on by every rank)."""
     try:
@@ -459,6 +472,7 @@ class _Run:
             self.require_run_directory()
             with profiling.section("checkpoint"), signals_deferred():
                 self.checkpoint = write_checkpoint(self.run_dir, self.resume_point)
+                prune_checkpoints(self.run_dir, self.config.run.keep_checkpoints)
         self.last = record
 
     def require_run_directory(self) -> None:

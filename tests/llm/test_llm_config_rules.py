@@ -52,6 +52,7 @@ BAD_VALUES: dict[tuple[str, str], str] = {
     ("stage", "stages"): "0",
     ("run", "eval_every"): "-1",
     ("run", "checkpoint_every"): "-1",
+    ("run", "keep_checkpoints"): "-1",
     ("run", "threads"): "2000",
     ("run", "seed"): "-1",
     ("run", "time_budget_minutes"): "-1.0",

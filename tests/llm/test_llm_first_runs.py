@@ -396,3 +396,45 @@ def test_the_docs_say_how_to_watch_a_runs_curves():
     repo = Path(__file__).resolve().parents[2]
     runs = (repo / "docs" / "runs.md").read_text()
     assert "tensorboard --logdir runs" in runs and "teamtr plot --run runs/<name>" in runs
+
+
+def test_the_readme_is_a_users_guide_of_at_most_200_lines_that_links_to_the_rest():
+    """What left the README lives in docs/: the results it no longer lists are rows of
+    docs/results.md, the layout is ARCHITECTURE.md's, the details of runs docs/runs.md's."""
+    repo = Path(__file__).resolve().parents[2]
+    readme = (repo / "README.md").read_text()
+    assert len(readme.splitlines()) <= 200
+    for command in ("teamtr plot --run", "tensorboard --logdir runs", "--check --real"):
+        assert command in readme, command
+    results = (repo / "docs" / "results.md").read_text()
+    for row in ("| the 4-agent chain at 10 CPU-minutes", "| the default relay in bfloat16"):
+        assert row in results and row not in readme
+    assert "docs/runs.md#what-a-certificate-certifies" in readme
+    assert "### What a certificate certifies" in (repo / "docs" / "runs.md").read_text()
+
+
+# -- the run directory ----------------------------------------------------------------------------
+def test_keep_checkpoints_leaves_the_newest_and_the_run_still_resumes_and_evaluates(
+    tmp_path, capsys
+):
+    """Three stages, a checkpoint after each, the newest one kept: the run directory holds
+    stage_3 alone, a resume finds the run complete, eval reads it."""
+    config = config_file(
+        tmp_path,
+        plurals_task(tmp_path, test="train.jsonl"),
+    )
+    text = config.read_text().replace("stages = 1", "stages = 3")
+    config.write_text(text.replace("[run]\n", "[run]\nkeep_checkpoints = 1\n"))
+    assert main(["train", "--config", str(config), "--name", "r", "--no-progress"]) == 0
+    run = tmp_path / "runs" / "r"
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["stage_3"]
+    assert len((run / "metrics.jsonl").read_text().splitlines()) == 3
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run), "--no-progress"]) == 0
+    assert "already complete after 3 stages" in capsys.readouterr().out
+    out = tmp_path / "eval.json"
+    assert main(["eval", "--run", str(run), "--json", str(out), "--no-progress"]) == 0
+    assert json.loads(out.read_text())["checkpoint"] == "stage_3"
+    config.write_text(text.replace("[run]\n", "[run]\nkeep_checkpoints = -1\n"))
+    assert main(["train", "--config", str(config), "--check"]) == 2
+    assert "[run] keep_checkpoints: must be >= 0" in capsys.readouterr().err
