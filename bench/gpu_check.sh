@@ -6,4 +6,13 @@ set -u
 cd "$(dirname "$0")/.." || exit 2
 export PYTHONPATH=".${PYTHONPATH:+:$PYTHONPATH}"
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-4}"
-exec "${PYTHON:-python3}" bench/gpu_check.py "$@"
+"${PYTHON:-python3}" bench/gpu_check.py "$@"
+status=$?
+# Where vLLM is installed (TEAMTR_VLLM_PYTHON, or .venv-vllm from `make vllm`), the sampling
+# engines side by side too, "hf" against "vllm" (bench/engine_throughput.py); ENGINE_SOURCE
+# names a larger model whose weights are on the machine (a 1.5B-class folder).
+if [ $# -ge 1 ] && [ -x "${TEAMTR_VLLM_PYTHON:-.venv-vllm/bin/python}" ]; then
+    "${PYTHON:-python3}" bench/engine_throughput.py --device "${ENGINE_DEVICE:-cuda}" \
+        --source "${ENGINE_SOURCE:-smollm2}" --json "$1/engine_throughput.json" || status=$?
+fi
+exit "$status"

@@ -11,6 +11,7 @@ into it: a folder there is whole.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import os
 import shutil
@@ -58,7 +59,11 @@ def base_folder(
     temporary = root / f".{folder.name}.tmp-{os.getpid()}"
     shutil.rmtree(temporary, ignore_errors=True)
     try:
-        fresh = AutoModelForCausalLM.from_config(plain.config, dtype=dtype)
+        config = copy.deepcopy(plain.config)
+        # A GGUF-loaded config still names its quantisation; the weights here are plain.
+        if hasattr(config, "quantization_config"):
+            del config.quantization_config
+        fresh = AutoModelForCausalLM.from_config(config, dtype=dtype)
         fresh.load_state_dict(state, strict=True)
         fresh.save_pretrained(temporary)
         tokenizer.save_pretrained(temporary)

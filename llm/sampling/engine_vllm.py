@@ -159,10 +159,14 @@ def last_error_line(log: Path) -> str:
     except OSError:
         return "no log"
     lines = [line for line in lines if line]
-    for line in lines:
+    for index, line in enumerate(lines):
         found = ROOT_CAUSE.search(line)
-        if found and found[1] not in WRAPPERS:
-            return found[0][:300]
+        if found and found[1] not in WRAPPERS and " WARNING " not in line:
+            cause = found[0]
+            following = lines[index + 1] if index + 1 < len(lines) else ""
+            if following and not following.startswith(("(", "File ", "Traceback")):
+                cause += f" {following}"  # pydantic's first line names only the class
+            return cause[:300]
     return lines[-1][-300:] if lines else "an empty log"
 
 
