@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
+import subprocess
+import sys
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -18,6 +22,27 @@ from llm.problems.tasks import ArithmeticSuite
 from llm.sampling.sampler import DialogueRollouts, DialogueSampler, SamplerSettings
 
 SHORT_SYSTEM_PROMPT = "Solve."
+REPO = Path(__file__).resolve().parents[2]
+SMOKE = REPO / "llm" / "configs" / "smoke.toml"
+"""The tiny smoke config: a random two-layer Llama with a character tokenizer, two stages."""
+TEAMTR = Path(sys.executable).with_name("teamtr")
+"""The ``teamtr`` console script of the interpreter running the tests."""
+
+
+def teamtr(
+    *arguments: str, cwd: Path = REPO, input: str | None = None, timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
+    """The real ``teamtr ARGUMENTS`` (the console script) in a fresh process with one CPU
+    thread, run from ``cwd`` with ``input`` on its standard input, its output captured."""
+    return subprocess.run(
+        [str(TEAMTR), *arguments],
+        cwd=cwd,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        input=input,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def make_team(vocab_size: int, n_agents: int, seed: int = 0, rank: int = 4) -> LoraTeam:

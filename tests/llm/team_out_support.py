@@ -6,14 +6,10 @@ lengths of their own and three turns, trained one stage."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 from llm.interface.cli import main
 
-REPO = Path(__file__).resolve().parents[2]
 ROWS = [
     {
         "question": f"What is {a} + {b}?",
@@ -73,16 +69,3 @@ def train_notes_team(folder: Path) -> Path:
     (folder / "team.toml").write_text(CONFIG.replace('"runs"', f'"{folder / "runs"}"'))
     assert main(["train", "--config", str(folder / "team.toml"), "--no-progress"]) == 0
     return folder / "runs" / "notes"
-
-
-def teamtr(*arguments: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
-    """``teamtr ARGUMENTS`` in a fresh interpreter (one CPU thread), its output captured."""
-    environment = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.run(
-        [sys.executable, "-m", "teamtr", *arguments],
-        cwd=cwd,
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )

@@ -10,13 +10,11 @@ import json
 from pathlib import Path
 
 import pytest
+from llm_test_support import SMOKE
 
 from llm.common.config import ConfigError, load_config
 from llm.interface.cli import main
 from llm.problems.tasks import TaskDataError, load_jsonl
-
-REPO = Path(__file__).resolve().parents[2]
-SMOKE = REPO / "configs" / "smoke.toml"
 
 
 def smoke_text(runs: Path) -> str:

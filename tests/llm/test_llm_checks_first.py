@@ -12,7 +12,7 @@ import warnings
 from pathlib import Path
 
 import pytest
-from llm_test_support import arithmetic_sampler, make_team
+from llm_test_support import SMOKE, arithmetic_sampler, make_team
 
 import llm.common.progress
 from llm.common.progress import StageProgress, library_bars
@@ -20,8 +20,6 @@ from llm.interface.cli import main
 from llm.problems.tasks import MAX_LINE_BYTES, Problem, TaskDataError, load_jsonl
 from llm.training.evaluation import evaluate_team
 
-REPO = Path(__file__).resolve().parents[2]
-SMOKE = REPO / "configs" / "smoke.toml"
 MISSING_MODEL = 'source = "/no/such/model.gguf"'
 
 

@@ -6,12 +6,12 @@ import json
 from pathlib import Path
 
 import pytest
+from llm_test_support import SMOKE
 
 from llm.common.config import ConfigError, load_config
 from llm.interface.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
-SMOKE = REPO / "configs" / "smoke.toml"
 
 
 def smoke_config(tmp_path: Path, extra: str = "") -> Path:

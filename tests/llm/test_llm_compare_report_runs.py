@@ -4,20 +4,16 @@ and a wrong argument is one line and exit code 2 (the real console script in a s
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
+
+from llm_test_support import teamtr
 
 from llm.interface.cli import main as teamtr_llm
 
-TEAMTR = Path(sys.executable).with_name("teamtr")
-
 
 def compare_report(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    command = [str(TEAMTR), "compare-report", *args]
-    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    return teamtr("compare-report", *args, cwd=cwd, timeout=300)
 
 
 def test_a_run_alone_is_summarised_and_drawn(tmp_path):

@@ -8,23 +8,11 @@ folder outside the checkout, on the tiny random model of ``configs/smoke.toml``.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from llm_test_support import teamtr
 
 from llm.common.config import ConfigError, load_config, parse_override
-
-TEAMTR = Path(sys.executable).with_name("teamtr")
-
-
-def teamtr(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.run(
-        [str(TEAMTR), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
-    )
 
 
 def test_extends_names_a_shipped_config_from_any_folder(tmp_path):

@@ -6,11 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from llm_test_support import SMOKE
 
 from llm.interface.cli import main
-
-REPO = Path(__file__).resolve().parents[2]
-SMOKE = REPO / "configs" / "smoke.toml"
 
 
 def smoke_with(tmp_path: Path, section: str, lines: str) -> Path:

@@ -13,13 +13,12 @@ import json
 from pathlib import Path
 
 import pytest
+from llm_test_support import SMOKE
 
 from llm.interface.cli import main
 from llm.problems.task import Dialogue, RewardError, Task
 from llm.problems.tasks import Problem
 from llm.training.task_check import check_task
-
-SMOKE = Path(__file__).resolve().parents[2] / "configs" / "smoke.toml"
 
 
 def config(tmp_path: Path, task: str) -> Path:

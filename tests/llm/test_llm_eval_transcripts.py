@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from llm_test_support import SMOKE
 
 from llm.common.config import load_config
 from llm.interface.cli import main
@@ -15,9 +16,6 @@ from llm.problems.rewards import grade
 from llm.problems.tasks import Problem
 from llm.training.builder import problem_sources
 from llm.training.evaluation import EVAL_ONLY_TEMPLATES, group_metrics
-
-REPO = Path(__file__).resolve().parents[2]
-SMOKE = REPO / "configs" / "smoke.toml"
 
 
 def config_with(tmp_path: Path, task_lines: str) -> Path:

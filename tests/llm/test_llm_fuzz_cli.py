@@ -17,11 +17,10 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from llm_test_support import SMOKE
 
 from llm.interface.cli import main
 
-REPO = Path(__file__).resolve().parents[2]
-SMOKE = REPO / "configs" / "smoke.toml"
 FUZZ = settings(
     max_examples=200,
     deadline=None,

@@ -15,13 +15,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from llm_test_support import SMOKE
 
 from llm.common.config import load_config
 from llm.interface.cli import main
 from llm.training.builder import seed_everything
 
 REPO = Path(__file__).resolve().parents[2]
-SMOKE = REPO / "configs" / "smoke.toml"
 REFERENCE = REPO / "configs" / "reference.toml"
 PER_KEY = 5
 """Values drawn for each key (in-process ``--check`` takes milliseconds a file)."""

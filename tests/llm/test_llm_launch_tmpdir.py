@@ -9,8 +9,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from llm_test_support import SMOKE
+
 REPO = Path(__file__).resolve().parents[2]
-SMOKE = REPO / "configs" / "smoke.toml"
 
 
 def test_a_launch_leaves_no_temporary_directory_behind(tmp_path):

@@ -13,9 +13,9 @@ import termios
 from pathlib import Path
 
 import pytest
+from llm_test_support import SMOKE
 
 REPO = Path(__file__).resolve().parents[2]
-SMOKE = REPO / "configs" / "smoke.toml"
 
 
 def train_on_terminal(tmp_path: Path, rows: int, columns: int) -> str:

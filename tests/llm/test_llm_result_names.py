@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+from llm_test_support import SMOKE
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from llm.interface.cli import main
@@ -17,7 +18,6 @@ from llm.problems.tasks import Problem
 from llm.rewards import contains_answer, exact_match
 from studies.llm.run_records import RunSpec, held_out, summarise
 
-SMOKE = Path(__file__).resolve().parents[2] / "llm" / "configs" / "smoke.toml"
 CAPITALS = [("France", "Paris"), ("Italy", "Rome"), ("Spain", "Madrid"), ("Peru", "Lima")]
 SUMS = [(1, 2), (3, 4), (5, 6), (2, 7)]
 OVERLAP = '''

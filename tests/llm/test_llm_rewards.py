@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import pytest
+from llm_test_support import SMOKE
 
 from llm.common.config import ConfigError, load_config, parse_override
 from llm.common.rules import READY_MADE_REWARDS
@@ -27,8 +27,6 @@ from llm.rewards import (
     normalised,
     reward_named,
 )
-
-SMOKE = Path(__file__).resolve().parents[2] / "configs" / "smoke.toml"
 
 
 def said(answer: str, *messages: str) -> Dialogue:

@@ -11,12 +11,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from llm_test_support import SMOKE
 
 import llm.training.train
 from llm.interface.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
-SMOKE = REPO / "configs" / "smoke.toml"
 
 
 def smoke_config(tmp_path: Path) -> Path:

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+from llm_test_support import SMOKE
 
 import llm.training.checkpoint
 import llm.training.train
@@ -27,7 +28,6 @@ from llm.training.checkpoint import latest_checkpoint, recover_interrupted_write
 from llm.training.runlock import LOCK_FILE, RunLockedError, acquire
 
 REPO = Path(__file__).resolve().parents[2]
-SMOKE = REPO / "configs" / "smoke.toml"
 
 
 def smoke_config(directory: Path, extra_run: str = "", stages: int = 2) -> Path:

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from llm_test_support import perturb_agent
+from llm_test_support import SMOKE, perturb_agent
 from safetensors.torch import save_file
 
 from llm.common.config import load_config
@@ -20,8 +20,6 @@ from llm.training.checkpoint import (
     write_run_marker,
 )
 
-REPO = Path(__file__).resolve().parents[2]
-SMOKE = REPO / "configs" / "smoke.toml"
 AGENT = 1
 
 

@@ -4,18 +4,15 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 import pytest
+from llm_test_support import SMOKE
 
 from llm.common.config import ConfigError, load_config
 from llm.interface.cli import main
 from llm.problems.phrasings import TEMPLATES, templates_of
 from llm.problems.tasks import ArithmeticSuite, _arithmetic_problem, split_of
-
-REPO = Path(__file__).resolve().parents[2]
-SMOKE = REPO / "configs" / "smoke.toml"
 
 # The answer of each word problem, recomputed from the numbers in its question, in order.
 WORD_ANSWERS = {

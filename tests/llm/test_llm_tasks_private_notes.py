@@ -6,10 +6,10 @@ import itertools
 import re
 from collections import Counter
 from fractions import Fraction
-from pathlib import Path
 
 import numpy as np
 import pytest
+from llm_test_support import SMOKE
 
 from llm.common.config import ConfigError, load_config
 from llm.interface.cli import main
@@ -22,9 +22,6 @@ from llm.problems.private_notes import (
 )
 from llm.problems.tasks import identity_of, split_of
 from llm.training.builder import problem_sources
-
-REPO = Path(__file__).resolve().parents[2]
-SMOKE = REPO / "configs" / "smoke.toml"
 
 
 def enumerated_floor(n_agents: int, note_max: int) -> Fraction:

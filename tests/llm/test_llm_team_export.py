@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from llm_test_support import FLOAT32_EPSILON, logit_resolution
+from llm_test_support import FLOAT32_EPSILON, REPO, logit_resolution, teamtr
 from safetensors.torch import load_file
-from team_out_support import REPO, ROWS, teamtr
+from team_out_support import ROWS
 
 import llm
 from llm.export.export_folder import vllm_rank
@@ -278,20 +278,9 @@ def test_chat_refuses_bad_input_in_one_line_before_loading_a_model(
 
 
 def test_chat_without_a_question_reads_them_from_stdin(exported):
-    import os
-    import subprocess
-
     run, _, chat = exported
     notes = [argument for note in NOTES for argument in ("--note", note)]
-    done = subprocess.run(
-        [sys.executable, "-m", "teamtr", "chat", "--run", str(run), *notes],
-        input=f"{QUESTION}\nWhat is 1 + 1?\n\n",
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    done = teamtr("chat", "--run", str(run), *notes, input=f"{QUESTION}\nWhat is 1 + 1?\n\n")
     assert done.returncode == 0, done.stderr
     printed = [line for line in done.stdout.splitlines() if line.startswith("agent ")]
     assert len(printed) == 6  # two questions, three turns each

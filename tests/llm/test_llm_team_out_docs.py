@@ -9,7 +9,7 @@ import shlex
 import subprocess
 import sys
 
-from team_out_support import REPO, teamtr
+from llm_test_support import REPO, teamtr
 
 
 def section(text: str, heading: str) -> str:

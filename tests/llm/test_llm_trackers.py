@@ -12,15 +12,14 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
+from llm_test_support import TEAMTR
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from llm.common.config import ConfigError, RunConfig, load_config, parse_override
 from llm.interface.cli import main
 
-TEAMTR = Path(sys.executable).with_name("teamtr")
 READ = """
 import json
 from trackio.sqlite_storage import SQLiteStorage
