@@ -222,8 +222,10 @@ def test_a_float32_run_records_the_mismatch_within_ratio_tolerance(tmp_path):
     graded = with_rewards(parts.sampler.sample(parts.team), [1.0, 0.0] * 8)
     update = parts.updater.update(parts.team, 0, graded, radius=0.05)
     assert update.mismatch is not None and math.isinf(update.mismatch.kl_tolerance)
-    assert update.mismatch.max_gap <= parts.config.updater.ratio_tolerance
-    assert update.mismatch.truncated == 0  # "auto" corrects nothing in float32
+    assert update.mismatch.tokens == update.tokens > 0  # every message token measured
+    # max_gap within ratio_tolerance is the check's own condition (else the update raises:
+    # tests/llm/test_llm_updater.py); that "auto" leaves float32 uncorrected is
+    # test_each_correction_mode_corrects_in_the_precisions_it_documents's.
 
 
 def test_truncated_importance_weights_and_the_tally_are_the_exact_formulas():
