@@ -329,7 +329,10 @@ def _real_signal(config, progress: bool) -> list[str]:
 
     parts = build(config, progress=progress)
     started = time.perf_counter()
-    rollouts = parts.sampler.sample(parts.team)
+    try:
+        rollouts = parts.sampler.sample(parts.team)
+    finally:
+        parts.sampler.close()  # a server engine stops with the check
     settings = parts.sampler.settings
     turns = [turn for episode in rollouts.episodes for turn in episode.turns]
     cut = sum(len(t.message) >= settings.max_tokens_of(t.agent) for t in turns)

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from math_verify import parse, verify
 
 from llm.common.collective import Collective
 from llm.common.progress import CountProgress
@@ -24,6 +23,7 @@ from llm.problems.private_notes import CHAIN_TEMPLATES, NOTES_TEMPLATES, RELAY_T
 from llm.problems.rewards import Grade
 from llm.problems.task import verdict_of
 from llm.problems.tasks import Problem
+from llm.rewards.answers import normalised
 from llm.sampling.sampler import DialogueSampler
 
 EVAL_ONLY_TEMPLATES = frozenset(
@@ -132,19 +132,20 @@ def _evaluate(
             )
             finished.extend(done)
             tokens += generated
-        grades, scores, credits, rewards = _scored(sampler, finished)
+        grades, scores, credits, rewards, answers = _scored(sampler, finished)
     else:
-        grades, scores, credits, rewards, tokens = _evaluate_share(
+        grades, scores, credits, rewards, answers, tokens = _evaluate_share(
             team, sampler, problems, episodes, seeds, samples, batch_size, collective, bar.advance
         )
         grades = [g for share in collective.gather(grades) for g in share]
         scores = [x for share in collective.gather(scores) for x in share]
         credits = [c for share in collective.gather(credits) for c in share]
         rewards = [r for share in collective.gather(rewards) for r in share]
+        answers = [a for share in collective.gather(answers) for a in share]
         tokens = int(collective.sum(tokens))
     bar.close(f"{len(problems)} questions in {time.perf_counter() - started:.1f} s")
     measure = sampler.task.measure(problems)
-    result = _record(problems, samples, grades, scores, credits, tokens, measure)
+    result = _record(problems, samples, grades, scores, credits, tokens, measure, answers)
     return Evaluation(result, finished, grades, list(scores), list(rewards), measure)
 
 
@@ -156,6 +157,7 @@ def _record(
     credits: Sequence[float | None],
     tokens: int,
     measure: str = "accuracy",
+    answers: Sequence[str | None] | None = None,
 ) -> dict[str, float]:
     """The evaluation's record: ``measure`` (the task's metric's mean: ``accuracy`` or
     ``score``), its standard error over
@@ -178,17 +180,21 @@ def _record(
         per_problem = correct.reshape(len(problems), samples)
         result[f"pass@{samples}"] = float(per_problem.max(axis=1).mean())
         votes = []
-        for index, problem in enumerate(problems):
-            answers = [
-                g.extracted
-                for g in grades[index * samples : (index + 1) * samples]
-                if g.parsed and g.extracted is not None
-            ]
-            if not answers:
+        keys = (
+            list(answers)
+            if answers is not None
+            else [g.extracted if g.parsed else None for g in grades]
+        )
+        for index in range(len(problems)):
+            mine = range(index * samples, (index + 1) * samples)
+            cast = [keys[k] for k in mine if keys[k] is not None]
+            if not cast:
                 votes.append(0.0)
                 continue
-            winner = Counter(answers).most_common(1)[0][0]
-            votes.append(float(bool(verify(parse(problem.answer), parse(winner)))))
+            # The answer most dialogues gave (the first given, on a tie), scored by the task's
+            # own metric, as the dialogue that first gave it was: what the rows say of it.
+            winner = Counter(cast).most_common(1)[0][0]
+            votes.append(float(correct[next(k for k in mine if keys[k] == winner)]))
         result["majority_vote"] = float(np.mean(votes))
     if all(c is not None for c in credits):
         # A per-turn reward, held out (for the chain: the share of turns that state the
@@ -204,19 +210,31 @@ def _record(
 
 def _scored(
     sampler: DialogueSampler, finished: Sequence[Episode]
-) -> tuple[list[Grade], list[float], list[float | None], list[float]]:
+) -> tuple[list[Grade], list[float], list[float | None], list[float], list[str | None]]:
     """Per finished dialogue: its final answer's math-verify grade, its held-out score (the
-    task's metric), where the task's reward is per turn its return (else None), and its
-    reward (the task's own)."""
-    grades, scores, credits, rewards = [], [], [], []
+    task's metric), where the task's reward is per turn its return (else None), its reward
+    (the task's own) and the answer it votes for (``vote_key``)."""
+    grades, scores, credits, rewards, answers = [], [], [], [], []
     for episode in finished:
         dialogue = sampler.dialogue(episode)
-        grades.append(verdict_of(dialogue))
+        verdict = verdict_of(dialogue)
+        grades.append(verdict)
         returns = sampler.task.returns(dialogue)
         scores.append(sampler.task.score(dialogue, returns))
         credits.append(returns.value if returns.per_turn is not None else None)
         rewards.append(returns.value)
-    return grades, scores, credits, rewards
+        answers.append(vote_key(verdict, dialogue.final))
+    return grades, scores, credits, rewards, answers
+
+
+def vote_key(verdict: Grade, final: str) -> str | None:
+    """The answer a dialogue votes for in a majority vote: math-verify's reading of its final
+    message where the reference is one math-verify reads, else the message as answers are
+    compared (``llm.rewards.answers.normalised``); None for no answer."""
+    if verdict.extracted is not None:
+        return verdict.extracted if verdict.parsed else None
+    text = normalised(final)
+    return text or None
 
 
 def _summary(scores: np.ndarray, measure: str) -> dict[str, float]:
@@ -308,7 +326,7 @@ def _evaluate_share(
     batch_size: int,
     collective: Collective,
     on_messages: Callable[[int], None] | None = None,
-) -> tuple[list[Grade], list[float], list[float | None], list[float], int]:
+) -> tuple[list[Grade], list[float], list[float | None], list[float], list[str | None], int]:
     """This rank's contiguous share of the problems, played and graded (``_scored``: grades,
     held-out scores, per-turn returns, rewards) and the tokens generated.
 

@@ -399,6 +399,11 @@ class _Run:
         # Exclusive of the sampler's and updater's own sections: the certificate (Thm
         # 3.4/3.6 arithmetic on the updates' measurements) and the loop's bookkeeping.
         report_part = StagePartReports(self, bar, stage, team)
+        settings = parts.sampler.settings
+        # Said before the first sampling, which can take minutes on a CPU: the run is alive.
+        report_part.step(
+            f"sampling {settings.prompts_per_batch} groups of {settings.group_size} dialogues"
+        )
         with profiling.section("certificate and stage loop"):
             report, team = run_stage(
                 team,
@@ -424,7 +429,7 @@ class _Run:
         if self.writes and record.groups_drawn and not record.groups_with_signal:
             bar.note(no_signal_warning(bar.label(stage), record, report_part.cut_messages))
         if every and ((stage + 1) % every == 0 or last) and parts.test_problems:
-            report_part.step("held-out evaluation...")
+            report_part.step(f"evaluating on {len(parts.test_problems)} held-out problems")
             evaluation = evaluate_team(
                 team, parts.sampler, parts.test_problems, collective=together
             )

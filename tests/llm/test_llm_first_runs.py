@@ -152,6 +152,11 @@ def test_eval_transcripts_add_up_to_the_reported_accuracy_of_an_exact_match_task
     assert np.mean([r["score"] for r in records]) == result["accuracy"]
     assert [r["reward"] for r in records] == [float(r["correct"]) for r in records]
     assert records[0]["correct"] and records[4]["correct"]
+    # The majority vote, on a tie the first answer given, is scored by the task's metric too:
+    # the two questions whose first dialogue is right (their two answers differ).
+    assert records[0]["turns"][-1]["text"] != records[1]["turns"][-1]["text"]
+    assert records[4]["turns"][-1]["text"] != records[5]["turns"][-1]["text"]
+    assert result["majority_vote"] == 0.5
     wrong = [r for r in records if r["score"] < 1]  # docs/tasks.md's snippet
     assert len(wrong) == round(8 * (1 - result["accuracy"]))
     capsys.readouterr()
