@@ -119,6 +119,8 @@ class BaseModel:
         if self.location is not None:
             return [load, f'base = AutoModelForCausalLM.from_pretrained("{self.location}")']
         where = f"the file {self.gguf_file}" if self.gguf_file else f"the model {self.source!r}"
+        if self.hub_id:
+            where += f" (its config names {self.hub_id}; the SHA-256 tells whether it is that)"
         return [f"# {where}: not in this export; export again with --with-base to include it"]
 
 
@@ -235,6 +237,10 @@ def _base_model(
     if resolved.location == TINY_ALIAS:
         return BaseModel(named, None, None, weights_digest, WEIGHTS_DIGEST)
     hub_id = _hub_id(resolved.location)
+    if Path(resolved.location).expanduser().exists():
+        # A folder of this machine: the id its config records may name weights it has since
+        # changed, so transformers is not told to load it in its place (the digest decides).
+        return BaseModel(named, None, None, weights_digest, WEIGHTS_DIGEST, hub_id=hub_id)
     return BaseModel(named, hub_id, None, weights_digest, WEIGHTS_DIGEST, hub_id=hub_id)
 
 

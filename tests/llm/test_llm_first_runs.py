@@ -443,3 +443,32 @@ def test_keep_checkpoints_leaves_the_newest_and_the_run_still_resumes_and_evalua
     config.write_text(text.replace("[run]\n", "[run]\nkeep_checkpoints = -1\n"))
     assert main(["train", "--config", str(config), "--check"]) == 2
     assert "[run] keep_checkpoints: must be >= 0" in capsys.readouterr().err
+
+
+def test_an_export_of_a_local_model_names_it_by_name_and_its_recorded_hub_id(tmp_path):
+    """A model folder of the exporting machine: named by its folder's name and the id its
+    config records, never by its path, and never loaded in its place by the card's lines."""
+    from types import SimpleNamespace
+
+    from llm.common.config import RunConfig
+    from llm.export.export_folder import _base_model, vllm_command
+    from llm.models.loading import tiny_llama
+
+    folder = tmp_path / "my-model"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"_name_or_path": "org/base-model"}))
+    default = RunConfig()
+    config = dataclasses.replace(
+        default, model=dataclasses.replace(default.model, source=str(folder))
+    )
+    base = _base_model(
+        SimpleNamespace(config=config, tokenizer=None),  # type: ignore[arg-type]
+        tiny_llama(40),
+        tmp_path,
+        with_base=False,
+    )
+    assert (base.source, base.location, base.hub_id) == ("my-model", None, "org/base-model")
+    assert base.adapter_base == "org/base-model"
+    trained = SimpleNamespace(team=SimpleNamespace(n_agents=2), config=dataclasses.replace(config))
+    said = " ".join([*base.build_lines(), vllm_command(trained, base)])  # type: ignore[arg-type]
+    assert str(tmp_path) not in said and "--with-base" in said
