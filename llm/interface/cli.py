@@ -326,6 +326,7 @@ def _real_signal(config, progress: bool) -> list[str]:
     import time
 
     from llm.training.builder import build
+    from llm.training.train import messages_cut
 
     parts = build(config, progress=progress)
     started = time.perf_counter()
@@ -334,13 +335,12 @@ def _real_signal(config, progress: bool) -> list[str]:
     finally:
         parts.sampler.close()  # a server engine stops with the check
     settings = parts.sampler.settings
-    turns = [turn for episode in rollouts.episodes for turn in episode.turns]
-    cut = sum(len(t.message) >= settings.max_tokens_of(t.agent) for t in turns)
+    cut, messages = messages_cut(rollouts.episodes, parts.sampler)
     lines = [
         f"real model: {len(rollouts.episodes)} dialogues in {rollouts.groups_drawn} groups of "
         f"{settings.group_size} ({time.perf_counter() - started:.1f} s): "
         f"{rollouts.groups_with_signal} groups with differing rewards, mean reward "
-        f"{rollouts.mean_reward:.2f}, {cut} of {len(turns)} messages cut at max_new_tokens"
+        f"{rollouts.mean_reward:.2f}, {cut} of {messages} messages cut at max_new_tokens"
     ]
     if not rollouts.groups_with_signal:
         lines.append(

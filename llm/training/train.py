@@ -521,10 +521,7 @@ class StagePartReports:
 
     def sampled(self, rollouts: Any) -> None:
         if not self.done:
-            settings = self.run.parts.sampler.settings
-            turns = [turn for episode in rollouts.episodes for turn in episode.turns]
-            cut = sum(len(t.message) >= settings.max_tokens_of(t.agent) for t in turns)
-            self.cut_messages = (cut, len(turns))
+            self.cut_messages = messages_cut(rollouts.episodes, self.run.parts.sampler)
         self.step(
             f"sampled {rollouts.groups_drawn} groups ({rollouts.groups_with_signal} with "
             f"differing rewards), reward {rollouts.mean_reward:.2f}, "
@@ -559,6 +556,19 @@ class _ReportingSampler:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
+
+
+def messages_cut(episodes: Sequence[Any], sampler: Any) -> tuple[int, int]:
+    """Of the messages of ``episodes``, those cut at their speaker's ``max_new_tokens``, and
+    all: a cut message fills its limit without the stop token, which one that ended on its
+    own carries as its last token (``llm.sampling.messages``)."""
+    stop = sampler.chat.stop_id
+    turns = [turn for episode in episodes for turn in episode.turns]
+    cut = sum(
+        len(t.message) >= sampler.settings.max_tokens_of(t.agent) and t.message[-1] != stop
+        for t in turns
+    )
+    return cut, len(turns)
 
 
 def no_signal_warning(label: str, record: StageMetrics, cut_messages: tuple[int, int]) -> str:

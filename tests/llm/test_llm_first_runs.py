@@ -472,3 +472,25 @@ def test_an_export_of_a_local_model_names_it_by_name_and_its_recorded_hub_id(tmp
     trained = SimpleNamespace(team=SimpleNamespace(n_agents=2), config=dataclasses.replace(config))
     said = " ".join([*base.build_lines(), vllm_command(trained, base)])  # type: ignore[arg-type]
     assert str(tmp_path) not in said and "--with-base" in said
+
+
+def test_a_message_that_ends_on_its_own_at_the_limit_is_not_counted_as_cut():
+    """The no-signal warning and --check --real count messages cut by max_new_tokens: those
+    that fill the limit without the stop token (one that stops on its last allowed token is
+    whole)."""
+    from llm_test_support import arithmetic_sampler
+
+    from llm.conversation.dialogue import ChatFormat, Episode, Turn
+    from llm.models.loading import tiny_char_tokenizer
+    from llm.problems.tasks import Problem
+    from llm.training.train import messages_cut
+
+    chat = ChatFormat.from_tokenizer(tiny_char_tokenizer(), 2, system_prompt="Solve.")
+    sampler = arithmetic_sampler(chat, n_agents=2, turns=2, max_new_tokens=3)
+    stop = chat.stop_id
+    turns = [(0, (5, 6, 7)), (1, (5, 6, stop)), (0, (5, stop)), (1, (5, 6, 7))]
+    episodes = [
+        Episode(Problem("q", "a"), (1,), 0, (Turn(a, m), Turn(b, n)))
+        for (a, m), (b, n) in zip(turns[::2], turns[1::2], strict=True)
+    ]
+    assert messages_cut(episodes, sampler) == (2, 4)
