@@ -100,9 +100,13 @@ from teamtr.stage import run_stage, stage_order
 
 # -- training --------------------------------------------------------------------------------------
 def check_training(
-    config: RunConfig, config_name: str = "run", task_check: bool | None = None
+    config: RunConfig,
+    config_name: str = "run",
+    task_check: bool | None = None,
+    warns: bool = True,
 ) -> Path:
     """Everything a new run can check before its model loads; returns its run directory.
+    ``warns``: print what the task check warns of (rank 0 of a data-parallel run only).
     ``task_check``: play the task on a tiny model (``check_task``); by default only where the
     task is one's own code or data (``user_code``)."""
     name = config.run.name or f"{config_name}-{datetime.now():%Y%m%d-%H%M%S}"
@@ -117,7 +121,7 @@ def check_training(
     task = configured_task(config)  # every data line parsed and checked, every module imported
     if user_code(config) if task_check is None else task_check:
         checked = check_task(task, config)  # a reward that fails does so now, before the load
-        for warning in checked.warnings:  # train/test overlap, ...: what --check would say
+        for warning in checked.warnings if warns else ():  # train/test overlap, ...
             print(f"warning: {warning}", file=sys.stderr, flush=True)
     return run_dir
 
@@ -149,7 +153,8 @@ def train(
         shards = check_world(config, collective.world_size)
         config = replace(config, run=replace(config.run, rollout_shards=shards, name=name))
         run_dir = Path(config.run.output_dir) / name
-        agree(collective, _failure(check_training, config, config_name))
+        checks = _failure(check_training, config, config_name, None, collective.is_main)
+        agree(collective, checks)
     # Data and model are loaded before anything is written.
     parts = parts or build(config, collective, progress)
     lock = None
