@@ -71,7 +71,9 @@ def variant_config(base: RunConfig, variant: str, seed: int) -> RunConfig:
     spec = VARIANTS[variant]
     lora = dataclasses.replace(base.lora, half_precision_sum=spec.get("sum", "float32"))
     run = dataclasses.replace(base.run, dtype=spec["dtype"], seed=seed)
-    return dataclasses.replace(base, lora=lora, run=run)
+    # As ``teamtr train --seed``: the adapters' initialisation and the sampler's draws.
+    sampler = dataclasses.replace(base.sampler, seed=seed)
+    return dataclasses.replace(base, lora=lora, run=run, sampler=sampler)
 
 
 def build_variant(base: RunConfig, variant: str, seed: int) -> Components:
@@ -253,12 +255,14 @@ def one_seed(base: RunConfig, seed: int, variants: list[str], log) -> dict[str, 
 
 
 def summary(seeds: list[dict[str, Any]], variants: list[str]) -> dict[str, dict[str, float]]:
-    """Per variant, over every (seed, agent): means of the ratios to float32 and of the cosines."""
+    """Per variant, over every (seed, agent): means of the ratios to float32 and of the cosines
+    (each over the seeds that measured it)."""
     out = {}
     for variant in variants:
         rows = [
             (row, seed["variants"]["float32"]["agents"][agent])
             for seed in seeds
+            if variant in seed["variants"]
             for agent, row in seed["variants"][variant]["agents"].items()
         ]
 
@@ -338,11 +342,17 @@ def main(argv: list[str] | None = None) -> int:
         "radius": base.stage.radius,
         "seeds": [],
     }
+    if args.json is not None and args.json.is_file():
+        # Seeds measured before (with the same config) are kept: a study grows seed by seed.
+        before = json.loads(args.json.read_text())
+        if before.get("config") == args.config and before.get("source") == base.model.source:
+            result["seeds"] = [s for s in before["seeds"] if s["seed"] not in args.seeds]
     for seed in args.seeds:
         result["seeds"].append(
             one_seed(base, seed, args.variants, lambda line: print(line, flush=True))
         )
-        result["summary"] = summary(result["seeds"], args.variants)
+        measured = [v for v in VARIANTS if any(v in s["variants"] for s in result["seeds"])]
+        result["summary"] = summary(result["seeds"], measured)
         if args.json is not None:  # after every seed: a long run keeps what it measured
             args.json.write_text(json.dumps(result, indent=1) + "\n")
     print(markdown(result["summary"]))
