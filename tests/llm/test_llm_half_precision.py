@@ -30,7 +30,7 @@ from llm.update.mismatch import (
     mismatch_kl_tolerance,
     truncated_weights,
 )
-from llm.update.updater import RatioCheckError
+from llm.update.updater import RatioCheckError, TrustRegionUpdater
 
 HALF = ("bfloat16", "float16")
 
@@ -389,26 +389,34 @@ def test_the_first_steps_gradient_is_the_corrected_one(tmp_path):
     assert max(moved) > 0.05 * max(float(g.abs().max()) for g in gradient if g is not None)
 
 
-@pytest.mark.parametrize("mode", ["auto", "tis", "off"])
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_each_correction_mode_corrects_in_the_precisions_it_documents(tmp_path, dtype, mode):
-    """``[updater] mismatch_correction``: "tis" corrects in every precision, "off" in none,
-    "auto" in half precision only, each with C = ``tis_cap``. Seen in an update whose sampler
-    recorded one token 1 nat less likely than the trainer finds it (π/μ about e; in float32
-    ``ratio_tolerance`` is raised to let the check pass it): a corrected update cuts its
-    weight at C = 2 (one token truncated), an uncorrected one weighs nothing."""
-    config = load_config(write_config(tmp_path))
-    settings = dataclasses.replace(config.updater, mismatch_correction=mode, ratio_tolerance=2.0)
-    parts = build(with_placement(dataclasses.replace(config, updater=settings), "cpu", dtype))
-    assert parts.config.updater.tis_cap == 2.0
+@pytest.fixture(scope="module", params=["float32", "bfloat16"])
+def one_token_shifted(request, tmp_path_factory):
+    """A team in the precision ``request.param`` and a graded draw of it whose sampler
+    recorded one token of agent 0 1 nat less likely than the trainer finds it (π/μ about e)."""
+    dtype = request.param
+    config = load_config(write_config(tmp_path_factory.mktemp(dtype)))
+    parts = build(with_placement(config, "cpu", dtype))
     rollouts = with_rewards(parts.sampler.sample(parts.team), [1.0, 0.0] * 8)
     (e, t), logps = min(rollouts.recorded_logps(0, parts.chat.policy).items())
     shifted = logps.clone()
     shifted[0] -= 1.0
-    update = parts.updater.update(
-        parts.team, 0, with_sampled_logps(rollouts, e, t, shifted), radius=0.05
+    return dtype, parts, with_sampled_logps(rollouts, e, t, shifted)
+
+
+@pytest.mark.parametrize("mode", ["auto", "tis", "off"])
+def test_each_correction_mode_corrects_in_the_precisions_it_documents(one_token_shifted, mode):
+    """``[updater] mismatch_correction``: "tis" corrects in every precision, "off" in none,
+    "auto" in half precision only, each with C = ``tis_cap``. Seen in an update whose sampler
+    recorded one token 1 nat less likely than the trainer finds it (in float32
+    ``ratio_tolerance`` is raised to let the check pass it): a corrected update cuts its
+    weight π/μ ~ e at C = 2 (one token truncated), an uncorrected one weighs nothing."""
+    dtype, parts, rollouts = one_token_shifted
+    settings = dataclasses.replace(
+        parts.config.updater, mismatch_correction=mode, ratio_tolerance=2.0
     )
-    mismatch = update.mismatch
+    assert settings.tis_cap == 2.0
+    updater = TrustRegionUpdater(parts.chat, settings, score_chunk=parts.updater.score_chunk)
+    mismatch = updater.update(parts.team, 0, rollouts, radius=0.05).mismatch
     assert mismatch is not None and mismatch.max_gap >= 1.0 - 1e-3
     corrected = mode == "tis" or (mode == "auto" and dtype != "float32")
     assert mismatch.truncated * mismatch.tokens == pytest.approx(float(corrected), abs=1e-9)
