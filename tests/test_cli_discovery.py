@@ -18,6 +18,7 @@ OWNERS = {
     "swap": "llm",
     "chat": "llm",
     "export": "llm",
+    "plot": "llm",
     "scaling": "studies",
     "sim-train": "studies",
     "swap-sim": "studies",
@@ -41,6 +42,7 @@ def test_every_subcommand_is_registered_by_the_package_that_owns_it():
         "swap",
         "chat",
         "export",
+        "plot",
     }
 
 

@@ -1,7 +1,9 @@
 """What a first run of one's own task says and records: a stage that cannot learn is said to
-be one, eval's transcripts add up to its accuracy, exports name no path of the machine that
-wrote them, data files that hold nothing are said to hold nothing. Tiny random models, real
-files, the real command line."""
+be one, and so is each part of a stage and each certificate's two parts; stages count from 1
+everywhere; eval's transcripts add up to its accuracy; exports name no path of the machine that
+wrote them; data files that hold nothing are said to hold nothing; the command line groups its
+commands and shows examples that parse; a run's curves are drawn; old checkpoints can go.
+Tiny random models, real files, the real command line."""
 
 from __future__ import annotations
 
