@@ -59,10 +59,15 @@ def run_plot(args: argparse.Namespace) -> int:
     draw(records, out, run_dir.name)
     held_out = [r for r in records if "eval" in r]
     print(
-        f"{out}: {len(records)} stages, {len(held_out)} held-out evaluations"
+        f"{out}: {_count(len(records), 'stage')}, "
+        f"{_count(len(held_out), 'held-out evaluation')}"
         + (f", last {_measure_of(held_out[-1]['eval'])}" if held_out else "")
     )
     return 0
+
+
+def _count(number: int, thing: str) -> str:
+    return f"{number} {thing}{'' if number == 1 else 's'}"
 
 
 def _measure_of(evaluation: dict[str, float]) -> str:
@@ -76,6 +81,7 @@ def draw(records: list[dict[str, Any]], out: Path, title: str) -> None:
 
     matplotlib.use("Agg")  # a file, never a window
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     stages = [r["stage"] + 1 for r in records]  # metrics.jsonl holds the index: stage k - 1
     figure, (top, bottom) = plt.subplots(
@@ -104,6 +110,7 @@ def draw(records: list[dict[str, Any]], out: Path, title: str) -> None:
     bottom.axhline(0.0, color="black", linewidth=0.8)
     bottom.set_ylabel("certificate")
     bottom.set_xlabel("stage")
+    bottom.xaxis.set_major_locator(MaxNLocator(integer=True))  # stages are whole
     bottom.grid(alpha=0.3)
     figure.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
