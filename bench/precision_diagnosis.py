@@ -174,7 +174,10 @@ def compare(mine: dict[str, torch.Tensor], reference: dict[str, torch.Tensor]) -
     for kind in ("lora_A", "lora_B"):
         a, b = by_kind(mine, kind), by_kind(reference, kind)
         if a:
-            out[f"norm_ratio_{kind}"] = float(flat(a).norm()) / max(float(flat(b).norm()), 1e-300)
+            # NaN where float32's is 0: A's gradient at B = 0 is exactly 0 in every precision.
+            reference_norm = float(flat(b).norm())
+            mine_norm = float(flat(a).norm())
+            out[f"norm_ratio_{kind}"] = mine_norm / reference_norm if reference_norm else math.nan
     return out
 
 
