@@ -81,6 +81,8 @@ VLLM_LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
 """The ``--max-lora-rank`` values vLLM accepts."""
 ADAPTER_FILE = "adapter_model.safetensors"
 SERVED_BASE = "base"
+LOG_FOLDER_PREFIX = "teamtr-engine-"
+"""The temporary folder of a server's log until the run directory exists."""
 GUARD = Path(__file__).with_name("engine_guard.py")
 
 
@@ -228,6 +230,9 @@ class EngineServer:
             return
         try:
             os.replace(self.log, destination)
+            if self.log.parent.name.startswith(LOG_FOLDER_PREFIX):  # the temporary one
+                with contextlib.suppress(OSError):
+                    self.log.parent.rmdir()
             self.log = destination
         except OSError:
             with contextlib.suppress(OSError):
@@ -373,12 +378,15 @@ class VLLMEngine:
         env = dict(os.environ)
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", KV_CACHE_GIB)
         env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "1"
+        # vLLM gives one model step 300 s; a batch of prompts prefilled whole on a CPU shared
+        # with training and other runs took longer, and the server stopped.
+        env.setdefault("VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS", "3600")
         # A shared CPU: the server uses the run's threads, unpinned, as teamtr itself does.
         env.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
         env["OMP_NUM_THREADS"] = str(max(1, threads))
         env.pop("PYTHONPATH", None)  # teamtr's packages must not shadow vLLM's environment's
         if log is None:
-            log = Path(tempfile.mkdtemp(prefix="teamtr-engine-")) / "engine.log"
+            log = Path(tempfile.mkdtemp(prefix=LOG_FOLDER_PREFIX)) / "engine.log"
         self.server = EngineServer(command, env, log, port)
         timeout = float(os.environ.get(START_TIMEOUT_ENVIRONMENT, START_TIMEOUT))
         try:
