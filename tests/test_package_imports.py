@@ -270,6 +270,7 @@ LLM_ROOMS = (
     "models",
     "logprobs",
     "sampling",
+    "evaluation",
     "update",
     "training",
     "export",

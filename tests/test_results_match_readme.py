@@ -38,6 +38,7 @@ STUDIES = (
     "study_arith_format",
     "study_arith_grpo_dynamic",
     "precision",
+    "precision_sum",
 )
 """Seed studies whose summary (``results/<name>.json``) and per-run files docs/results.md cites."""
 
@@ -481,6 +482,14 @@ def test_the_relay_changes_table_is_the_committed_curves():
     )
     assert [f"{m:.1f}" for m in reach["wide-region"]] == ["2.9", "2.5", "1.0"]
     assert [f"{m:.1f}" for m in reach["teamtr"]] == ["3.9", "3.5", "5.5"]
+
+
+def test_the_float32_sum_precision_tables_are_the_committed_runs():
+    """docs/results.md prints both tables of the bfloat16 runs with the float32 LoRA sum."""
+    summary = recomputed("precision_sum")
+    assert set(summary["methods"]) == {"float32", "bfloat16"}
+    rows = table_rows(markdown(summary)) + table_rows(sampling_markdown(summary))
+    assert_rows_on_pages(rows, RESULTS_PAGE)
 
 
 def test_the_precision_tables_are_the_committed_runs():

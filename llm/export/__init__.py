@@ -3,7 +3,7 @@ play questions of one's own (``llm.load_team``), and written for the tools every
 PEFT adapter folders, a team description and the ``vllm serve`` line (``llm.save_team``,
 ``teamtr export``).
 
-Room 10 of 11 in data-flow order: it imports only from ``llm.common``, ``llm.rewards``,
+Room 11 of 12 in data-flow order: it imports only from ``llm.common``, ``llm.rewards``,
 ``llm.problems``, ``llm.conversation``, ``llm.models``, ``llm.logprobs``, ``llm.sampling``,
 ``llm.update``, ``llm.training`` and the core ``teamtr``, never from a room after it
 (tests/test_package_imports.py).

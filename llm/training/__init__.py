@@ -1,8 +1,9 @@
 """A training run from a config to its results: assembling the parts, the run driver with its
-budget and events, checkpoints, run directories and their lock, held-out evaluation, the task
+budget and events, checkpoints, run directories and their lock, the task
 checker, preflight checks and data-parallel ranks.
 
-Room 9 of 11 in data-flow order: it imports only from ``llm.common``, ``llm.problems``,
-``llm.conversation``, ``llm.models``, ``llm.logprobs``, ``llm.sampling``, ``llm.update`` and the
+Room 10 of 12 in data-flow order: it imports only from ``llm.common``, ``llm.problems``,
+``llm.conversation``, ``llm.models``, ``llm.logprobs``, ``llm.sampling``, ``llm.evaluation``,
+``llm.update`` and the
 core ``teamtr``, never from a room after it (tests/test_package_imports.py).
 """

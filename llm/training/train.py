@@ -41,6 +41,7 @@ from llm.common.config import (
 )
 from llm.common.progress import StageProgress
 from llm.common.trackers import TrackerMissing, check_trackers, open_trackers
+from llm.evaluation.held_out import evaluate_team
 from llm.models.agents import LoraTeam
 from llm.training.builder import Components, build, configured_task
 from llm.training.checkpoint import (
@@ -63,7 +64,6 @@ from llm.training.distributed import (
     replicas_agree,
     require_same_world,
 )
-from llm.training.evaluation import evaluate_team
 from llm.training.preflight import (
     MIN_FREE_BYTES,
     check_run_name,

@@ -69,10 +69,10 @@ def training_cpu_minutes(stages: list[dict[str, Any]]) -> list[float | None]:
 def evaluate_checkpoints(run_dir: Path, progress: bool) -> dict[str, Any]:
     """Every stage checkpoint of ``run_dir`` evaluated greedily on the run's held-out set."""
     from llm.common.config import load_config
+    from llm.evaluation.held_out import evaluate_team
     from llm.models.agents import LoraTeam
     from llm.training.builder import build, problem_sources
     from llm.training.checkpoint import find_policies, stage_directories
-    from llm.training.evaluation import evaluate_team
 
     config = load_config(run_dir / "config.json")
     problems = problem_sources(config)[1]

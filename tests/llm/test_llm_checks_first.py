@@ -16,9 +16,9 @@ from llm_test_support import SMOKE, arithmetic_sampler, make_team
 
 import llm.common.progress
 from llm.common.progress import StageProgress, library_bars
+from llm.evaluation.held_out import evaluate_team
 from llm.interface.cli import main
 from llm.problems.tasks import MAX_LINE_BYTES, Problem, TaskDataError, load_jsonl
-from llm.training.evaluation import evaluate_team
 
 MISSING_MODEL = 'source = "/no/such/model.gguf"'
 

@@ -11,11 +11,11 @@ import pytest
 from llm_test_support import SMOKE
 
 from llm.common.config import load_config
+from llm.evaluation.held_out import EVAL_ONLY_TEMPLATES, group_metrics
 from llm.interface.cli import main
 from llm.problems.rewards import grade
 from llm.problems.tasks import Problem
 from llm.training.builder import problem_sources
-from llm.training.evaluation import EVAL_ONLY_TEMPLATES, group_metrics
 
 
 def config_with(tmp_path: Path, task_lines: str) -> Path:

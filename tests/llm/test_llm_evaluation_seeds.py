@@ -14,9 +14,9 @@ import numpy as np
 from llm_test_support import TIMING_KEYS, arithmetic_sampler
 from test_llm_resume import final_state, write_config
 
+from llm.evaluation.held_out import evaluate_team
 from llm.interface.cli import main
 from llm.problems.tasks import ArithmeticSuite
-from llm.training.evaluation import evaluate_team
 
 
 def test_an_evaluation_leaves_the_sampler_alone_and_repeats_itself(char_chat, char_team):

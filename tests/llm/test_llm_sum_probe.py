@@ -8,10 +8,10 @@ import json
 
 import pytest
 
+from llm.evaluation.held_out import evaluate_team
 from llm.interface.cli import main as teamtr
 from llm.models.loading import tiny_char_tokenizer
 from llm.training.builder import build
-from llm.training.evaluation import evaluate_team
 from studies.llm import sum_probe
 
 CONFIG = """
