@@ -7,6 +7,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -223,3 +224,22 @@ def penalty_resolution(penalty: float, kl: float, kl_tolerance: float) -> float:
         return 0.0
     c = penalty / math.sqrt(kl / 2)
     return c * (math.sqrt(kl / 2) - math.sqrt(max(kl - kl_tolerance, 0.0) / 2))
+
+
+def group_alive(group: int) -> bool:
+    """Whether any process of process group ``group`` is still alive."""
+    try:
+        os.killpg(group, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def wait_gone(group: int, timeout: float = 30) -> bool:
+    """Wait up to ``timeout`` seconds for process group ``group`` to be gone."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not group_alive(group):
+            return True
+        time.sleep(0.1)
+    return False

@@ -12,6 +12,8 @@ import textwrap
 import time
 from pathlib import Path
 
+from llm_test_support import group_alive, wait_gone
+
 from llm.sampling.engine_vllm import GUARD, EngineServer, last_error_line
 
 # A "server" that starts a worker of its own, as vLLM does: both must go.
@@ -21,23 +23,6 @@ SERVER = [
     "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', "
     "'import time; time.sleep(600)']); print('ready', flush=True); time.sleep(600)",
 ]
-
-
-def group_alive(group: int) -> bool:
-    try:
-        os.killpg(group, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
-def wait_gone(group: int, timeout: float = 30) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not group_alive(group):
-            return True
-        time.sleep(0.1)
-    return False
 
 
 def test_closing_the_pipe_stops_the_servers_whole_group(tmp_path):

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from llm_test_support import group_alive, wait_gone
 
 from llm.common.config import ConfigError, load_config
 from llm.models.agents import AdapterWeights
@@ -229,14 +230,6 @@ def test_a_draw_replayed_with_its_seed_is_the_same_tokens(served):
 SERVER_PID = re.compile(r"\(APIServer pid=(\d+)\)")
 
 
-def group_alive(group: int) -> bool:
-    try:
-        os.killpg(group, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 def start_training(config: Path, name: str, *extra: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [*TEAMTR, "train", "--config", str(config), "--name", name, "--no-progress", *extra],
@@ -264,15 +257,6 @@ def wait_for_server(
         assert process.poll() is None, process.communicate()
         time.sleep(0.5)
     raise AssertionError("the server did not start")
-
-
-def wait_gone(group: int, timeout: float = 30) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not group_alive(group):
-            return True
-        time.sleep(0.2)
-    return False
 
 
 def test_a_finished_run_leaves_no_server_and_keeps_its_log(tmp_path):
