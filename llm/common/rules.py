@@ -265,15 +265,21 @@ def _arguments_name_a_ready_made_reward(task: Any) -> str | None:
     return None
 
 
-def _engine_keys_need_the_server_engine(sampler: Any) -> str | None:
-    if sampler.engine != "vllm" and (sampler.engine_url or sampler.engine_args):
-        return 'is for engine = "vllm" (the server); engine = "hf" samples in this process'
-    return None
+def _engine_key_needs_the_server_engine(key: str) -> Callable[[Any], str | None]:
+    """The rule that ``[sampler] key`` (engine_url, engine_args) is set only with the server."""
+
+    def broken(sampler: Any) -> str | None:
+        if sampler.engine != "vllm" and getattr(sampler, key):
+            return 'is for engine = "vllm" (the server); engine = "hf" samples in this process'
+        return None
+
+    return broken
 
 
 SECTION_RULES: tuple[SectionRule, ...] = (
     SectionRule("sampler", "signal_groups", _signal_groups_fit_the_batch),
-    SectionRule("sampler", "engine_url", _engine_keys_need_the_server_engine),
+    SectionRule("sampler", "engine_url", _engine_key_needs_the_server_engine("engine_url")),
+    SectionRule("sampler", "engine_args", _engine_key_needs_the_server_engine("engine_args")),
     SectionRule("task", "train_file", _a_file_task_names_its_file),
     SectionRule("task", "factory", _a_python_task_names_its_factory),
     SectionRule("task", "args", _args_only_for_a_factory),
