@@ -274,7 +274,9 @@ def test_a_finished_run_leaves_no_server_and_keeps_its_log(tmp_path):
     [("SIGTERM", 130), ("Ctrl-C", 130), ("kill -9", -signal.SIGKILL)],
 )
 def test_no_server_outlives_teamtr(tmp_path, way, code):
-    config = write_config(tmp_path, stages=20)
+    # Stages enough that the run is still going when the signal comes: the tiny team trains a
+    # stage a second, and a loaded machine may keep this test from signalling for 20 s and more.
+    config = write_config(tmp_path, stages=1000)
     process = start_training(config, "stopped")
     group = wait_for_server(tmp_path / "runs" / "stopped", process)
     if way == "SIGTERM":
