@@ -65,6 +65,7 @@ BAD_VALUES: dict[tuple[str, str], str] = {
 SECTION_BREAKS: dict[tuple[str, str], str] = {
     ("sampler", "signal_groups"): "[sampler]\nsignal_groups = 5\n",
     ("sampler", "engine_url"): '[sampler]\nengine_url = "http://127.0.0.1:8000"\n',
+    ("sampler", "engine_args"): "[sampler]\nengine_args = { max_model_len = 512 }\n",
     ("task", "train_file"): '[task]\nkind = "jsonl"\n',
     ("task", "factory"): '[task]\nkind = "python"\n',
     ("task", "args"): "[task]\neval_size = 5\n[task.args]\nn = 1\n",
