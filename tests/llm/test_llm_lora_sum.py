@@ -63,8 +63,8 @@ def adapted_layer(
 
 def branch_of(layer, x: torch.Tensor) -> torch.Tensor:
     """s B A x in float32, computed independently of the layer's forward."""
-    a = layer.lora_A["default"].weight.float()
-    b = layer.lora_B["default"].weight.float()
+    a = layer.lora_A["default"].weight.detach().float()
+    b = layer.lora_B["default"].weight.detach().float()
     return (x.float() @ a.T @ b.T) * layer.scaling["default"]
 
 
