@@ -131,18 +131,22 @@ def first_gradient(
     }
 
 
+def reference_chunks(parts: Components, agent: int, rollouts: DialogueRollouts) -> list:
+    """``agent``'s pre-update policy on the batch, as ``parts``' updater measures against it."""
+    n_tokens = int(message_tokens(parts.chat, rollouts.episodes, agent))
+    return parts.updater._reference_pass(parts.team, agent, rollouts, n_tokens).chunks
+
+
 def measured_in(
-    parts: Components, agent: int, rollouts: DialogueRollouts, tensors
+    parts: Components, agent: int, rollouts: DialogueRollouts, tensors, references: list
 ) -> tuple[float, float]:
     """(KL, surrogate) of ``agent``'s adapter ``tensors`` against its initial one, as ``parts``'
-    model measures them (the updater's own ``_kl_and_surrogate``)."""
-    updater = parts.updater
-    n_tokens = int(message_tokens(parts.chat, rollouts.episodes, agent))
+    model measures them (the updater's own ``_kl_and_surrogate``, against ``references``:
+    ``reference_chunks`` of the same parts, agent and batch)."""
     start = parts.team
-    reference = updater._reference_pass(start, agent, rollouts, n_tokens)
     moved = start.with_agent(agent, AdapterWeights({k: v.clone() for k, v in tensors.items()}))
     moved.activate()
-    measurement = updater._kl_and_surrogate(moved, agent, rollouts, reference.chunks)
+    measurement = parts.updater._kl_and_surrogate(moved, agent, rollouts, references)
     start.activate()
     return measurement.kl, measurement.surrogate
 
@@ -198,6 +202,11 @@ def one_seed(base: RunConfig, seed: int, variants: list[str], log) -> dict[str, 
     reference_step: dict[int, dict[str, torch.Tensor]] = {}
     reference_policy: dict[int, dict[str, torch.Tensor]] = {}
     reference_change: dict[int, torch.Tensor] = {}
+    # The float32 pre-update policy every variant's step is measured against, once per agent.
+    float32_references = {
+        agent: reference_chunks(reference_parts, agent, float32_rollouts)
+        for agent in range(n_agents)
+    }
     for variant in variants:
         parts = reference_parts if variant == "float32" else build_variant(base, variant, seed)
         rollouts = float32_rollouts if variant == "float32" else rebound(drawn, parts)
@@ -221,7 +230,11 @@ def one_seed(base: RunConfig, seed: int, variants: list[str], log) -> dict[str, 
             wanted = reference_change[agent]
             kept = float(change @ wanted) / float(wanted @ wanted)
             kl_f32, surrogate_f32 = measured_in(
-                reference_parts, agent, float32_rollouts, update.policy.tensors
+                reference_parts,
+                agent,
+                float32_rollouts,
+                update.policy.tensors,
+                float32_references[agent],
             )
             row = {
                 "kl": update.kl,
