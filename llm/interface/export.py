@@ -1,5 +1,5 @@
 """``teamtr export``: a trained run written out as PEFT adapters, a team description and the
-``vllm serve`` line (``llm.export.export_folder`` holds what is written and why).
+vLLM lines (``llm.export.export_folder`` holds what is written and why).
 
 The run and the step are checked, and ``--out`` must be a new (or empty) folder, before the
 model loads; a bad one is one ``error:`` line and exit code 2 (``llm.interface.cli``).
@@ -24,8 +24,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--with-base",
         action="store_true",
-        help="also write the base model in safetensors where transformers cannot load it by "
-        'name (a "tiny" model); a GGUF file is named instead',
+        help="also write the base model as a safetensors folder, base/, which vLLM serves (a "
+        "GGUF source as its dequantised weights: vLLM has no GGUF loader)",
     )
     parser.add_argument(
         "--merge",

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 from peft import PeftModel
-from transformers import AutoModelForCausalLM, PreTrainedTokenizerBase
+from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
 
 from llm.models.generation import MergedGenerationCopy
 
@@ -59,14 +59,7 @@ def base_folder(
     temporary = root / f".{folder.name}.tmp-{os.getpid()}"
     shutil.rmtree(temporary, ignore_errors=True)
     try:
-        config = copy.deepcopy(plain.config)
-        # A GGUF-loaded config still names its quantisation; the weights here are plain.
-        if hasattr(config, "quantization_config"):
-            del config.quantization_config
-        fresh = AutoModelForCausalLM.from_config(config, dtype=dtype)
-        fresh.load_state_dict(state, strict=True)
-        fresh.save_pretrained(temporary)
-        tokenizer.save_pretrained(temporary)
+        write_plain_base(plain, tokenizer, temporary)
         try:
             os.replace(temporary, folder)
         except OSError:  # another run wrote the same folder first: theirs is as good
@@ -75,3 +68,22 @@ def base_folder(
     finally:
         shutil.rmtree(temporary, ignore_errors=True)
     return folder
+
+
+def write_plain_base(
+    plain: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, target: Path
+) -> None:
+    """Write ``plain`` (a model without adapters, loaded from any source, a GGUF file included)
+    to ``target`` as a Hugging Face folder of safetensors weights, with ``tokenizer`` beside
+    them: what vLLM and transformers load by path. ``teamtr export --with-base`` writes its
+    ``base/`` with this too, so that an export is served from the very folder an engine is."""
+    state = {name: tensor.detach().cpu() for name, tensor in plain.state_dict().items()}
+    dtype = next(iter(state.values())).dtype
+    config = copy.deepcopy(plain.config)
+    # A GGUF-loaded config still names its quantisation; the weights here are plain.
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    fresh = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    fresh.load_state_dict(state, strict=True)
+    fresh.save_pretrained(target)
+    tokenizer.save_pretrained(target)

@@ -243,3 +243,22 @@ def wait_gone(group: int, timeout: float = 30) -> bool:
             return True
         time.sleep(0.1)
     return False
+
+
+def teamtr_free_python(script: Path, *arguments: str) -> str:
+    """Run ``script`` in a fresh interpreter, from the export's folder, and check that neither
+    ``llm`` nor ``teamtr`` was loaded by it."""
+    code = (
+        "import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__');"
+        "assert not {'llm', 'teamtr'} & set(sys.modules), 'the example imported teamtr'"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(script), *arguments],
+        cwd=arguments[0],
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout

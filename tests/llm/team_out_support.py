@@ -61,11 +61,12 @@ def distinct_characters(dialogue):
 '''
 
 
-def train_notes_team(folder: Path) -> Path:
-    """Train the team in ``folder``; returns its run directory."""
+def train_notes_team(folder: Path, source: str = "tiny") -> Path:
+    """Train the team on the model ``source`` in ``folder``; returns its run directory."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "varied.py").write_text(REWARD)
     (folder / "rows.jsonl").write_text("".join(json.dumps(row) + "\n" for row in ROWS))
-    (folder / "team.toml").write_text(CONFIG.replace('"runs"', f'"{folder / "runs"}"'))
+    config = CONFIG.replace('"runs"', f'"{folder / "runs"}"')
+    (folder / "team.toml").write_text(config.replace('source = "tiny"', f'source = "{source}"'))
     assert main(["train", "--config", str(folder / "team.toml"), "--no-progress"]) == 0
     return folder / "runs" / "notes"

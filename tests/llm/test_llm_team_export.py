@@ -12,13 +12,19 @@ from pathlib import Path
 
 import pytest
 import torch
-from llm_test_support import FLOAT32_EPSILON, REPO, logit_resolution, teamtr
+from llm_test_support import (
+    FLOAT32_EPSILON,
+    REPO,
+    logit_resolution,
+    teamtr,
+    teamtr_free_python,
+)
 from safetensors.torch import load_file
 from team_out_support import ROWS
 
 import llm
-from llm.export.export_folder import vllm_rank
 from llm.models.agents import slot_name
+from llm.sampling.engine_vllm import vllm_rank
 
 EXAMPLE = REPO / "docs" / "examples" / "exported_team" / "play_with_peft.py"
 QUESTION = "What is 3 + 5?"
@@ -34,7 +40,7 @@ def exported(notes_run, tmp_path_factory):
     out = folder / "export"
     done = teamtr("export", "--run", str(run), "--out", str(out), "--with-base", "--merge")
     assert done.returncode == 0, done.stderr
-    assert "vllm serve" in done.stdout
+    assert "python -m vllm.entrypoints.openai.api_server --model ./base" in done.stdout
     chat_json = folder / "chat.json"
     notes = [argument for note in NOTES for argument in ("--note", note)]
     done = teamtr(
@@ -50,28 +56,6 @@ def exported(notes_run, tmp_path_factory):
 def played_by_example(out: Path, *flags: str) -> list[dict]:
     done = teamtr_free_python(EXAMPLE, str(out), QUESTION, *NOTES, *flags)
     return json.loads(done.splitlines()[-1])
-
-
-def teamtr_free_python(script: Path, *arguments: str) -> str:
-    """Run ``script`` in a fresh interpreter, from the export's folder, and check that neither
-    ``llm`` nor ``teamtr`` was loaded by it."""
-    import os
-    import subprocess
-
-    code = (
-        "import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__');"
-        "assert not {'llm', 'teamtr'} & set(sys.modules), 'the example imported teamtr'"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code, str(script), *arguments],
-        cwd=arguments[0],
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout
 
 
 def token_tolerance(run: Path, dialogue: dict) -> float:
@@ -151,7 +135,10 @@ def test_each_agent_is_a_peft_adapter_with_its_true_rank_alpha_and_modules(expor
         "agent0=./agent0 agent1=./agent1"
     ) in team["vllm"]
     assert vllm_rank(4) == 8 and vllm_rank(16) == 16
-    assert "vllm serve" in (out / "README.md").read_text()
+    assert team["vllm"].startswith("VLLM_CPU_KVCACHE_SPACE=4 python -m")
+    assert "--model ./base --dtype float32" in team["vllm"]
+    card = (out / "README.md").read_text()
+    assert team["vllm"] in card and team["vllm_serve"] in card
 
 
 def test_a_merged_model_holds_its_adapter_with_alpha_over_r(exported):
