@@ -7,7 +7,6 @@ message lengths of their own, three turns)."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
