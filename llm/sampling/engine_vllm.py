@@ -97,7 +97,7 @@ def vllm_python() -> Path:
     if chosen:
         candidates = [Path(chosen).expanduser()]
     else:
-        checkout = Path(__file__).resolve().parents[3]
+        checkout = Path(__file__).resolve().parents[2]  # llm/sampling/ -> the checkout
         candidates = [checkout / ".venv-vllm" / "bin" / "python", Path(".venv-vllm/bin/python")]
     for python in candidates:
         if python.is_file() and _has_vllm(python):

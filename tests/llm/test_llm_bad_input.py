@@ -121,7 +121,7 @@ def test_missing_or_unreadable_model(tmp_path, capsys, kind, expected):
     models = tmp_path / "models"
     models.mkdir()
     source = bad_model(kind, models)
-    text = smoke_text(tmp_path / "runs").replace('source = "tiny"', f'source = "{source}"')
+    text = smoke_text(tmp_path / "runs").replace('source = "tiny:128x2"', f'source = "{source}"')
     _, err = train_fails(tmp_path, text, capsys)
     assert f"model source {source!r}" in err and expected in err
 

@@ -54,7 +54,7 @@ def test_a_run_name_with_a_path_is_refused(tmp_path, capsys):
 
 @pytest.mark.parametrize("kind", ["directory", "under-a-file"])
 def test_eval_json_destination_is_checked_before_the_model_loads(tmp_path, capsys, kind):
-    config = smoke_config(tmp_path, ('source = "tiny"', MISSING_MODEL))
+    config = smoke_config(tmp_path, ('source = "tiny:128x2"', MISSING_MODEL))
     (tmp_path / "file").write_text("x")
     destination = tmp_path if kind == "directory" else tmp_path / "file" / "out.json"
     err = fails(["eval", "--config", str(config), "--json", str(destination)], capsys)
@@ -86,7 +86,7 @@ def test_an_answer_that_does_not_parse_is_refused_at_load(tmp_path, capsys):
     data.write_text(
         '{"question": "2+2?", "answer": "4"}\n{"question": "fruit?", "answer": "banana"}\n'
     )
-    config = smoke_config(tmp_path, ('source = "tiny"', MISSING_MODEL), jsonl_task(data))
+    config = smoke_config(tmp_path, ('source = "tiny:128x2"', MISSING_MODEL), jsonl_task(data))
     err = fails(["train", "--config", str(config), "--name", "r", "--no-progress"], capsys)
     assert f"{data}:2: field 'answer' 'banana' is not a number or expression" in err
     assert not (tmp_path / "runs").exists()

@@ -20,7 +20,7 @@ def test_extends_names_a_shipped_config_from_any_folder(tmp_path):
     done = teamtr("train", "--config", "mine.toml", "--check", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     config = load_config(tmp_path / "mine.toml")
-    assert config.stage.stages == 1 and config.model.source == "tiny"  # smoke's, then mine
+    assert config.stage.stages == 1 and config.model.source == "tiny:128x2"  # smoke's, then mine
 
 
 def test_a_file_next_to_the_config_wins_over_a_shipped_name(tmp_path):

@@ -230,14 +230,17 @@ def test_a_draw_replayed_with_its_seed_is_the_same_tokens(served):
 SERVER_PID = re.compile(r"\(APIServer pid=(\d+)\)")
 
 
-def start_training(config: Path, name: str, *extra: str) -> subprocess.Popen[str]:
+def start_training(
+    config: Path | str, name: str, *extra: str, cwd: Path | None = None
+) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [*TEAMTR, "train", "--config", str(config), "--name", name, "--no-progress", *extra],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,  # its own group: a Ctrl-C can be sent to it as a terminal does
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)},
+        cwd=cwd,
     )
 
 
@@ -259,14 +262,22 @@ def wait_for_server(
     raise AssertionError("the server did not start")
 
 
-def test_a_finished_run_leaves_no_server_and_keeps_its_log(tmp_path):
-    config = write_config(tmp_path)
-    process = start_training(config, "done")
+def test_the_smoke_run_trains_through_the_engine_and_leaves_no_server(tmp_path):
+    """The shipped smoke config as a user runs it, from a folder outside the checkout (the
+    engine's environment found beside teamtr's code, not the working directory)."""
+    engine = ("--set", "sampler.engine=vllm", "--set", "run.dtype=float32")
+    where = ("--output-dir", str(tmp_path / "runs"))
+    process = start_training("smoke", "done", *engine, *where, cwd=tmp_path)
     group = wait_for_server(tmp_path / "runs" / "done", process)
     _, err = process.communicate(timeout=900)
     assert process.returncode == 0, err
     assert not group_alive(group)
     assert "Application startup complete" in (tmp_path / "runs/done/engine.log").read_text()
+    records = [json.loads(line) for line in (tmp_path / "runs/done/metrics.jsonl").open()]
+    stages = [r for r in records if "updates" in r]
+    assert len(stages) == 2 and all(len(r["updates"]) == 2 for r in stages)
+    checked = [u["mismatch"] for r in stages for u in r["updates"] if u["mismatch"]]
+    assert all(m["max_gap"] <= TOLERANCE for m in checked)
 
 
 @pytest.mark.parametrize(

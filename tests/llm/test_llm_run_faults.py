@@ -163,7 +163,7 @@ def test_a_run_directory_deleted_mid_run_is_not_recreated(tmp_path, capsys, monk
 def test_an_unwritable_output_directory_is_found_before_the_model_loads(tmp_path, capsys):
     config = smoke_config(tmp_path)
     (tmp_path / "runs").write_text("a file where the runs should go")
-    text = config.read_text().replace('source = "tiny"', 'source = "/no/such/model.gguf"')
+    text = config.read_text().replace('source = "tiny:128x2"', 'source = "/no/such/model.gguf"')
     config.write_text(text)  # were the model loaded first, its error would come first
     assert main(["train", "--config", str(config), "--name", "r", "--no-progress"]) == 2
     err = one_error_line(capsys.readouterr().err)

@@ -167,7 +167,7 @@ def test_tiny_shapes_are_parsed_and_checked():
 
 def heterogeneous_config(tmp_path: Path, sources: str) -> Path:
     text = (REPO / "configs" / "smoke.toml").read_text()
-    text = text.replace('source = "tiny"', f'source = "tiny"\nsources = {sources}')
+    text = text.replace('source = "tiny:128x2"', f'source = "tiny:128x2"\nsources = {sources}')
     text = text.replace("[run]\n", f'[run]\noutput_dir = "{tmp_path / "runs"}"\n')
     path = tmp_path / "mixed.toml"
     path.write_text(text)
