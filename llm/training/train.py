@@ -219,13 +219,15 @@ def resume(
         if collective is not None:
             agree(collective, None)  # every rank reads the checkpoints once rank 0 is done
         latest = latest_checkpoint(run_dir)
-        if latest.point is not None and latest.point.finished:
+        if (
+            latest.point is not None
+            and latest.point.finished
+            and not goes_on(latest.point, config)
+        ):
             # Said before the model loads: there is nothing to load it for.
             if writes:
                 _log_resumed(run_dir, latest, latest.point.stage)
-                print(
-                    f"{run_dir}: already complete after {latest.point.stage} stages; nothing to do"
-                )
+                print(f"{run_dir}: {complete_message(latest.point, config)}")
             return run_dir
         if writes and overrides:  # the run goes on with them: its record says so
             write_atomically(run_dir / "config.json", recorded)
@@ -244,6 +246,29 @@ def resume(
             parts.sampler.close()  # a server engine stops on every way out
         if lock is not None:
             lock.release()
+
+
+def goes_on(point: ResumePoint, config: RunConfig) -> bool:
+    """Whether a finished run has stages left under ``config``: ``--set stage.stages`` beyond
+    the stages it ran, or ``--set run.time_budget_minutes`` beyond the time it used (the run
+    ended on whichever came first)."""
+    budget = 60.0 * config.run.time_budget_minutes
+    return point.stage < config.stage.stages and (budget <= 0 or point.elapsed_seconds < budget)
+
+
+def complete_message(point: ResumePoint, config: RunConfig) -> str:
+    """Why a finished run does nothing when resumed, with the key that would make it go on."""
+    said = f"already complete after {point.stage} stages"
+    if point.stage >= config.stage.stages:
+        return (
+            f"{said} ([stage] stages = {config.stage.stages}); nothing to do: "
+            f"`--set stage.stages={point.stage + 1}` or more continues it"
+        )
+    return (
+        f"{said}, its time budget of {config.run.time_budget_minutes:g} minutes spent "
+        f"({point.elapsed_seconds / 60:.1f} used); nothing to do: a larger "
+        "`--set run.time_budget_minutes=M` (0: none) continues it"
+    )
 
 
 def _lock_and_recover(run_dir: Path) -> RunLock:

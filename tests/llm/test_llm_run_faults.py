@@ -201,10 +201,42 @@ def test_resume_cleans_up_and_says_a_finished_run_is_complete_before_loading_a_m
     config["model"]["source"] = "/no/such/model.gguf"  # loading it would fail
     (run_dir / "config.json").write_text(json.dumps(config))
     assert main(["train", "--resume", str(run_dir), "--no-progress"]) == 0
-    assert "already complete after 2 stages; nothing to do" in capsys.readouterr().out
+    assert "already complete after 2 stages ([stage] stages = 2); nothing to do" in (
+        capsys.readouterr().out
+    )
     assert hidden_leftovers(run_dir) == []
     recovered = [e for e in events(run_dir) if e["event"] == "recovered"]
     assert recovered and "removed .stage_2.tmp-9" in recovered[-1]["actions"]
+
+
+def test_a_finished_run_given_more_stages_goes_on_and_one_given_fewer_says_so(
+    finished_run, tmp_path, capsys
+):
+    run_dir = copy_of(finished_run, tmp_path)
+    more = ["train", "--resume", str(run_dir), "--no-progress", "--set", "stage.stages=3"]
+    assert main(more) == 0
+    stages = [json.loads(line)["stage"] for line in (run_dir / "metrics.jsonl").open()]
+    assert [s for s in stages if s is not None][-3:] == [0, 1, 2]
+    assert (run_dir / "checkpoints" / "stage_3").is_dir()
+    assert json.loads((run_dir / "config.json").read_text())["stage"]["stages"] == 3
+    capsys.readouterr()
+    fewer = ["train", "--resume", str(run_dir), "--no-progress", "--set", "stage.stages=2"]
+    assert main(fewer) == 0
+    said = capsys.readouterr().out
+    assert "already complete after 3 stages ([stage] stages = 2)" in said
+    assert "`--set stage.stages=4` or more continues it" in said
+
+
+def test_a_finished_run_out_of_time_names_the_budget_that_continues_it(
+    finished_run, tmp_path, capsys
+):
+    run_dir = copy_of(finished_run, tmp_path)
+    config = json.loads((run_dir / "config.json").read_text())
+    config["stage"]["stages"] = 5  # stopped by the budget below before its stages
+    config["run"]["time_budget_minutes"] = 1e-6
+    (run_dir / "config.json").write_text(json.dumps(config))
+    assert main(["train", "--resume", str(run_dir), "--no-progress"]) == 0
+    assert "its time budget of 1e-06 minutes spent" in capsys.readouterr().out
 
 
 def test_eval_records_the_checkpoint_it_used_after_a_fallback(finished_run, tmp_path, capsys):
