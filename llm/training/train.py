@@ -219,11 +219,7 @@ def resume(
         if collective is not None:
             agree(collective, None)  # every rank reads the checkpoints once rank 0 is done
         latest = latest_checkpoint(run_dir)
-        if (
-            latest.point is not None
-            and latest.point.finished
-            and not goes_on(latest.point, config)
-        ):
+        if latest.point is not None and latest.point.finished and not goes_on(latest.point, config):
             # Said before the model loads: there is nothing to load it for.
             if writes:
                 _log_resumed(run_dir, latest, latest.point.stage)
