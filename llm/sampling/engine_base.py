@@ -21,6 +21,7 @@ import torch
 from peft import PeftModel
 from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
 
+from llm.common.progress import library_bars
 from llm.models.generation import MergedGenerationCopy
 
 CACHE_ENVIRONMENT = "TEAMTR_CACHE"
@@ -85,5 +86,6 @@ def write_plain_base(
         del config.quantization_config
     fresh = AutoModelForCausalLM.from_config(config, dtype=dtype)
     fresh.load_state_dict(state, strict=True)
-    fresh.save_pretrained(target)
+    with library_bars(False):  # no "Writing model shards" bar amid teamtr's own lines
+        fresh.save_pretrained(target)
     tokenizer.save_pretrained(target)

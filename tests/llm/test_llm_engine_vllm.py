@@ -11,6 +11,7 @@ way teamtr can end (done, SIGTERM, Ctrl-C, kill -9), with faults said in one ``e
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shutil
@@ -24,9 +25,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from llm_test_support import group_alive, wait_gone
+from llm_test_support import group_alive, wait_gone, with_rewards
 
-from llm.common.config import ConfigError, load_config
+from llm.common.config import ConfigError, load_config, parse_override
 from llm.models.agents import AdapterWeights
 from llm.sampling.engine_vllm import VLLMEngine, write_adapter
 from llm.training.builder import Components, build
@@ -211,6 +212,34 @@ def test_every_update_of_a_stage_checks_the_engine_within_float32(served):
     measured = [r.update.mismatch for r in report.records if r.update.mismatch is not None]
     assert measured, "no update of the stage had a signal to check the engine with"
     assert all(m.max_gap <= TOLERANCE for m in measured)
+
+
+@pytest.fixture(scope="module")
+def served_bfloat16(tmp_path_factory) -> Components:
+    """The same team in bfloat16: a server started with ``--dtype bfloat16`` on a bfloat16
+    base."""
+    directory = tmp_path_factory.mktemp("served_bfloat16")
+    config = load_config(write_config(directory), [parse_override("run.dtype=bfloat16")])
+    parts = build(config, progress=False)
+    yield parts
+    parts.sampler.close()
+
+
+def test_in_bfloat16_the_engines_log_probs_are_checked_and_corrected_as_the_samplers(
+    served_bfloat16,
+):
+    """Half precision through the engine: the record of μ and the truncated correction apply
+    unchanged (``llm.update.mismatch``): the update measures the engine's log-probs against
+    the trainer's, the KL within what bfloat16's rounding explains, and reweights the batch."""
+    parts = served_bfloat16
+    torch.manual_seed(0)
+    rollouts = parts.sampler.sample(parts.team)
+    rewards = [float(i % 2) for i in range(len(rollouts.episodes))]  # a signal in every group
+    update = parts.updater.update(parts.team, 0, with_rewards(rollouts, rewards), radius=0.05)
+    mismatch = update.mismatch
+    assert mismatch is not None and mismatch.tokens > 0
+    assert 0 < mismatch.kl <= mismatch.kl_tolerance < math.inf
+    assert mismatch.max_gap > 0  # bfloat16 rounds: the engine and the trainer differ
 
 
 def test_a_draw_replayed_with_its_seed_is_the_same_tokens(served):
