@@ -39,6 +39,7 @@ STUDIES = (
     "study_arith_grpo_dynamic",
     "precision",
     "precision_sum",
+    "engine",
 )
 """Seed studies whose summary (``results/<name>.json``) and per-run files docs/results.md cites."""
 
