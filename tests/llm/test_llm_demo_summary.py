@@ -84,11 +84,11 @@ def test_before_and_after_are_the_untrained_eval_and_the_runs_last(tmp_path, cap
     assert summary["untrained"]["standard_error"] == before["standard_error"]
     assert summary["trained"] == stages[-1]["eval"]
     assert summary["stages"] == 2 and summary["n"] == 4 and summary["run"] == str(run_dir)
-    assert summary["team"] == "arithmetic, tiny, 2 stages"
+    assert summary["team"] == "arithmetic, tiny:128x2, 2 stages"  # the smoke config's model
     assert summary["training_cpu_seconds"] == sum(s["cpu_seconds"] for s in stages)
     assert printed == summary_line(summary) + "\n"
     assert printed.startswith(
-        "language-model team (arithmetic, tiny, 2 stages): held-out accuracy "
+        "language-model team (arithmetic, tiny:128x2, 2 stages): held-out accuracy "
     )
     assert f"{before['accuracy']:.2f} -> {stages[-1]['eval']['accuracy']:.2f} (n = 4," in printed
 

@@ -214,11 +214,11 @@ def test_every_update_of_a_stage_checks_the_engine_within_float32(served):
     assert all(m.max_gap <= TOLERANCE for m in measured)
 
 
-@pytest.fixture(scope="module")
-def served_bfloat16(tmp_path_factory) -> Components:
+@pytest.fixture
+def served_bfloat16(tmp_path) -> Components:
     """The same team in bfloat16: a server started with ``--dtype bfloat16`` on a bfloat16
-    base."""
-    directory = tmp_path_factory.mktemp("served_bfloat16")
+    base, stopped after its one test (two servers at once would need twice the memory)."""
+    directory = tmp_path
     config = load_config(write_config(directory), [parse_override("run.dtype=bfloat16")])
     parts = build(config, progress=False)
     yield parts
