@@ -47,7 +47,7 @@ def test_the_readme_commands_chat_export_and_play_from_python(notes_run, tmp_pat
         "agent 0",
     ]
     assert (tmp_path / "my_team" / "agent1" / "adapter_config.json").is_file()
-    assert (tmp_path / "my_team" / "merged" / "agent1" / "model.safetensors").is_file()
+    assert (tmp_path / "my_team" / "base" / "model.safetensors").is_file()  # --with-base
     assert outputs[2].startswith("(")  # the dialogue's messages, a tuple of three
 
 
