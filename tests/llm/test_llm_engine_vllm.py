@@ -325,7 +325,13 @@ def test_no_server_outlives_teamtr(tmp_path, way, code):
         os.killpg(process.pid, signal.SIGINT)
     else:
         process.kill()
-    process.communicate(timeout=300)
+    try:
+        process.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        process.kill()  # a hung teamtr must not keep its server running for the tests after
+        process.communicate(timeout=60)
+        assert wait_gone(group, 60), f"after {way} and kill -9, the server outlived teamtr"
+        raise AssertionError(f"teamtr did not end within 300 s of {way}") from None
     assert process.returncode == code
     assert wait_gone(group), f"the server outlived teamtr ({way})"
 
