@@ -10,6 +10,11 @@ as ``llm.training.records.log_scalars`` writes them through ``add_scalar(tag, va
   one run per run directory (its name), in trackio's folder (``$TRACKIO_DIR``, default
   ``~/.cache/huggingface/trackio``); ``trackio show --project teamtr`` draws it. A resumed run
   goes on in the same trackio run. The scalars of one stage are one ``trackio.log`` call.
+
+Nothing a checkpoint holds is lost to a crash: a stage's scalars are flushed (``flush``) before
+its checkpoint is written, and a resumed run logs again, to each tracker that had not stored
+them (``behind``), the checkpoint's stages: trackio writes from a thread, so a SIGKILL right
+after a checkpoint can still take the last row it was handed.
 """
 
 from __future__ import annotations
@@ -33,6 +38,12 @@ class NoWriter:
 
     def add_scalar(self, *_args: Any) -> None:
         pass
+
+    def flush(self) -> None:
+        pass
+
+    def behind(self, _step: int) -> NoWriter:
+        return self
 
     def close(self) -> None:
         pass
@@ -60,21 +71,32 @@ class TrackioWriter:
         )
         self._step: int | None = None
         self._row: dict[str, float] = {}
+        self.stored_through = _last_stored_step(run_name) if resumed else 0
+        """The last step trackio had stored for this run when it was opened (0: none)."""
 
     def add_scalar(self, tag: str, value: float, step: int) -> None:
         if step != self._step:
-            self._flush()
+            self.flush()
             self._step = step
         self._row[tag] = float(value)
 
-    def _flush(self) -> None:
+    def flush(self) -> None:
+        """The gathered step as one row, handed to trackio (which stores it from a thread)."""
         if self._row:
             self._run.log(self._row, step=self._step)
             self._row = {}
 
     def close(self) -> None:
-        self._flush()
+        self.flush()
         self._run.finish()
+
+
+def _last_stored_step(run_name: str) -> int:
+    """The largest step trackio's local store holds for ``run_name`` (0 if none), read as
+    ``trackio.init`` reads it to resume a run."""
+    from trackio.sqlite_storage import SQLiteStorage
+
+    return SQLiteStorage.get_max_step_for_run(TRACKIO_PROJECT, run_name) or 0
 
 
 class Writers:
@@ -86,6 +108,19 @@ class Writers:
     def add_scalar(self, tag: str, value: float, step: int) -> None:
         for writer in self.writers:
             writer.add_scalar(tag, value, step)
+
+    def flush(self) -> None:
+        """Every tracker's scalars so far out of this process (before a checkpoint)."""
+        for writer in self.writers:
+            writer.flush()
+
+    def behind(self, step: int) -> Writers:
+        """The trackers that had not stored ``step`` when they were opened: trackio's from its
+        store; TensorBoard's are never behind, since its points are flushed before the
+        checkpoint of their stage is written (and ``purge_step`` drops those after it)."""
+        return Writers(
+            [w for w in self.writers if isinstance(w, TrackioWriter) and w.stored_through < step]
+        )
 
     def close(self) -> None:
         for writer in self.writers:

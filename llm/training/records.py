@@ -113,6 +113,12 @@ class StageMetrics:
             updates=[UpdateMetrics.of(r) for r in report.records],
         )
 
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> StageMetrics:
+        """A ``metrics.jsonl`` record read back (``as_json``'s inverse)."""
+        updates = [UpdateMetrics(**update) for update in data["updates"]]
+        return cls(**{**data, "updates": updates})
+
     def as_json(self) -> dict[str, Any]:
         """The ``metrics.jsonl`` record: every field in order, ``eval`` only where one ran."""
         data = dataclasses.asdict(self)

@@ -382,6 +382,10 @@ class _Run:
                     open_trackers(self.run_dir, config.run.report_to, start.stage, self.writes)
                 )
                 metrics = opened.enter_context(metrics_path.open("a"))
+                for line in self.metrics_lines:  # the checkpoint's stages a tracker lost
+                    record = StageMetrics.from_json(json.loads(line))
+                    log_scalars(writer.behind(record.stage + 1), record)
+                writer.flush()
                 for stage in range(start.stage, config.stage.stages):
                     team, last = self.stage(stage, team, metrics, writer, bar)
                     if last:
@@ -499,6 +503,7 @@ class _Run:
             )
         with profiling.section("logging"):
             log_scalars(writer, record)
+            writer.flush()  # before the checkpoint: a resumed run starts after this stage
         if self.writes and (last or (saves and (record.stage + 1) % saves == 0)):
             self.require_run_directory()
             with profiling.section("checkpoint"), signals_deferred():

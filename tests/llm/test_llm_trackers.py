@@ -35,11 +35,18 @@ needs_trackio = pytest.mark.skipif(
 
 
 @needs_trackio
-def test_trackio_and_tensorboard_get_the_same_keys_and_a_resumed_run_goes_on(tmp_path):
-    """A run interrupted (SIGINT) once its first stage's checkpoint is written, then resumed:
-    trackio keeps one run whose steps carry on (1, then 2: the resumed stage is neither a new
-    run nor logged from step 1 again), and every row is TensorBoard's points under the same
-    keys."""
+@pytest.mark.parametrize(
+    ("stop", "code"),
+    [(signal.SIGINT, 130), (signal.SIGKILL, -signal.SIGKILL)],
+    ids=["SIGINT", "SIGKILL"],
+)
+def test_trackio_and_tensorboard_get_the_same_keys_and_a_resumed_run_goes_on(tmp_path, stop, code):
+    """A run stopped once its first stage's checkpoint is written, then resumed: trackio keeps
+    one run whose steps carry on (1, then 2: the resumed stage is neither a new run nor logged
+    from step 1 again), and every row is TensorBoard's points under the same keys. Stopped by
+    SIGINT, the run closes its trackers; killed (SIGKILL), it cannot, and the first stage's row
+    still reaches both: each stage's scalars are written before its checkpoint, and a resumed
+    run logs again the checkpoint's stages that trackio had not yet stored."""
     environment = {**os.environ, "OMP_NUM_THREADS": "1", "TRACKIO_DIR": str(tmp_path / "tk")}
     run_dir = tmp_path / "tracked"
     arguments = [
@@ -63,9 +70,9 @@ def test_trackio_and_tensorboard_get_the_same_keys_and_a_resumed_run_goes_on(tmp
         assert process.poll() is None, process.communicate()[1][-2000:]
         assert time.monotonic() < deadline, "the first stage never ended"
         time.sleep(0.01)
-    process.send_signal(signal.SIGINT)
+    process.send_signal(stop)
     _, err = process.communicate(timeout=300)
-    assert process.returncode == 130, err
+    assert process.returncode == code, err
     assert not (run_dir / "checkpoints" / "stage_2").exists(), "interrupted too late"
     resumed = subprocess.run(
         [str(TEAMTR), "train", "--resume", str(run_dir), "--no-progress"],
