@@ -198,6 +198,7 @@ def load_model(
             gguf_file=resolved.gguf_file,
             local_files_only=not allow_download,
             dtype=dtype,
+            **_dense_gguf(resolved.gguf_file),
         )
     except (OSError, ValueError) as error:
         raise ModelNotAvailableError(f"model source {source!r}: model: {error}") from error
@@ -206,6 +207,21 @@ def load_model(
     # Sampling and training read the same float32 logits, through float32 attention
     # (``llm.models.precision``).
     return install_float32_attention(install_float32_head(model))
+
+
+def _dense_gguf(gguf_file: str | None) -> dict[str, object]:
+    """For a GGUF source, the weights unpacked into plain ``dtype`` tensors at load time, said
+    explicitly: LoRA adapts plain linear layers, and the trust region is measured on exactly
+    these weights (the export's and the engine's base, ``llm.sampling.engine_base``). Without
+    it, transformers warns that a half-precision load of a GGUF file keeps its weights packed
+    and casts every product, which it does not do here; a later release could."""
+    if gguf_file is None:
+        return {}
+    try:
+        from transformers.utils.quantization_config import GgufConfig
+    except ImportError:  # a release without packed GGUF weights: they are always unpacked
+        return {}
+    return {"quantization_config": GgufConfig(dequantize=True)}
 
 
 class IncompatibleTeamError(ValueError):

@@ -6,13 +6,15 @@ Kept small: on 2 shared CPU cores a stage of this size takes a few minutes."""
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 
 import pytest
 import torch
 from llm_test_support import AlternatingRewards
 
 from llm.common.config import RunConfig, SamplerSettings
-from llm.models.loading import smollm2_directory
+from llm.models.loading import load_model, smollm2_directory
 from llm.training.builder import build
 from llm.update.outcome import Outcome
 from llm.update.updater import UpdaterSettings
@@ -66,3 +68,23 @@ def test_one_teamtr_stage_on_smollm2(sources):
             assert not record.update.policy.equal(parts.team.agent(record.agent))
     assert team.n_agents == 2
     assert type(team.backbone).__name__ == ("SeparateBackbone" if sources else "LoraBackbone")
+
+
+def test_a_half_precision_load_unpacks_the_gguf_weights_without_a_false_warning():
+    """SmolLM2 (a Q4_1 GGUF file) loaded in bfloat16 is plain linear layers holding the float32
+    load's dequantised weights rounded to bfloat16, the weights LoRA adapts and the trust region
+    measures; transformers' warning that the weights stay packed and every product is cast
+    (true only of a packed load) is not printed (in a process of its own: transformers' handler
+    writes to the stderr it found first)."""
+    load = "import torch; from llm.models.loading import load_model; load_model('smollm2', dtype=torch.bfloat16)"
+    loaded = subprocess.run(
+        [sys.executable, "-c", load], capture_output=True, text=True, timeout=300, check=True
+    )
+    assert "[transformers]" not in loaded.stderr, loaded.stderr
+    dense = load_model("smollm2", dtype=torch.float32)
+    half = load_model("smollm2", dtype=torch.bfloat16)
+    layer = half.model.layers[0].mlp.up_proj
+    assert type(layer) is torch.nn.Linear and layer.weight.dtype == torch.bfloat16
+    weights = dict(dense.named_parameters())
+    for name, weight in half.named_parameters():
+        assert torch.equal(weight, weights[name].to(torch.bfloat16)), name
