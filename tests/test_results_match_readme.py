@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from studies.llm.checkpoint_curves import summarise
 from studies.llm.run_records import held_out_curve
 from studies.llm.seed_study import aggregate, eval_only_accuracy, markdown, sampling_markdown
 
@@ -39,6 +40,8 @@ STUDIES = (
     "study_arith_grpo_dynamic",
     "precision",
     "precision_sum",
+    "precision_six",
+    "precision_chain",
     "engine",
 )
 """Seed studies whose summary (``results/<name>.json``) and per-run files docs/results.md cites."""
@@ -491,6 +494,43 @@ def test_the_float32_sum_precision_tables_are_the_committed_runs():
     assert set(summary["methods"]) == {"float32", "bfloat16"}
     rows = table_rows(markdown(summary)) + table_rows(sampling_markdown(summary))
     assert_rows_on_pages(rows, RESULTS_PAGE)
+
+
+def test_the_chain_table_in_bfloat16_is_the_committed_curves():
+    """docs/scaling_out.md's turn credit after each stage of the 4-agent chain, per precision and
+    seed, is that of the curves evaluated from the runs' checkpoints (float32's seeds 1 and 2
+    are the step-size map's runs of the same config), as are the stages each ran in its budget
+    and the bfloat16 turn credit at 8 CPU-minutes."""
+    page = (ROOT / "docs" / "scaling_out.md").read_text()
+    curves = {
+        "float32, seed 0": RESULTS / "precision_chain_curves" / "teamtr-d02-f32-s0.json",
+        "float32, seed 1 (step-size map)": RESULTS / "stepsize_curves" / "teamtr-d02-s1.json",
+        "float32, seed 2 (step-size map)": RESULTS / "stepsize_curves" / "teamtr-d02-s2.json",
+        **{
+            f"bfloat16, seed {seed}": RESULTS
+            / "precision_chain_curves"
+            / f"teamtr-d02-bf16-s{seed}.json"
+            for seed in (0, 1, 2)
+        },
+    }
+    for name, path in curves.items():
+        curve = json.loads(path.read_text())["curve"]
+        credit = [f"{point['metrics']['turn_credit']:.3f}" for point in curve]
+        row = f"| {name} | " + " | ".join(credit + [""] * (5 - len(credit))) + f" | {len(curve)} |"
+        assert " ".join(row.split()) in table_rows(page), row
+    summary = json.loads((RESULTS / "precision_chain.json").read_text())
+    assert summary["methods"]["teamtr-d02-bf16"]["seeds"] == [0, 1, 2]
+    bfloat16 = [json.loads(curves[f"bfloat16, seed {seed}"].read_text()) for seed in (0, 1, 2)]
+    untrained = json.loads(
+        (RESULTS / "precision_chain" / "untrained_teamtr-d02-f32.json").read_text()
+    )
+    at = summarise(bfloat16, "turn_credit", untrained, at=8.0)["methods"]["teamtr-d02-bf16"]["at"]
+    stated = (
+        "bfloat16 1.00, 0.40 and 0.98, "
+        f"{at['mean']:.2f} ± {at['standard_error']:.2f} over the 3 seeds"
+    )
+    assert [f"{v:.2f}" for v in at["values"]] == ["1.00", "0.40", "0.98"]
+    assert stated in " ".join(page.split())
 
 
 def test_the_precision_tables_are_the_committed_runs():
