@@ -69,6 +69,7 @@ class HFEngine:
             request.prompt_lengths,
             sampled_logps=recorded,
             kept=request.kept,
+            draw=self.settings.draw,
         )
         return Drawn(messages, recorded)
 

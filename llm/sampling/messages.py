@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 from peft import PeftModel
-from transformers import DynamicCache, GenerationConfig, PreTrainedModel
+from transformers import DynamicCache, GenerationConfig, LogitsProcessorList, PreTrainedModel
 from transformers.cache_utils import DynamicLayer
 
 from llm.common import profiling
@@ -23,6 +23,7 @@ from llm.common.devices import model_device
 from llm.common.hf_compat import cache_argument, cache_of
 from llm.conversation.dialogue import ChatFormat
 from llm.sampling.context_cache import ContextCaches, ContextSource, LayerTensors, SnapshotKey
+from llm.sampling.draw import Draw, InverseCdfDraw
 
 
 def generate_messages(
@@ -34,6 +35,7 @@ def generate_messages(
     prompt_lengths: Sequence[int] | None = None,
     sampled_logps: list[torch.Tensor] | None = None,
     kept: tuple[ContextCaches, SnapshotKey] | None = None,
+    draw: Draw = "multinomial",
 ) -> list[tuple[int, ...]]:
     """One message per context, sampled with the KV cache (temperature 0 = greedy).
 
@@ -54,6 +56,9 @@ def generate_messages(
     log-probability of each of its tokens under the distribution it was drawn from,
     log softmax(logits / T), as the generating model computed it (for measuring its gap from the
     training forward pass, ``bench/behaviour_logp_gap.py``).
+
+    ``draw`` (sampling only): how each token is drawn from that softmax
+    (``llm.sampling.draw``).
     """
     rows = len(contexts)
     layout: _CachedLayout | None = None
@@ -75,15 +80,23 @@ def generate_messages(
     keeping = kept is not None and layout is not None and layout.keepable
     if record and greedy:
         raise ValueError("sampled_logps needs sampling (temperature > 0)")
+    # "inverse_cdf" runs generate greedily on scores whose argmax its processor drew, and
+    # records the log-probs itself (generate's scores are then those one-hot scores).
+    processor = (
+        None
+        if greedy or draw == "multinomial"
+        else InverseCdfDraw(temperature, [] if record else None)
+    )
+    sampling = not greedy and processor is None
     config = GenerationConfig(
-        do_sample=not greedy,
-        temperature=None if greedy else temperature,
-        top_k=None if greedy else 0,
-        top_p=None if greedy else 1.0,
+        do_sample=sampling,
+        temperature=temperature if sampling else None,
+        top_k=0 if sampling else None,
+        top_p=1.0 if sampling else None,
         max_new_tokens=max_new_tokens,
         eos_token_id=chat.stop_id,
         pad_token_id=chat.pad_id,
-        output_scores=record,
+        output_scores=record and sampling,
         return_dict_in_generate=record or keeping,
     )
     device = model_device(model)
@@ -95,6 +108,7 @@ def generate_messages(
             attention_mask=attention.to(device),
             generation_config=config,
             **cache_argument(cache),
+            **({} if processor is None else {"logits_processor": LogitsProcessorList([processor])}),
         )
     sequences = output.sequences if record or keeping else output
     if keeping:
@@ -102,7 +116,10 @@ def generate_messages(
         layout.keep_contexts(contexts, cache_of(output), *kept)
     messages = []
     new_tokens = sequences[:, width:]
-    if sampled_logps is not None:
+    if sampled_logps is not None and processor is not None:
+        assert processor.logps is not None
+        drawn = torch.stack(processor.logps, dim=1).cpu()
+    elif sampled_logps is not None:
         # ``scores`` are the processed logits each token was drawn from: logits / T here
         # (top-k 0 and top-p 1 add no other processor). (rows, steps) after the gather.
         drawn = torch.stack(

@@ -21,17 +21,20 @@ from llm.sampling.messages import generate_messages
 TEMPERATURE = 0.7
 
 
-def test_recording_changes_no_sample_and_matches_the_training_pass(char_chat, char_team):
+@pytest.mark.parametrize("draw", ["multinomial", "inverse_cdf"])
+def test_recording_changes_no_sample_and_matches_the_training_pass(draw, char_chat, char_team):
     team = perturb_agent(char_team, 0, scale=0.3, seed=3)  # merged weights differ from the base
     sampler = arithmetic_sampler(char_chat, n_agents=3)
     episodes = sampler.new_episodes()
     contexts = [char_chat.context(e, 0) for e in episodes]
     model = sampler.speaker_model(team, 0)
     torch.manual_seed(1)
-    plain = generate_messages(model, contexts, char_chat, 6, TEMPERATURE)
+    plain = generate_messages(model, contexts, char_chat, 6, TEMPERATURE, draw=draw)
     torch.manual_seed(1)
     recorded: list[torch.Tensor] = []
-    messages = generate_messages(model, contexts, char_chat, 6, TEMPERATURE, sampled_logps=recorded)
+    messages = generate_messages(
+        model, contexts, char_chat, 6, TEMPERATURE, sampled_logps=recorded, draw=draw
+    )
     assert messages == plain
     assert [len(r) for r in recorded] == [len(m) for m in messages]
     assert all(bool((r <= 0).all()) for r in recorded)

@@ -1,0 +1,67 @@
+"""How a sampled token is drawn from softmax(logits / T): ``[sampler] draw``.
+
+Both ways draw token i with probability p_i = softmax(z / T)_i, exactly as far as float32's p_i
+go; they differ in the random numbers they use, so the same seed gives other samples.
+
+- ``"multinomial"`` (the default): Hugging Face ``generate``'s own ``torch.multinomial(p, 1)``,
+  which draws one exponential variate per vocabulary entry and takes argmax(p / q). On a
+  49,152-token vocabulary that is 1.6M variates for 32 rows, about 30 ms a decoding step on one
+  CPU thread, whatever the model's precision (``bench/sampling_draw.py``). Runs recorded before
+  this setting existed reproduce only with it.
+- ``"inverse_cdf"``: one float64 uniform u per row and the first token whose cumulative
+  probability exceeds u times the total. The cumulative sums are float64 over float32
+  probabilities, so each token's share of [0, total) is its p_i to about 1e-12 relative: the
+  same distribution at a few milliseconds a step.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from transformers import LogitsProcessor
+
+Draw = Literal["multinomial", "inverse_cdf"]
+DRAWS: tuple[Draw, ...] = ("multinomial", "inverse_cdf")
+
+
+def inverse_cdf_tokens(
+    scaled_logits: torch.Tensor, generator: torch.Generator | None = None
+) -> torch.Tensor:
+    """One token per row of ``scaled_logits`` (rows x vocabulary, logits / T), drawn with
+    probability softmax(row): the first index whose float64 cumulative probability exceeds a
+    uniform draw on [0, total)."""
+    probabilities = torch.softmax(scaled_logits.float(), dim=-1)
+    cumulative = probabilities.cumsum(dim=-1, dtype=torch.float64)
+    uniform = torch.rand(
+        (scaled_logits.shape[0], 1),
+        dtype=torch.float64,
+        device=scaled_logits.device,
+        generator=generator,
+    )
+    # right=True: the first index whose cumulative probability is strictly above u, so a token
+    # of probability 0 (its cumulative equal to its predecessor's) is never drawn; the clamp
+    # covers u * total rounding up onto the total.
+    tokens = torch.searchsorted(cumulative, uniform * cumulative[:, -1:], right=True)
+    return tokens.clamp_(max=scaled_logits.shape[-1] - 1)
+
+
+class InverseCdfDraw(LogitsProcessor):
+    """``"inverse_cdf"`` inside ``generate``: it runs in greedy mode with this processor, which
+    draws each row's token from softmax(logits / T) and hands back scores whose argmax is that
+    token (0 there, -inf elsewhere). ``logps``, when a list is given, receives each step's
+    log softmax(logits / T) at the drawn tokens (rows,), as sampling records them."""
+
+    def __init__(self, temperature: float, logps: list[torch.Tensor] | None = None) -> None:
+        if temperature <= 0:
+            raise ValueError("inverse_cdf draws need a temperature above 0")
+        self.temperature = temperature
+        self.logps = logps
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        scaled = scores / self.temperature  # as generate's temperature warper computes it
+        tokens = inverse_cdf_tokens(scaled)
+        if self.logps is not None:
+            self.logps.append(torch.log_softmax(scaled.float(), dim=-1).gather(-1, tokens)[:, 0])
+        chosen = torch.full_like(scores, float("-inf"))
+        return chosen.scatter_(1, tokens, 0.0)
