@@ -1,12 +1,13 @@
-"""What ``[sampler] draw = "inverse_cdf"`` saves: one batch of first turns drawn both ways, side
-by side.
+"""What ``[sampler] draw = "inverse_cdf"`` saves: the config's batches played both ways, side by
+side.
 
-For each precision, in one process, one thread: the config's team is built, its first batch of
-problems laid out as the first speaker's contexts (prompts_per_batch x group_size rows), and
-that batch generated with each draw in turn, alternating, ``--repeats`` times each, from seeds
-that differ per repeat. The draws give other samples and so other lengths: the fair unit is the
-CPU per generation step (each step draws one token for every row), alongside tokens per
-CPU-second. Printed as the ratio inverse_cdf / multinomial per precision, and bfloat16's
+For each precision and draw, in one process, one thread: the config's team is built with that
+draw, and its sampler plays ``--repeats`` batches of the config's problems to the end (every
+turn, through the sampler's own path: each group's prompt read once, kept keys and values),
+the draws alternating and each repeat from the same seed for both. The draws give other
+samples and so other lengths: the measure is generated tokens per CPU-second of sampling, and
+the CPU per generation step (each step draws one token for every row of a call; prefill
+included). Printed as the ratio inverse_cdf / multinomial per precision, and bfloat16's
 sampling speed against float32's under each draw.
 
 Usage: ``OMP_NUM_THREADS=1 .venv/bin/python bench/sampling_draw.py --config default
@@ -28,35 +29,30 @@ import torch
 from llm.common import profiling
 from llm.common.config import load_config
 from llm.sampling.draw import DRAWS
-from llm.sampling.messages import generate_messages
 from llm.training.builder import build
 
 
 def timed_batches(config, repeats: int) -> dict[str, list[dict[str, float]]]:
     """Per draw, one record per repeat: CPU seconds, generation steps, generated tokens."""
-    parts = build(config)
-    sampler = parts.sampler
-    contexts = [sampler.chat.context(e, 0) for e in sampler.new_episodes()]
-    model = sampler.speaker_model(parts.team, 0)
+    samplers = {}
+    for draw in DRAWS:
+        parts = build(
+            dataclasses.replace(config, sampler=dataclasses.replace(config.sampler, draw=draw))
+        )
+        samplers[draw] = parts
     measured: dict[str, list[dict[str, float]]] = {draw: [] for draw in DRAWS}
     for repeat in range(repeats):
         order = DRAWS if repeat % 2 == 0 else DRAWS[::-1]  # neither always runs first
         for draw in order:
-            torch.manual_seed(1000 + repeat)
+            parts = samplers[draw]
+            episodes = parts.sampler.new_episodes()
             with profiling.recording() as profile:
-                generate_messages(
-                    model,
-                    contexts,
-                    sampler.chat,
-                    config.sampler.max_tokens_of(0),
-                    config.sampler.temperature,
-                    draw=draw,
-                )
+                _, tokens = parts.sampler.play(parts.team, episodes, seed=1000 + repeat)
             measured[draw].append(
                 {
                     "cpu_seconds": profile.total_seconds,
                     "steps": profile.counts["generation steps"],
-                    "tokens": profile.counts["generated tokens"],
+                    "tokens": tokens,
                 }
             )
     return measured
@@ -87,11 +83,9 @@ def main(argv: list[str] | None = None) -> int:
         base = dataclasses.replace(
             base, model=dataclasses.replace(base.model, source="tiny", sources=())
         )
-    rows = base.sampler.prompts_per_batch * base.sampler.group_size
     result: dict[str, Any] = {
         "config": args.config,
         "source": base.model.source,
-        "rows": rows,
         "repeats": args.repeats,
         "dtypes": {},
     }
@@ -109,8 +103,8 @@ def main(argv: list[str] | None = None) -> int:
         result["dtypes"][dtype] = entry
         for draw in DRAWS:
             print(
-                f"{dtype:>9} {draw:>11}: {entry[draw]['ms_per_step']:.1f} ms a step of {rows} "
-                f"rows, {entry[draw]['tokens_per_cpu_second']:.1f} tokens per CPU-s",
+                f"{dtype:>9} {draw:>11}: {entry[draw]['ms_per_step']:.1f} ms a step, "
+                f"{entry[draw]['tokens_per_cpu_second']:.1f} tokens per CPU-s",
                 flush=True,
             )
         print(f"{dtype:>9} inverse_cdf / multinomial: {entry['inverse_cdf_over_multinomial']}")
