@@ -539,3 +539,49 @@ def test_the_precision_tables_are_the_committed_runs():
     assert set(summary["methods"]) == {"float32", "bfloat16"}
     rows = table_rows(markdown(summary)) + table_rows(sampling_markdown(summary))
     assert_rows_on_pages(rows, RESULTS_PAGE)
+
+
+def test_the_diagnosis_numbers_are_the_committed_measurements():
+    """The half-precision diagnosis's 6-seed figures on docs/scaling_out.md and docs/results.md
+    (mean ± s.e. over the 12 first updates, the medians and ranges) are those of
+    ``results/precision_diagnosis.json``'s per-update rows."""
+    import statistics
+
+    result = json.loads((RESULTS / "precision_diagnosis.json").read_text())
+    assert [s["seed"] for s in result["seeds"]] == [0, 1, 2, 3, 4, 5]
+    scaling = " ".join((ROOT / "docs" / "scaling_out.md").read_text().split())
+    results = " ".join(RESULTS_PAGE.split())
+
+    def rows(variant: str) -> list[tuple[dict, dict]]:
+        return [
+            (
+                seed["variants"][variant]["agents"][agent],
+                seed["variants"]["float32"]["agents"][agent],
+            )
+            for seed in result["seeds"]
+            for agent in seed["variants"]["float32"]["agents"]
+        ]
+
+    def mean_se(values: list[float]) -> str:
+        se = statistics.stdev(values) / len(values) ** 0.5
+        return f"{statistics.fmean(values):.2f} ± {se:.2f}"
+
+    stated = {}
+    for variant in ("bfloat16", "bf16-round-once", "bf16-float32-sum"):
+        pairs = rows(variant)
+        assert len(pairs) == 12
+        kept = [row["signal_kept"] for row, _ in pairs]
+        reach = [row["kl"] / reference["kl"] for row, reference in pairs]
+        stated[variant] = (mean_se(kept), mean_se(reach), f"{statistics.median(reach):.2f}")
+        kept_range = f"{min(kept):.2f} to {max(kept):.2f}"
+        assert f"| 12 | **{mean_se(kept)}** ({kept_range})" in scaling or (
+            f"| 12 | {mean_se(kept)} ({kept_range})" in scaling
+        ), (variant, kept_range)
+        assert f"| {mean_se(reach)} | {statistics.median(reach):.2f} |" in scaling, variant
+    peft, _, float32_sum = (stated[v] for v in ("bfloat16", "bf16-round-once", "bf16-float32-sum"))
+    assert (
+        f"keeps {peft[0]} of float32's log-prob change with PEFT's sum and {float32_sum[0]} with "
+        f"the float32 sum, and reaches {peft[1]} and {float32_sum[1]} of float32's KL, medians "
+        f"{peft[2]} and {float32_sum[2]})"
+    ) in results
+    assert f"{peft[0]} → {float32_sum[0]}" in results
