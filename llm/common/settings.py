@@ -19,6 +19,8 @@ if TYPE_CHECKING:
 
 Estimator = Literal["exact", "k1", "k3"]
 Direction = Literal["reverse", "forward"]
+Draw = Literal["multinomial", "inverse_cdf"]
+"""How a sampled token is drawn (``llm.sampling.draw``)."""
 ESTIMATORS: tuple[str, ...] = ("exact", "k1", "k3")
 DIRECTIONS: tuple[str, ...] = ("reverse", "forward")
 
@@ -126,7 +128,7 @@ class SamplerSettings:
     exceed the limit is not kept (its contexts are read afresh next time). About 46 KB a
     token for SmolLM2-135M: 0.7 GB for the 8-agent chain's 8 dialogues. Only dialogues of 3 or
     more turns keep any. 0: off."""
-    draw: Literal["multinomial", "inverse_cdf"] = "multinomial"
+    draw: Draw = "multinomial"
     """How engine "hf" draws a token from softmax(logits / T) (``llm.sampling.draw``): both
     exactly, with other random numbers. "multinomial": ``generate``'s own, one exponential
     variate per vocabulary entry (every earlier run's samples). "inverse_cdf": one uniform per

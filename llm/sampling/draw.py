@@ -16,13 +16,14 @@ go; they differ in the random numbers they use, so the same seed gives other sam
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import get_args
 
 import torch
 from transformers import LogitsProcessor
 
-Draw = Literal["multinomial", "inverse_cdf"]
-DRAWS: tuple[Draw, ...] = ("multinomial", "inverse_cdf")
+from llm.common.settings import Draw
+
+DRAWS: tuple[Draw, ...] = get_args(Draw)
 
 
 def inverse_cdf_tokens(
