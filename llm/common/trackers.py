@@ -72,7 +72,8 @@ class TrackioWriter:
         self._step: int | None = None
         self._row: dict[str, float] = {}
         self.stored_through = _last_stored_step(run_name) if resumed else 0
-        """The last step trackio had stored for this run when it was opened (0: none)."""
+        """The last step trackio had stored for this run when it was opened (0: none; None:
+        unknown, so nothing is logged again)."""
 
     def add_scalar(self, tag: str, value: float, step: int) -> None:
         if step != self._step:
@@ -91,12 +92,16 @@ class TrackioWriter:
         self._run.finish()
 
 
-def _last_stored_step(run_name: str) -> int:
+def _last_stored_step(run_name: str) -> int | None:
     """The largest step trackio's local store holds for ``run_name`` (0 if none), read as
-    ``trackio.init`` reads it to resume a run."""
-    from trackio.sqlite_storage import SQLiteStorage
+    ``trackio.init`` reads it to resume a run; None where this trackio reads it otherwise (a
+    store that moved): a resumed run then logs nothing again rather than fail."""
+    try:
+        from trackio.sqlite_storage import SQLiteStorage
 
-    return SQLiteStorage.get_max_step_for_run(TRACKIO_PROJECT, run_name) or 0
+        return SQLiteStorage.get_max_step_for_run(TRACKIO_PROJECT, run_name) or 0
+    except (ImportError, AttributeError):
+        return None
 
 
 class Writers:
@@ -119,7 +124,13 @@ class Writers:
         store; TensorBoard's are never behind, since its points are flushed before the
         checkpoint of their stage is written (and ``purge_step`` drops those after it)."""
         return Writers(
-            [w for w in self.writers if isinstance(w, TrackioWriter) and w.stored_through < step]
+            [
+                w
+                for w in self.writers
+                if isinstance(w, TrackioWriter)
+                and w.stored_through is not None
+                and w.stored_through < step
+            ]
         )
 
     def close(self) -> None:
