@@ -26,6 +26,7 @@ from transformers import (
     PreTrainedTokenizerBase,
     PreTrainedTokenizerFast,
 )
+from transformers.utils.quantization_config import GgufConfig
 
 from llm.common.devices import seeded
 from llm.models.precision import install_float32_attention, install_float32_head
@@ -216,10 +217,6 @@ def _dense_gguf(gguf_file: str | None) -> dict[str, object]:
     it, transformers warns that a half-precision load of a GGUF file keeps its weights packed
     and casts every product, which it does not do here; a later release could."""
     if gguf_file is None:
-        return {}
-    try:
-        from transformers.utils.quantization_config import GgufConfig
-    except ImportError:  # a release without packed GGUF weights: they are always unpacked
         return {}
     return {"quantization_config": GgufConfig(dequantize=True)}
 

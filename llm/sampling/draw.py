@@ -26,19 +26,15 @@ from llm.common.settings import Draw
 DRAWS: tuple[Draw, ...] = get_args(Draw)
 
 
-def inverse_cdf_tokens(
-    scaled_logits: torch.Tensor, generator: torch.Generator | None = None
-) -> torch.Tensor:
+def inverse_cdf_tokens(scaled_logits: torch.Tensor) -> torch.Tensor:
     """One token per row of ``scaled_logits`` (rows x vocabulary, logits / T), drawn with
     probability softmax(row): the first index whose float64 cumulative probability exceeds a
     uniform draw on [0, total)."""
     probabilities = torch.softmax(scaled_logits.float(), dim=-1)
     cumulative = probabilities.cumsum(dim=-1, dtype=torch.float64)
+    # torch's global generator, which the sampler seeds for each play, as generate's draw.
     uniform = torch.rand(
-        (scaled_logits.shape[0], 1),
-        dtype=torch.float64,
-        device=scaled_logits.device,
-        generator=generator,
+        (scaled_logits.shape[0], 1), dtype=torch.float64, device=scaled_logits.device
     )
     # right=True: the first index whose cumulative probability is strictly above u, so a token
     # of probability 0 (its cumulative equal to its predecessor's) is never drawn; the clamp
