@@ -34,17 +34,17 @@ from llm.training.builder import build
 
 def timed_batches(config, repeats: int) -> dict[str, list[dict[str, float]]]:
     """Per draw, one record per repeat: CPU seconds, generation steps, generated tokens."""
-    samplers = {}
-    for draw in DRAWS:
-        parts = build(
+    built = {
+        draw: build(
             dataclasses.replace(config, sampler=dataclasses.replace(config.sampler, draw=draw))
         )
-        samplers[draw] = parts
+        for draw in DRAWS
+    }
     measured: dict[str, list[dict[str, float]]] = {draw: [] for draw in DRAWS}
     for repeat in range(repeats):
         order = DRAWS if repeat % 2 == 0 else DRAWS[::-1]  # neither always runs first
         for draw in order:
-            parts = samplers[draw]
+            parts = built[draw]
             episodes = parts.sampler.new_episodes()
             with profiling.recording() as profile:
                 _, tokens = parts.sampler.play(parts.team, episodes, seed=1000 + repeat)
