@@ -13,8 +13,12 @@ training problem, and the metric on one of every test problem (those messages, g
 problem in turn; ``CHECKED_ROWS``, ``CHECK_SECONDS``), so that a reward failing on one row in
 fifty fails here, named by its row, and not in the middle of a run.
 
-Random models write random text, so what the reward returns here says nothing of a trained
-team's; what is checked is that it returns something a run can use.
+Random models write random text, so what the reward returns on it says nothing of a trained
+team's; what is checked is that it returns something a run can use. The reward's other
+branches run on the task's own answers (``llm.training.answer_check``): a sample of rows'
+reference answers, empty messages and a few other answers, whose scores are reported, with a
+warning where a reference answer falls short of another answer or of a held-out score of 1,
+or where the reward raises on one.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from llm.conversation.dialogue import ChatFormat, Episode
 from llm.models.loading import tiny_char_tokenizer
 from llm.problems.task import Dialogue, RewardError, Task, TaskError, reported
 from llm.problems.tasks import Problem, identity_of
+from llm.training.answer_check import AnswerScores, try_answers
 
 CHECKED_ROWS = 10_000
 """At most this many problems of each split have their reward (or metric) called."""
@@ -59,6 +64,8 @@ class TaskCheck:
     """How many training problems the task holds; None where a function draws them."""
     rows_scored: tuple[int, int] = (0, 0)
     """Training and test problems whose reward (metric) was called on a dialogue of theirs."""
+    answers: AnswerScores | None = None
+    """The reward of the task's own answers (``llm.training.answer_check``)."""
 
     def lines(self) -> list[str]:
         low, high = self.reward_range
@@ -82,6 +89,8 @@ class TaskCheck:
             f"reward called on a dialogue of {train_rows} training problems and metric on "
             f"{test_rows} held out (at most {CHECKED_ROWS} each, {CHECK_SECONDS:g} s)"
         )
+        if self.answers is not None:
+            lines.append(self.answers.line())
         return lines + [f"warning: {w}" for w in self.warnings]
 
 
@@ -130,10 +139,13 @@ def check_task(
     played = _played(task, tiny, train_played, test_played, dialogues, seed)
     rewards, scores, per_turn = _scored_twice(task, played)
     texts = [dialogue for _, dialogue in played]
+    train_rows = task.known_train or tuple(train)
     rows_scored = (
-        _scored_on_every_row(task, texts, task.known_train or tuple(train), held_out=False),
+        _scored_on_every_row(task, texts, train_rows, held_out=False),
         _scored_on_every_row(task, texts, test, held_out=True),
     )
+    # A random model's text earns the lowest reward: the task's own answers try the rest.
+    answers = try_answers(task, texts, train_rows, test)
     return TaskCheck(
         task=task.name,
         train_drawn=len(train),
@@ -142,9 +154,10 @@ def check_task(
         per_turn=per_turn,
         reward_range=(min(rewards), max(rewards)),
         score_range=(min(scores), max(scores)) if scores else None,
-        warnings=tuple(warnings),
+        warnings=(*warnings, *answers.warnings),
         train_problems=train_problems,
         rows_scored=rows_scored,
+        answers=answers,
     )
 
 
@@ -208,6 +221,11 @@ def _tiny_team(config: RunConfig, dialogues: int) -> RunConfig:
             "placement": "together",
             "device": "cpu",
             "rollout_shards": 0,
+            # In process, whatever the run's engine: a server engine cannot serve the tiny
+            # model (its heads of 8 dimensions), and a check starts no server.
+            "engine": "hf",
+            "engine_url": "",
+            "engine_args": "",
             "max_new_tokens": CHECK_MESSAGE_TOKENS,
             "prompts_per_batch": 1,
             "group_size": max(2, dialogues),
