@@ -86,6 +86,8 @@ class StageProgress:
         self.start_stage = start_stage
         self.started = time.perf_counter()
         """When this process began its stages: estimates count only what it has timed."""
+        self.elapsed_at_start = elapsed_seconds
+        """The budget's clock when this process began (a resumed run's earlier processes')."""
         self.bar: tqdm | None = None
         if not (enabled and on_terminal()):
             return
@@ -110,26 +112,35 @@ class StageProgress:
         """``stage`` (0-based index) as every line names it: 1-based, of the run's stages."""
         return f"{self.scheme} stage {stage + 1}/{self.stages}"
 
-    def remaining_seconds(
-        self, stage: int, fraction: float, elapsed_seconds: float
-    ) -> float | None:
-        """The run's time left, from this process's pace so far (None before any is known):
-        under a budget, the budget left; else the stages left at the pace of those done."""
-        if self.budget > 0:
-            return max(0.0, self.budget - elapsed_seconds)
+    def time_left(self, stage: int, fraction: float, elapsed_seconds: float) -> str:
+        """The run's time left, as a line's last clause ("" before anything is known):
+        an estimate from this process's pace so far (the stages and parts it has timed,
+        ``stage`` + ``fraction`` done), said as one; under a time budget that would run out
+        before the stages do at that pace (or before any pace is known), the budget left
+        (``elapsed_seconds`` of it spent), said as the budget. The run ends at whichever
+        comes first (``[run] time_budget_minutes``: after the stage that spends it)."""
         done = stage + fraction - self.start_stage
+        left = self.stages - stage - fraction
+        if self.budget > 0:
+            budget_left = max(0.0, self.budget - elapsed_seconds)
+            # Both on the budget's clock (wall or CPU): which of the two ends the run.
+            spent = elapsed_seconds - self.elapsed_at_start
+            if budget_left <= 0:
+                return "the time budget is spent: the run ends with this stage"
+            if done <= 0 or spent / done * left > budget_left:
+                return f"{duration(budget_left)} of the time budget left"
         if done <= 0:
-            return None
-        spent = time.perf_counter() - self.started
-        return spent / done * (self.stages - stage - fraction)
+            return ""
+        pace = (time.perf_counter() - self.started) / done
+        return f"about {duration(pace * left)} left at the pace so far"
 
     def step(self, stage: int, fraction: float, text: str, elapsed_seconds: float) -> None:
         """A part of stage ``stage`` has ended, ``fraction`` of the stage done (in [0, 1))."""
         if not self.enabled:
             return
         if self.bar is None:
-            left = self.remaining_seconds(stage, fraction, elapsed_seconds)
-            estimate = "" if left is None else f"; about {duration(left)} left"
+            left = self.time_left(stage, fraction, elapsed_seconds)
+            estimate = f"; {left}" if left else ""
             print(f"{self.label(stage)}: {text}{estimate}", file=sys.stderr, flush=True)
             return
         self.bar.set_postfix_str(f"stage {stage + 1}: {text}"[:80])
@@ -161,12 +172,8 @@ class StageProgress:
                 if self.budget > 0
                 else ""
             )
-            left = self.remaining_seconds(stage, 1.0, elapsed_seconds)
-            estimate = (
-                ""
-                if left is None or stage + 1 >= self.stages
-                else (f"; about {duration(left)} left")
-            )
+            left = self.time_left(stage, 1.0, elapsed_seconds)
+            estimate = f"; {left}" if left and stage + 1 < self.stages else ""
             print(
                 f"{self.label(stage)}: reward {reward:.2f}, certificate {cert:.3g}{detail}, "
                 f"{stage_seconds:.1f} s{budget}{estimate}",
