@@ -156,11 +156,18 @@ def trained_size_llama(dtype: torch.dtype, seed: int) -> torch.nn.Module:
     return install_float32_attention(install_float32_head(model))
 
 
-def log_prob_change(dtype: torch.dtype, mode: str, scale: float = 1e-4) -> torch.Tensor:
+def log_prob_change(
+    dtype: torch.dtype,
+    mode: str,
+    scale: float = 1e-4,
+    targets: str | tuple[str, ...] = "all-linear",
+) -> torch.Tensor:
     """How far every log-prob of a fixed token batch moves when agent 0's B matrices go from 0
-    to the same random ``scale``-sized values, in the model of ``dtype`` (float64, flattened)."""
+    to the same random ``scale``-sized values, in the model of ``dtype`` (float64, flattened),
+    with adapters on the ``targets`` layers."""
     model = trained_size_llama(dtype, seed=0)
-    backbone = LoraBackbone.create(model, 1, LoraSettings(rank=4, half_precision_sum=mode), seed=0)
+    settings = LoraSettings(rank=4, half_precision_sum=mode, target_modules=targets)
+    backbone = LoraBackbone.create(model, 1, settings, seed=0)
     team = backbone.initial_team()
     generator = torch.Generator().manual_seed(7)
     moved = AdapterWeights(
@@ -191,3 +198,20 @@ def test_a_bfloat16_policy_keeps_float32s_move_for_the_same_small_adapter():
     assert reference.abs().max() > 0
     assert abs(kept_share(log_prob_change(torch.bfloat16, "float32"), reference) - 1) < 0.15
     assert kept_share(log_prob_change(torch.bfloat16, "peft"), reference) < 0.5
+
+
+@pytest.mark.parametrize("mode", ["float32", "round_once", "peft"])
+def test_a_bfloat16_model_with_adapters_on_some_layers_runs_under_every_sum(mode):
+    """Adapters on q_proj and v_proj only: under "float32" sums the other projections are
+    plain bfloat16 ``Linear`` layers fed the float32 stream, so they must round their input
+    (the pre-hook) or their product fails on mixed dtypes. Under every sum the forward pass
+    runs and the adapter moves the log-probs; under "float32" as far as it moves the float32
+    model's (kept share 1 within 0.15, measured 1.06 on AMX; "round_once" keeps it only in
+    expectation, measured 0.77 at this size, and "peft" 0.29: neither is held to it)."""
+    targets = ("q_proj", "v_proj")
+    reference = log_prob_change(torch.float32, "float32", targets=targets)
+    change = log_prob_change(torch.bfloat16, mode, targets=targets)
+    assert reference.abs().max() > 0
+    assert torch.isfinite(change).all() and change.abs().max() > 0
+    if mode == "float32":
+        assert abs(kept_share(change, reference) - 1) < 0.15
