@@ -34,8 +34,8 @@ import torch
 from llm.common.config import load_config
 from llm.common.devices import DTYPES
 from llm.conversation.dialogue import Episode, Turn
+from llm.engines.messages import generate_messages
 from llm.models.agents import AdapterWeights, LoraTeam
-from llm.sampling.messages import generate_messages
 from llm.sampling.sampler import DialogueSampler
 from llm.training.builder import build
 from llm.update.mismatch import mismatch_kl_tolerance
@@ -60,7 +60,7 @@ def generating_model(sampler: DialogueSampler, team: LoraTeam, agent: int, how: 
         return team.generation_model(sampler.chat.policy(agent))
     if how == "unmerged":
         return team.use(sampler.chat.policy(agent))
-    return sampler.speaker_model(team, agent)
+    return sampler.engine.speaker_model(team, agent)
 
 
 def play(

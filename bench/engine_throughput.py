@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 
 from llm.common.config import load_config, parse_override
-from llm.sampling.engine_vllm import VLLMEngine
+from llm.engines.vllm.client import VLLMEngine
 from llm.training.builder import Components, build
 from teamtr.config import StageConfig
 from teamtr.penalty import EpisodicPenalty

@@ -81,7 +81,7 @@ def measure(n_agents: int, seed: int, quick: bool) -> dict[str, Any]:
             row[f"{label}_kept_positions"] = int(profile.counts.get("kept context positions", 0))
             row[f"{label}_generated_tokens"] = rollouts.generated_tokens
             row[f"{label}_groups_drawn"] = rollouts.groups_drawn
-            row[f"{label}_held_megabytes"] = samplers[keep].context_caches.held_bytes / 2**20
+            row[f"{label}_held_megabytes"] = samplers[keep].engine.context_caches.held_bytes / 2**20
         dialogues = {
             keep: [[t.message for t in e.turns] for e in rollouts.pool or rollouts.episodes]
             for keep, rollouts in outcome.items()

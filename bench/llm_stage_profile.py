@@ -47,7 +47,7 @@ from graded_rollouts import AlternatingRewards
 
 from llm.common import profiling
 from llm.common.config import RunConfig, load_config
-from llm.sampling.messages import generate_messages
+from llm.engines.messages import generate_messages
 from llm.training.builder import Components, build
 from llm.training.train import train
 
@@ -175,7 +175,7 @@ def generation_limit(source: str, quick: bool, scratch: Path) -> dict[str, float
     sampler, chat = parts.sampler, parts.chat
     episodes = sampler.new_episodes()
     contexts = [chat.context(e, 0) for e in episodes]
-    model = sampler.speaker_model(parts.team, 0)
+    model = sampler.engine.speaker_model(parts.team, 0)
     s = sampler.settings
     torch.manual_seed(0)
     started = time.process_time()

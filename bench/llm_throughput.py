@@ -36,10 +36,10 @@ from pathlib import Path
 import torch
 
 from llm.common.config import RunConfig
+from llm.engines.messages import generate_messages
 from llm.models.agents import LoraBackbone, LoraSettings, SeparateBackbone
 from llm.models.loading import load_model
 from llm.problems.tasks import ArithmeticSuite
-from llm.sampling.messages import generate_messages
 from llm.sampling.sampler import SamplerSettings
 from llm.training.builder import build, placement_of
 from llm.update.updater import UpdaterSettings
@@ -72,7 +72,7 @@ def generation_throughput(
     team = parts.team
     sides: dict[str, Callable[[int], torch.nn.Module]] = {
         "raw_generate": lambda agent: raw_model,
-        "sampler": lambda agent: parts.sampler.speaker_model(team, agent),
+        "sampler": lambda agent: parts.sampler.engine.speaker_model(team, agent),
         "peft_generate": lambda agent: team.use(agent),
     }
     tokens = dict.fromkeys(sides, 0)

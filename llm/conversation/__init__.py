@@ -1,6 +1,6 @@
 """How agents share one context: the chat format that turns turns into token ids and back, each
 speaker's view of the transcript, and the router that picks who speaks.
 
-Room 4 of 12 in data-flow order: it imports only from ``llm.common``, ``llm.problems`` and the
+Room 4 of 13 in data-flow order: it imports only from ``llm.common``, ``llm.problems`` and the
 core ``teamtr``, never from a room after it (tests/test_package_imports.py).
 """

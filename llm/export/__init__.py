@@ -3,8 +3,8 @@ play questions of one's own (``llm.load_team``), and written for the tools every
 PEFT adapter folders, a team description and the lines that serve it with vLLM
 (``llm.save_team``, ``teamtr export``).
 
-Room 11 of 12 in data-flow order: it imports only from ``llm.common``, ``llm.rewards``,
-``llm.problems``, ``llm.conversation``, ``llm.models``, ``llm.logprobs``, ``llm.sampling``,
-``llm.update``, ``llm.training`` and the core ``teamtr``, never from a room after it
-(tests/test_package_imports.py).
+Room 12 of 13 in data-flow order: it imports only from ``llm.common``, ``llm.rewards``,
+``llm.problems``, ``llm.conversation``, ``llm.models``, ``llm.logprobs``, ``llm.engines``,
+``llm.sampling``, ``llm.update``, ``llm.training`` and the core ``teamtr``, never from a room
+after it (tests/test_package_imports.py).
 """

@@ -29,6 +29,7 @@ from transformers import PreTrainedTokenizerBase
 from llm.common.config import ConfigError, Override, RunConfig, load_config
 from llm.conversation.dialogue import ChatFormat, Episode
 from llm.conversation.router import make_router
+from llm.models.adapter_folder import ADAPTER_FILE
 from llm.models.agents import AdapterWeights, LoraTeam
 from llm.problems.task import Dialogue, Task, TaskError
 from llm.problems.tasks import Problem
@@ -43,7 +44,6 @@ RUN_CONFIG_FILE = "run_config.json"
 """An export's copy of the run's resolved config: what teamtr rebuilds the team from."""
 BASE_FOLDER = "base"
 """An export's base model in Hugging Face layout (``--with-base``), when it has one."""
-ADAPTER_FILE = "adapter_model.safetensors"
 
 
 def adapter_folder(policy: int) -> str:

@@ -35,6 +35,7 @@ from safetensors.torch import load_file
 from llm.common.config import ConfigError, RunConfig, load_config
 from llm.conversation.dialogue import Episode
 from llm.interface.cli_args import integer_at_least, positive_number
+from llm.models.adapter_folder import ADAPTER_FILE
 from llm.models.agents import AdapterWeights, LoraTeam
 from llm.problems.tasks import Problem, load_jsonl
 from llm.training.checkpoint import (
@@ -52,7 +53,6 @@ from llm.update.alignment import AlignmentError, AlignmentResult, AlignmentSetti
 from llm.update.updater import TrustRegionUpdater
 
 SWAP_RECORD = "swap.json"
-PEFT_ADAPTER_FILE = "adapter_model.safetensors"
 
 
 class SwapError(ConfigError):
@@ -221,14 +221,12 @@ def load_new_adapter(
     if model_agent is not None:
         raise SwapError("--model-agent applies only when --model is a run directory")
     if model.is_dir():
-        if not (model / PEFT_ADAPTER_FILE).is_file():
+        if not (model / ADAPTER_FILE).is_file():
             raise SwapError(
                 f"--model {model}: a directory without config.json (a run) or "
-                f"{PEFT_ADAPTER_FILE} (a PEFT adapter)"
+                f"{ADAPTER_FILE} (a PEFT adapter)"
             )
-        return NewAdapter(
-            _load_tensors(model / PEFT_ADAPTER_FILE), {"kind": "peft", "path": str(model)}
-        )
+        return NewAdapter(_load_tensors(model / ADAPTER_FILE), {"kind": "peft", "path": str(model)})
     return NewAdapter(_load_tensors(model), {"kind": "safetensors", "path": str(model)})
 
 

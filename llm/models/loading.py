@@ -213,7 +213,7 @@ def load_model(
 def _dense_gguf(gguf_file: str | None) -> dict[str, object]:
     """For a GGUF source, the weights unpacked into plain ``dtype`` tensors at load time, said
     explicitly: LoRA adapts plain linear layers, and the trust region is measured on exactly
-    these weights (the export's and the engine's base, ``llm.sampling.engine_base``). Without
+    these weights (the export's and the engine's base, ``llm.models.base_folder``). Without
     it, transformers warns that a half-precision load of a GGUF file keeps its weights packed
     and casts every product, which it does not do here; a later release could."""
     if gguf_file is None:

@@ -4,7 +4,7 @@
 message must follow) and ``LengthPenalty`` (per turn), ``Weighted`` for a weighted list of
 rewards, and the graders behind them (``grade``, the chain's ``running_sum_turns``).
 
-Room 2 of 12 in data-flow order: it imports only from ``llm.common`` and the core ``teamtr``,
+Room 2 of 13 in data-flow order: it imports only from ``llm.common`` and the core ``teamtr``,
 never from a room after it (tests/test_package_imports.py); a reward reads a dialogue through
 ``Finished``, the few attributes it needs, so it does not import the dialogue's room.
 """

@@ -56,31 +56,27 @@ beyond the previous draw's is fresh. ``reused_turns`` counts the kept prefix tur
 
 from __future__ import annotations
 
-import contextlib
 import time
 import typing
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
 from peft import PeftModel
-from transformers import PreTrainedModel
 
 from llm.common import profiling
 from llm.common.devices import seeded
 from llm.common.settings import SamplerSettings
 from llm.conversation.dialogue import ChatFormat, Episode, Turn
 from llm.conversation.router import Router
+from llm.engines.factory import make_engine
+from llm.engines.protocol import Engine, TurnRequest
 from llm.logprobs.losses import group_normalised_advantages
 from llm.logprobs.scoring import score_chunks
 from llm.models.agents import LoraTeam
 from llm.problems.rewards import Grade
 from llm.problems.task import Dialogue, ProblemSource, Task, verdict_of
-from llm.sampling.context_cache import ContextCaches
-from llm.sampling.engine import Engine, TurnRequest
-from llm.sampling.engine_hf import HFEngine
-from llm.sampling.engine_vllm import VLLMEngine
 
 
 class BehaviourLogps(Sequence[Sequence[torch.Tensor]]):
@@ -277,58 +273,16 @@ class DialogueSampler:
         the same, so that its ratio check compares identical computations) and each agent's
         behaviour log-probs only when first asked for (``BehaviourLogps``). False: the
         straightforward path, kept as the reference of the equality tests and the profile."""
-        self.hf = HFEngine(chat, settings, reuse_work)
-        """The in-process engine; its rules for the generating model stay readable whichever
-        engine draws (``speaker_model``, ``records_logps``)."""
-        self.engine: Engine = VLLMEngine(chat, settings) if settings.engine == "vllm" else self.hf
-        """What draws the messages (``[sampler] engine``, ``llm.sampling.engine``); a server
-        engine is started by ``llm.training.builder.build`` and stopped by ``close``."""
+        self.engine: Engine = make_engine(chat, settings, reuse_work)
+        """What draws the messages (``[sampler] engine``, ``llm.engines``); a server engine is
+        started by ``llm.training.builder.build`` and stopped by ``close``."""
         self.rng = np.random.default_rng(settings.seed)
         """The sampler's generator (problems, routes, sampling seeds); checkpoints save and
         restore its state, so a resumed run draws what a straight run would."""
-        self.context_caches = self._new_context_caches()
-        """The keys and values each speaker snapshot computed over its contexts in the last
-        draw (``[sampler] kept_contexts_mb``), read by the next draw's generation."""
-        self._keeping = False
-
-    @property
-    def keeps_contexts(self) -> bool:
-        """Whether draws keep their speakers' contexts for the next draw: on the default path
-        (``reuse_work``), with ``kept_contexts_mb`` > 0 and dialogues of 3 or more turns (with
-        2, no unchanged speaker follows a kept turn: nothing could be read again)."""
-        return (
-            self.reuse_work
-            and self.settings.kept_contexts_mb > 0
-            and self.settings.turns >= 3
-            and self.engine is self.hf  # a server keeps its own prefix cache
-        )
 
     def close(self) -> None:
         """Stop the engine's server, if it has one (idempotent)."""
         self.engine.close()
-
-    def _new_context_caches(self) -> ContextCaches:
-        return ContextCaches(limit_bytes=self.settings.kept_contexts_mb * 2**20)
-
-    @contextlib.contextmanager
-    def drawing(self, team: LoraTeam, continues: bool) -> Iterator[None]:
-        """One draw of ``team``: its generation reads and keeps speakers' contexts (where
-        ``keeps_contexts``); evaluation and other plays outside a draw do neither. A draw that
-        does not ``continue`` the previous one (by prefix reuse: a stage's first) starts from
-        nothing, so each stage's draws depend on that stage alone and a run resumed from a
-        checkpoint computes what the straight run computes."""
-        if not self.keeps_contexts:
-            yield
-            return
-        if not continues:
-            self.context_caches = self._new_context_caches()
-        self.context_caches.new_draw([(k, p.version) for k, p in enumerate(team.policies)])
-        self._keeping = True
-        try:
-            yield
-        finally:
-            self._keeping = False
-            self.context_caches.end_draw()
 
     # -- generation ---------------------------------------------------------------------------
     def new_episodes(self, count: int | None = None) -> list[Episode]:
@@ -353,10 +307,6 @@ class DialogueSampler:
             self.chat.message_text(last) if last else None,
             last.agent if last else None,
         )
-
-    def speaker_model(self, team: LoraTeam, speaker: int) -> PreTrainedModel | PeftModel:
-        """The model that generates ``speaker``'s messages in process (``HFEngine``)."""
-        return self.hf.speaker_model(team, speaker)
 
     def play(
         self,
@@ -401,21 +351,15 @@ class DialogueSampler:
                 lengths = [len(episodes[i].prompt) for i in indices]
                 # Whole contexts when prompts are not shared (a one-token prompt shares nothing).
                 prompt_lengths = lengths if self.reuse_work and min(lengths) >= 2 else None
-                kept = None
-                policy = self.chat.policy(agent)
-                if self._keeping and prompt_lengths is not None:
-                    kept = (self.context_caches, (policy, team.agent(policy).version))
                 request = TurnRequest(
                     team,
                     agent,
-                    policy,
+                    self.chat.policy(agent),
                     contexts,
                     s.max_tokens_of(agent),
                     temperature,
                     record=temperature > 0,
                     prompt_lengths=prompt_lengths,
-                    kept=kept,
-                    seeds=self.engine.row_seeds(len(contexts)),
                 )
                 with profiling.section(f"sampling turn {len(episodes[indices[0]].turns) + 1}"):
                     drawn = self.engine.draw(request)
@@ -427,11 +371,6 @@ class DialogueSampler:
                     generated += len(message)
                 if on_messages is not None:
                     on_messages(len(messages))
-
-    def records_logps(self, model: torch.nn.Module, temperature: float) -> bool:
-        """Whether sampling in process with ``model`` records each token's log-prob on its
-        turn (``HFEngine.records_logps``); a server engine records every sampled turn."""
-        return self.hf.records_logps(model, temperature)
 
     def scored_logps(self, team: LoraTeam, episodes: tuple[Episode, ...]) -> BehaviourLogps:
         """Every message's token log-probs under its speaker, by the training forward pass:
@@ -540,7 +479,7 @@ class DialogueSampler:
         ``signal_groups`` > 0, fresh groups filtered for differing rewards (and no reuse)."""
         started = time.perf_counter()
         reusable = prefixes_reusable(team, previous, updated_agent)
-        with self.drawing(team, continues=reusable):
+        with self.engine.drawing(team, continues=reusable):
             if self.settings.signal_groups:
                 pooled = previous if reusable else None
                 return self.sample_with_signal(team, started, pooled, updated_agent)

@@ -2,8 +2,8 @@
 budget and events, checkpoints, run directories and their lock, the task
 checker, preflight checks and data-parallel ranks.
 
-Room 10 of 12 in data-flow order: it imports only from ``llm.common``, ``llm.problems``,
-``llm.conversation``, ``llm.models``, ``llm.logprobs``, ``llm.sampling``, ``llm.evaluation``,
-``llm.update`` and the
-core ``teamtr``, never from a room after it (tests/test_package_imports.py).
+Room 11 of 13 in data-flow order: it imports only from ``llm.common``, ``llm.problems``,
+``llm.conversation``, ``llm.models``, ``llm.logprobs``, ``llm.engines``, ``llm.sampling``,
+``llm.evaluation``, ``llm.update`` and the core ``teamtr``, never from a room after it
+(tests/test_package_imports.py).
 """

@@ -63,7 +63,6 @@ from llm.models.loading import (
 from llm.problems.configured import build_task
 from llm.problems.task import Task, TaskError
 from llm.problems.tasks import Problem
-from llm.sampling.engine_vllm import start_engine
 from llm.sampling.sampler import DialogueSampler
 from llm.training.distributed import ShardedSampler, check_world, effective_shards
 from llm.training.preflight import require_context_fits
@@ -257,7 +256,7 @@ def build(
     shards = effective_shards(config, collective.world_size if collective else 1)
     if collective is None and shards == 1:
         sampler = DialogueSampler(chat, router, task, config.sampler)
-        start_engine(sampler.engine, team, tokenizer, positions, config.run.threads)
+        sampler.engine.start(team, tokenizer, positions, config.run.threads)
         updater = TrustRegionUpdater(chat, config.updater, score_chunk=chunk)
         return Components(config, chat, team, sampler, updater, test, positions)
     if config.sampler.engine != "hf":  # one server per run, not yet one per process

@@ -343,7 +343,8 @@ class ShardedSampler(DialogueSampler):
         seeds = [int(self.rng.integers(2**31)) for _ in range(self.shards)]
         episodes = []
         generated = 0
-        with self.drawing(team, continues=reusable):  # each rank keeps its own shards' contexts
+        # Each rank's engine keeps the contexts of its own shards.
+        with self.engine.drawing(team, continues=reusable):
             for shard, shard_episodes in zip(self.local_shards, local, strict=True):
                 played, tokens = self.play(team, shard_episodes, seed=seeds[shard])
                 episodes.extend(played)

@@ -1,5 +1,5 @@
 """An unchanged speaker's kept keys and values (``[sampler] kept_contexts_mb``) sample what a fresh
-prefill samples (llm.sampling.context_cache).
+prefill samples (llm.engines.context_cache).
 
 The tiny 3-agent team is resampled after agent 1's update, with and without the kept contexts,
 from the same generator states: the messages must be the same token for token (a wrong key,
@@ -12,7 +12,6 @@ kept contexts on and checks there that they were read.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import subprocess
@@ -24,7 +23,7 @@ import torch
 from llm_test_support import arithmetic_sampler, perturb_agent
 
 from llm.common import profiling
-from llm.sampling.context_cache import ContextCaches, ContextSource, SpeakerContexts
+from llm.engines.context_cache import ContextCaches, ContextSource, SpeakerContexts
 
 ROOT = Path(__file__).resolve().parents[2]
 FLOAT_TOLERANCE = dict(rtol=1e-4, atol=1e-6)
@@ -42,10 +41,12 @@ def resample_after_update(team, chat, keep: bool, signal_groups: int = 0):
     """The stage-start draw of ``team``, then the draw after agent 1's update, with the
     profile of the second."""
     sampler = arithmetic_sampler(
-        chat, prompts_per_batch=2, group_size=4, temperature=1.0, signal_groups=signal_groups
-    )
-    sampler.settings = dataclasses.replace(
-        sampler.settings, kept_contexts_mb=sampler.settings.kept_contexts_mb if keep else 0
+        chat,
+        prompts_per_batch=2,
+        group_size=4,
+        temperature=1.0,
+        signal_groups=signal_groups,
+        **({} if keep else {"kept_contexts_mb": 0}),
     )
     torch.manual_seed(0)
     first = sampler.sample(team)
@@ -88,25 +89,25 @@ def test_kept_contexts_sample_what_a_fresh_prefill_samples(team, char_chat, sign
             expected += longest
     assert expected > 0
     assert profile.counts["kept context positions"] == expected
-    assert sampler.context_caches.size > 0 and sampler.context_caches.held_bytes > 0
+    assert sampler.engine.context_caches.size > 0 and sampler.engine.context_caches.held_bytes > 0
     if not signal_groups:
         # A draw that continues no other (a stage's first) starts from nothing: afterwards the
         # sampler holds its own contexts only, one per message generated.
         fresh = sampler.sample(kept.behaviour)
-        assert sampler.context_caches.size == sum(len(e.turns) for e in fresh.episodes)
+        assert sampler.engine.context_caches.size == sum(len(e.turns) for e in fresh.episodes)
     # A team in which every agent changed can read none of it: a draw of it lets it all go.
-    sampler.context_caches.new_draw([(k, -1 - k) for k in range(team.n_agents)])
-    assert sampler.context_caches.size == 0 and sampler.context_caches.held_bytes == 0
+    sampler.engine.context_caches.new_draw([(k, -1 - k) for k in range(team.n_agents)])
+    assert sampler.engine.context_caches.size == 0 and sampler.engine.context_caches.held_bytes == 0
 
 
 def test_plays_outside_a_draw_keep_nothing_and_two_turns_keep_nothing(team, char_chat):
     sampler = arithmetic_sampler(char_chat, prompts_per_batch=2, group_size=2)
     sampler.play(team, sampler.new_episodes())  # as evaluation plays
-    assert sampler.context_caches.size == 0
+    assert sampler.engine.context_caches.size == 0
     two_turns = arithmetic_sampler(char_chat, prompts_per_batch=2, group_size=2, turns=2)
-    assert not two_turns.keeps_contexts
+    assert not two_turns.engine.keeps_contexts
     two_turns.sample(team)
-    assert two_turns.context_caches.size == 0
+    assert two_turns.engine.context_caches.size == 0
 
 
 def source(row: int, positions: int = 3) -> ContextSource:

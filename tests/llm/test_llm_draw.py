@@ -11,8 +11,8 @@ import torch
 from llm_test_support import arithmetic_sampler, perturb_agent
 
 from llm.common.config import ConfigError, load_config, parse_override
-from llm.sampling.draw import InverseCdfDraw, inverse_cdf_tokens
-from llm.sampling.messages import generate_messages
+from llm.engines.draw import InverseCdfDraw, inverse_cdf_tokens
+from llm.engines.messages import generate_messages
 
 TEMPERATURE = 0.7
 Z = 5.0  # standard errors allowed per token
@@ -66,7 +66,9 @@ def test_generate_draws_each_first_token_from_the_models_softmax(draw, char_chat
     passes the same check)."""
     sampler = arithmetic_sampler(char_chat, n_agents=3)
     context = char_chat.context(sampler.new_episodes()[0], 0)
-    model = copy.deepcopy(sampler.speaker_model(perturb_agent(char_team, 0, scale=1.0, seed=5), 0))
+    model = copy.deepcopy(
+        sampler.engine.speaker_model(perturb_agent(char_team, 0, scale=1.0, seed=5), 0)
+    )
     with torch.no_grad():  # the tiny model's logits lie within 1: sharpened, so T matters
         model.get_output_embeddings().weight.mul_(25.0)
     rows = 4000

@@ -1,4 +1,4 @@
-"""The guard between teamtr and an engine server (``llm.sampling.engine_guard``), with a plain
+"""The guard between teamtr and an engine server (``llm.engines.vllm.guard``), with a plain
 process group standing in for the server: it needs no vLLM, so it runs everywhere. The same
 guard is tested with the real server in tests/llm/test_llm_engine_vllm.py."""
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 from llm_test_support import group_alive, wait_gone
 
-from llm.sampling.engine_vllm import GUARD, EngineServer, last_error_line
+from llm.engines.vllm.server import GUARD, EngineServer, last_error_line
 
 # A "server" that starts a worker of its own, as vLLM does: both must go.
 SERVER = [
@@ -43,7 +43,7 @@ def test_a_killed_owner_leaves_no_server(tmp_path):
         import os, sys, time
         sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})
         from pathlib import Path
-        from llm.sampling.engine_vllm import EngineServer
+        from llm.engines.vllm.server import EngineServer
         server = EngineServer({SERVER!r}, dict(os.environ), Path({str(tmp_path / "e.log")!r}), 1)
         print(server.server_pid, flush=True)
         time.sleep(600)

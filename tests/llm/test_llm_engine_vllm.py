@@ -24,8 +24,9 @@ import torch
 from llm_test_support import with_rewards
 
 from llm.common.config import load_config, parse_override
+from llm.engines.vllm.client import VLLMEngine
+from llm.models.adapter_folder import write_adapter
 from llm.models.agents import AdapterWeights
-from llm.sampling.engine_vllm import VLLMEngine, write_adapter
 from llm.training.builder import Components, build
 from teamtr.config import StageConfig
 from teamtr.penalty import EpisodicPenalty

@@ -23,7 +23,7 @@ import pytest
 from llm_test_support import REPO, teamtr, teamtr_free_python, wait_gone
 from team_out_support import train_notes_team
 
-from llm.sampling.engine_vllm import free_port, healthy
+from llm.engines.vllm.server import free_port, healthy
 
 VLLM_PYTHON = Path(os.environ.get("TEAMTR_VLLM_PYTHON", REPO / ".venv-vllm" / "bin" / "python"))
 CLIENT = REPO / "docs" / "examples" / "exported_team" / "play_with_vllm.py"

@@ -16,7 +16,7 @@ from llm_test_support import (
 )
 
 from llm.conversation.dialogue import Turn
-from llm.sampling.messages import generate_messages
+from llm.engines.messages import generate_messages
 
 TEMPERATURE = 0.7
 
@@ -27,7 +27,7 @@ def test_recording_changes_no_sample_and_matches_the_training_pass(draw, char_ch
     sampler = arithmetic_sampler(char_chat, n_agents=3)
     episodes = sampler.new_episodes()
     contexts = [char_chat.context(e, 0) for e in episodes]
-    model = sampler.speaker_model(team, 0)
+    model = sampler.engine.speaker_model(team, 0)
     torch.manual_seed(1)
     plain = generate_messages(model, contexts, char_chat, 6, TEMPERATURE, draw=draw)
     torch.manual_seed(1)
@@ -73,13 +73,13 @@ def test_sampling_records_its_logps_in_float32_and_always_in_half_precision(char
     drew with even where the float32 check reads the scoring pass ("scored"), because its
     updates measure and correct the sampler's mismatch (``llm.update.mismatch``)."""
     sampler = arithmetic_sampler(char_chat, n_agents=3)
-    model = sampler.speaker_model(char_team, 0)
-    assert sampler.records_logps(model, 0.7)
-    assert not sampler.records_logps(model, 0.0)
+    model = sampler.engine.speaker_model(char_team, 0)
+    assert sampler.engine.records_logps(model, 0.7)
+    assert not sampler.engine.records_logps(model, 0.0)
     half = copy.deepcopy(model).to(torch.bfloat16)
-    assert sampler.records_logps(half, 0.7)
-    assert arithmetic_sampler(char_chat, n_agents=3, behaviour_logps="scored").records_logps(
+    assert sampler.engine.records_logps(half, 0.7)
+    assert arithmetic_sampler(char_chat, n_agents=3, behaviour_logps="scored").engine.records_logps(
         half, 0.7
     )
     scored = arithmetic_sampler(char_chat, n_agents=3, behaviour_logps="scored")
-    assert not scored.records_logps(model, 0.7)
+    assert not scored.engine.records_logps(model, 0.7)

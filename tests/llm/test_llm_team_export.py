@@ -22,8 +22,8 @@ from safetensors.torch import load_file
 from team_out_support import ROWS
 
 import llm
+from llm.engines.vllm.command import vllm_rank
 from llm.models.agents import slot_name
-from llm.sampling.engine_vllm import vllm_rank
 
 EXAMPLE = REPO / "docs" / "examples" / "exported_team" / "play_with_peft.py"
 QUESTION = "What is 3 + 5?"

@@ -4,16 +4,22 @@ The sampler decides who speaks, over which tokens, how far and how randomly; an 
 draws: for one speaker and a batch of contexts (token ids, each in that speaker's own view),
 one message per context and, where asked, the log-probability of each sampled token under the
 distribution it was drawn from, log softmax(logits / T). Two engines implement it:
-``llm.sampling.engine_hf`` (Hugging Face ``generate`` in this process, the default) and
-``llm.sampling.engine_vllm`` (a vLLM server holding the base once and one adapter per
-agent). The sampler's exactness arguments (prefix reuse, dynamic sampling) rest only on each
-message being a draw of its speaker's policy, whichever engine draws it.
+``llm.engines.hf`` (Hugging Face ``generate`` in this process, the default) and
+``llm.engines.vllm`` (a vLLM server holding the base once and one adapter per agent);
+``llm.engines.factory.make_engine`` picks one from ``[sampler] engine``. The sampler's
+exactness arguments (prefix reuse, dynamic sampling) rest only on each message being a draw of
+its speaker's policy, whichever engine draws it.
+
+Randomness: the sampler seeds torch's generator once per play (``llm.common.devices.seeded``);
+every engine draws whatever it needs from that generator, in the order of the turns it is
+asked for, so a replayed play draws the same messages.
 """
 
 from __future__ import annotations
 
 import errno
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -23,8 +29,9 @@ import torch
 from llm.common.config import ConfigError
 
 if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
     from llm.models.agents import LoraTeam
-    from llm.sampling.context_cache import ContextCaches, SnapshotKey
 
 
 @dataclass(frozen=True)
@@ -43,10 +50,6 @@ class TurnRequest:
     """Whether the sampled tokens' log-probs are wanted."""
     prompt_lengths: Sequence[int] | None = None
     """Each context's prompt length, where prompts are shared within the batch."""
-    kept: tuple[ContextCaches, SnapshotKey] | None = None
-    """The contexts this speaker snapshot read in earlier draws (the in-process engine's)."""
-    seeds: Sequence[int] | None = None
-    """One seed per context, for an engine that seeds each request (a server)."""
 
 
 @dataclass(frozen=True)
@@ -60,9 +63,22 @@ class Drawn:
 class Engine(Protocol):
     name: str
 
-    def row_seeds(self, rows: int) -> list[int] | None:
-        """Seeds for ``rows`` requests, drawn from torch's generator (seeded by the sampler's
-        play), or None for an engine that draws from that generator itself."""
+    def context_limit(self, positions: int) -> int:
+        """The longest context (prompt and messages, in tokens) this engine draws for, on a
+        model of ``positions`` positions: what every dialogue of a run must fit."""
+        ...
+
+    def start(
+        self, team: LoraTeam, tokenizer: PreTrainedTokenizerBase, positions: int, threads: int
+    ) -> None:
+        """Make the engine ready to draw for ``team`` (a server engine starts or checks its
+        server here, before the run directory exists); ``positions``: the model's,
+        ``threads``: the CPU threads it may use (0: torch's count)."""
+        ...
+
+    def drawing(self, team: LoraTeam, continues: bool) -> AbstractContextManager[None]:
+        """One draw of ``team`` (every play of one ``sample``); ``continues``: it continues
+        the previous draw by prefix reuse (what an engine keeps between draws may be read)."""
         ...
 
     def draw(self, request: TurnRequest) -> Drawn:
@@ -83,13 +99,15 @@ class EngineUnavailable(ConfigError):
 
 
 class EngineStartFailed(OSError):
-    """The engine's server did not become ready (it stopped, or did not answer in time): a
-    fault of the surroundings found before the run began (the CLI's one ``error:`` line)."""
+    """The engine's server did not become ready (it stopped, or did not answer in time), or a
+    server named by ``engine_url`` is not the one the run needs: a fault of the surroundings
+    found before the run began (the CLI's one ``error:`` line, exit 2)."""
 
 
 class EngineFailed(ConnectionError):
-    """The engine stopped answering mid-run: a fault of the surroundings, like a full disk
-    (an ``OSError``, so the run saves its checkpoint and exits 1; ``--resume`` continues)."""
+    """The engine stopped answering mid-run, or refused a request (HTTP 4xx): a fault of the
+    surroundings, like a full disk (an ``OSError``, so the run saves its checkpoint and exits
+    1; ``--resume`` continues)."""
 
     def __init__(self, message: str) -> None:
         super().__init__(errno.ECONNABORTED, message)
