@@ -128,6 +128,24 @@ def test_check_task_catches_a_reward_that_is_not_deterministic():
         llm.check_task(Task(PROBLEMS, reward=lambda d: float(next(calls))))
 
 
+def test_check_task_catches_a_reward_of_two_kinds_even_when_only_a_middle_dialogue_differs():
+    """One reward per turn for the second dialogue scored, one float for every other: the
+    first and the last dialogues agree, so only a check of every dialogue's kind catches it."""
+    seen: list[tuple[str, ...]] = []
+    called: list[int] = []  # which dialogue (in the order first seen) each call scored
+
+    def mixed(d: Dialogue) -> float | list[float]:
+        if d.messages not in seen:  # the same dialogue always gets the same kind
+            seen.append(d.messages)
+        called.append(seen.index(d.messages))
+        return [0.0] * len(d.messages) if called[-1] == 1 else 0.0
+
+    with pytest.raises(RewardError) as caught:
+        llm.check_task(Task(PROBLEMS, [Problem("Capital of Spain?", "Madrid")], mixed))
+    assert "returned one float for some dialogues and one per turn for others" in str(caught.value)
+    assert 1 in called and called[-1] != 1  # the last dialogue scored got one float too
+
+
 def test_check_task_catches_a_draw_that_ignores_its_generator_and_a_broken_split():
     fresh = np.random.default_rng()
 
