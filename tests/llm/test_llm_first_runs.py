@@ -74,6 +74,35 @@ def test_a_stage_whose_rewards_never_differ_says_so_during_train(tmp_path, capsy
     assert "a reward that never varies" in warnings[0]
 
 
+SOME_GROUPS_VARY = """
+import zlib
+
+
+def reward(dialogue):
+    # 0 for the cat, whatever was said; for the box a number of the dialogue's own text
+    if dialogue.problem.question == "Plural of cat?":
+        return 0.0
+    return zlib.crc32("|".join(dialogue.messages).encode()) / 2**32
+"""
+
+
+def test_a_stage_where_some_groups_have_differing_rewards_warns_of_nothing(tmp_path, capsys):
+    """Groups of the cat question earn 0 throughout, groups of the box differing rewards: in
+    a stage with groups of each (0 < groups_with_signal < groups_drawn, 6 of 8 here), no
+    warning says the stage learned nothing."""
+    (tmp_path / "some_vary.py").write_text(SOME_GROUPS_VARY)
+    task = plurals_task(tmp_path).replace('"exact_match"', '"some_vary:reward"')
+    config = config_file(tmp_path, task)
+    config.write_text(config.read_text().replace("prompts_per_batch = 2", "prompts_per_batch = 4"))
+    rows = [{"question": f"Plural of {s}?", "answer": p} for s, p in NOUNS[:2]]
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main(["train", "--config", str(config), "--name", "r", "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    record = json.loads((tmp_path / "runs" / "r" / "metrics.jsonl").read_text())
+    assert 0 < record["groups_with_signal"] < record["groups_drawn"], record
+    assert "warning: teamtr stage" not in err and "learned nothing" not in err, err
+
+
 def test_check_real_plays_the_model_and_counts_the_groups_with_a_signal(tmp_path, capsys):
     config = config_file(tmp_path, plurals_task(tmp_path))
     assert main(["train", "--config", str(config), "--check", "--real", "--no-progress"]) == 0
