@@ -337,13 +337,18 @@ def _real_signal(config, progress: bool) -> list[str]:
         parts.sampler.close()  # a server engine stops with the check
     settings = parts.sampler.settings
     cut, messages = messages_cut(rollouts.episodes, parts.sampler)
+    kept = len(rollouts.episodes) // settings.group_size
+    seconds = f"{time.perf_counter() - started:.1f} s"
+    drawn = rollouts.groups_drawn
+    if drawn > kept:  # dynamic sampling drew more groups than the batch keeps
+        seconds += f"; dynamic sampling drew {drawn} groups for these {kept}"
     lines = [
-        f"real model: {len(rollouts.episodes)} dialogues in {rollouts.groups_drawn} groups of "
-        f"{settings.group_size} ({time.perf_counter() - started:.1f} s): "
-        f"{rollouts.groups_with_signal} groups with differing rewards, mean reward "
-        f"{rollouts.mean_reward:.2f}, {cut} of {messages} messages cut at max_new_tokens"
+        f"real model: {len(rollouts.episodes)} dialogues in {kept} groups of "
+        f"{settings.group_size} ({seconds}): {rollouts.held_signal_groups} groups with "
+        f"differing rewards, mean reward {rollouts.mean_reward:.2f}, {cut} of {messages} "
+        "messages cut at max_new_tokens"
     ]
-    if not rollouts.groups_with_signal:
+    if not rollouts.held_signal_groups:
         lines.append(
             "warning: no group had differing rewards: a stage like this learns nothing "
             "(a reward that never varies, messages cut by [sampler] max_new_tokens, or a "

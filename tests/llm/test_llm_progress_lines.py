@@ -69,3 +69,28 @@ def test_a_budget_that_ends_the_run_is_said_as_the_budget(tmp_path, capsys):
     said = [line for line in lines if " left" in line or "budget is spent" in line]
     assert said and all(BUDGET.search(line) or line.endswith(SPENT) for line in said), said
     assert lines[-1].endswith(SPENT) and "certificate" in lines[-1]
+
+
+def test_check_real_counts_the_groups_its_batch_keeps_and_those_drawn_for_them(tmp_path, capsys):
+    """Dynamic sampling draws groups until one has differing rewards, at most 2 more: a tiny
+    random model never writes a plural, so it draws 4 groups of 2 for a batch of 2 groups
+    (4 dialogues). The line counts the batch's dialogues in the batch's groups, and says how
+    many were drawn for them."""
+    (tmp_path / "train.jsonl").write_text(
+        '{"question": "Plural of cat?", "answer": "cats"}\n'
+        '{"question": "Plural of box?", "answer": "boxes"}\n'
+    )
+    config = smoke_config(
+        tmp_path,
+        '[task]\nkind = "dataset"\ntrain_file = "train.jsonl"\nreward = "exact_match"\n',
+    )
+    text = config.read_text().replace("[task]\neval_size = 4\n", "")
+    config.write_text(
+        text.replace("[sampler]\n", "[sampler]\nsignal_groups = 1\nmax_draws = 2\n", 1)
+    )
+    assert main(["train", "--config", str(config), "--check", "--real", "--no-progress"]) == 0
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("real model:")]
+    assert (
+        line.startswith("real model: 4 dialogues in 2 groups of 2 (")
+        and "; dynamic sampling drew 4 groups for these 2): 0 groups with differing rewards" in line
+    )
