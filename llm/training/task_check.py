@@ -15,7 +15,7 @@ fifty fails here, named by its row, and not in the middle of a run.
 
 Random models write random text, so what the reward returns on it says nothing of a trained
 team's; what is checked is that it returns something a run can use. The reward's other
-branches run on the task's own answers (``llm.training.answer_check``): a sample of rows'
+branches run on the task's own answers (``llm.problems.answer_check``): a sample of rows'
 reference answers, empty messages and a few other answers, whose scores are reported, with a
 warning where a reference answer falls short of another answer or of a held-out score of 1,
 or where the reward raises on one.
@@ -33,9 +33,9 @@ import numpy as np
 from llm.common.config import RunConfig
 from llm.conversation.dialogue import ChatFormat, Episode
 from llm.models.loading import tiny_char_tokenizer
+from llm.problems.answer_check import AnswerScores, try_answers
 from llm.problems.task import Dialogue, RewardError, Task, TaskError, reported
 from llm.problems.tasks import Problem, identity_of
-from llm.training.answer_check import AnswerScores, try_answers
 
 CHECKED_ROWS = 10_000
 """At most this many problems of each split have their reward (or metric) called."""
@@ -65,7 +65,7 @@ class TaskCheck:
     rows_scored: tuple[int, int] = (0, 0)
     """Training and test problems whose reward (metric) was called on a dialogue of theirs."""
     answers: AnswerScores | None = None
-    """The reward of the task's own answers (``llm.training.answer_check``)."""
+    """The reward of the task's own answers (``llm.problems.answer_check``)."""
 
     def lines(self) -> list[str]:
         low, high = self.reward_range
