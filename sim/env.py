@@ -65,6 +65,18 @@ class TurnTakingEnv(gymnasium.Env[np.int64, np.int64]):
         self._t = 0
         return np.int64(self._state), self._info()
 
+    def resume(self, state: int, t: int) -> tuple[np.int64, dict[str, Any]]:
+        """Continue an episode from ``state`` after ``t`` steps, as if its first ``t`` steps
+        had just been played (the kept prefix of a resample); the random stream goes on.
+        Without a ``reset`` first, the environment seeds itself as ``reset`` would."""
+        if not 0 <= state < self.mdp.n_states:
+            raise ValueError(f"state must be in 0..{self.mdp.n_states - 1}, got {state!r}")
+        if t < 0 or (self.mdp.horizon is not None and t >= self.mdp.horizon):
+            raise ValueError(f"t must be a step before the horizon, got {t!r}")
+        self._state = int(state)
+        self._t = int(t)
+        return np.int64(self._state), self._info()
+
     def _next_state(self, state: int, action: int) -> int:
         P = self.mdp.P
         row = state * self.mdp.n_actions + action

@@ -8,6 +8,7 @@ L = surrogate_scale * sum_s d(s) sum_a pi'(a|s) A-hat(s,a), with surrogate_scale
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,24 +19,11 @@ from sim.env import TurnTakingEnv
 from sim.evaluate import Evaluation, evaluate
 from sim.linear import validate_solver_options
 from sim.mdp import TurnTakingMDP
+from sim.pairing import EpisodeBatch, Steps, estimate_width, first_turns, return_estimates
 from sim.team import TabularTeam, as_fitting_team
+from teamtr.measured import PairedDifferences
 
 Array = NDArray[np.float64]
-
-
-@dataclass(frozen=True)
-class EpisodeBatch:
-    """Flat arrays over every step of a batch of episodes."""
-
-    episode: NDArray[np.int64]
-    """Which episode each step belongs to (0 .. n_episodes - 1)."""
-    time: NDArray[np.int64]
-    state: NDArray[np.int64]
-    action: NDArray[np.int64]
-    reward: Array
-    return_to_go: Array
-    """Undiscounted sum of this and later rewards of the episode (see ``sim.env``)."""
-    n_episodes: int
 
 
 @dataclass(frozen=True)
@@ -61,6 +49,12 @@ class TabularRollouts:
     """The sampled episodes (None when exact)."""
     reweighted_for: TabularTeam | None = None
     """The team the occupancy was importance-weighted to, if any."""
+    held_out: EpisodeBatch | None = None
+    """Episodes of ``behaviour`` left out of the occupancy and advantages, for the next draw
+    to continue (``SampledSampler.with_held_out``)."""
+    pairs: PairedDifferences | None = None
+    """This draw's continuation of the previous draw's held-out episodes, new return minus
+    old (``teamtr.protocols.PairedRollouts``); None when it continued none."""
 
     def surrogate(self, policy: Array, states: NDArray[np.bool_] | None = None) -> float:
         """surrogate_scale * sum_s d(s) sum_a policy(a|s) A-hat(s,a), over ``states`` if given."""
@@ -148,6 +142,11 @@ class SampledSampler:
     (s, a) of G_t - V-hat(s) (discounted) or G_t - V-hat_t(s) (episodic), G_t the return to go
     and V-hat the mean return to go of the state (at that step). Because the policy is
     stationary this is a consistent estimate of A (or A_bar). Unvisited (s, a) get 0.
+
+    With ``held_out`` episodes (``with_held_out``, ``teamtr.protocols.PairingSampler``) every
+    draw also plays that many episodes the occupancy and advantages leave out
+    (``TabularRollouts.held_out``), and a draw after agent k's update continues the previous
+    draw's held-out episodes from agent k's first turn (``paired_differences``).
     """
 
     def __init__(
@@ -156,58 +155,88 @@ class SampledSampler:
         n_episodes: int,
         seed: int | None = 0,
         max_steps: int | None = None,
+        held_out: int = 0,
     ) -> None:
         if n_episodes < 1:
             raise ValueError(f"n_episodes must be >= 1, got {n_episodes}")
+        if held_out < 0:
+            raise ValueError(f"held_out must be >= 0, got {held_out}")
         self.mdp = mdp
         self.n_episodes = n_episodes
+        self.held_out = held_out
         self.env = TurnTakingEnv(mdp, max_steps=max_steps)
         seeds = np.random.SeedSequence(seed).spawn(2)
         self._action_rng = np.random.default_rng(seeds[0])
         self._env_seed = int(seeds[1].generate_state(1)[0])
         self._env_seeded = False
 
-    def rollout(self, team: TabularTeam) -> EpisodeBatch:
-        """Play ``n_episodes`` episodes of ``team`` in the environment."""
+    def with_held_out(self, groups: int) -> SampledSampler:
+        """This sampler (its environment and random streams shared) holding out ``groups``
+        episodes per draw. Pairs need bounded returns: episodic, or discounted without
+        ``max_steps`` (``sim.pairing.return_estimates``)."""
+        if groups < 0:
+            raise ValueError(f"held-out groups must be >= 0, got {groups}")
+        if groups and self.env.max_steps is not None and self.mdp.horizon is None:
+            raise ValueError("pairs of a discounted MDP need episodes without max_steps")
+        other = copy.copy(self)
+        other.held_out = groups
+        return other
+
+    def rollout(self, team: TabularTeam, n_episodes: int | None = None) -> EpisodeBatch:
+        """Play ``n_episodes`` (default: the sampler's) episodes of ``team``."""
         as_fitting_team(self.mdp, team, "SampledSampler.rollout")
+        count = self.n_episodes if n_episodes is None else n_episodes
         cumulative = np.cumsum(team.table, axis=1)
-        episodes: list[int] = []
-        times: list[int] = []
-        states: list[int] = []
-        actions: list[int] = []
-        rewards: list[float] = []
-        for e in range(self.n_episodes):
+        steps = Steps()
+        for e in range(count):
             # Seed the environment once; later resets continue its random stream.
             seed = None if self._env_seeded else self._env_seed
             self._env_seeded = True
             state, _ = self.env.reset(seed=seed)
-            t = 0
-            while True:
-                s = int(state)
-                u = self._action_rng.random() * cumulative[s, -1]
-                action = min(
-                    int(np.searchsorted(cumulative[s], u, side="right")), cumulative.shape[1] - 1
-                )
-                state, reward, terminated, truncated, _ = self.env.step(action)
-                episodes.append(e)
-                times.append(t)
-                states.append(s)
-                actions.append(action)
-                rewards.append(reward)
-                t += 1
-                if terminated or truncated:
-                    break
-        episode = np.asarray(episodes, dtype=np.int64)
-        reward_array = np.asarray(rewards, dtype=np.float64)
-        return EpisodeBatch(
-            episode=episode,
-            time=np.asarray(times, dtype=np.int64),
-            state=np.asarray(states, dtype=np.int64),
-            action=np.asarray(actions, dtype=np.int64),
-            reward=reward_array,
-            return_to_go=_returns_to_go(episode, reward_array),
-            n_episodes=self.n_episodes,
-        )
+            self._play(cumulative, e, int(state), 0, steps)
+        return steps.batch(count)
+
+    def continued(self, batch: EpisodeBatch, team: TabularTeam, agent: int) -> EpisodeBatch:
+        """``batch``'s episodes with every step from ``agent``'s first turn on played again by
+        ``team`` (an episode where ``agent`` never acts is kept whole). If ``team`` differs
+        from the batch's team only in ``agent``, the kept prefixes are distributed alike under
+        both, so each continued episode is an exact draw of ``team`` (Lemma 3.1's setting)."""
+        as_fitting_team(self.mdp, team, "SampledSampler.continued")
+        first = first_turns(self.mdp, batch, agent)
+        cumulative = np.cumsum(team.table, axis=1)
+        steps = Steps()
+        for e in range(batch.n_episodes):
+            own = np.flatnonzero(batch.episode == e)
+            kept = own if first[e] < 0 else own[own < first[e]]
+            steps.extend(batch, kept, e)
+            if first[e] >= 0:
+                state, t = int(batch.state[first[e]]), int(batch.time[first[e]])
+                self.env.resume(state, t)
+                self._play(cumulative, e, state, t, steps)
+        return steps.batch(batch.n_episodes)
+
+    def paired_differences(
+        self, batch: EpisodeBatch, team: TabularTeam, agent: int
+    ) -> PairedDifferences:
+        """``team``'s continuation of ``batch`` (``continued``) minus ``batch``, one return
+        estimate per episode (``sim.pairing.return_estimates``)."""
+        new = self.continued(batch, team, agent)
+        differences = return_estimates(self.mdp, new) - return_estimates(self.mdp, batch)
+        return PairedDifferences(differences, estimate_width(self.mdp), updated_agent=agent)
+
+    def _play(self, cumulative: Array, e: int, state: int, t: int, steps: Steps) -> None:
+        """Play episode ``e`` from ``state`` at step ``t`` to its end, actions drawn from the
+        team whose rows' cumulative sums are ``cumulative``."""
+        while True:
+            row = cumulative[state]
+            u = self._action_rng.random() * row[-1]
+            action = min(int(np.searchsorted(row, u, side="right")), row.size - 1)
+            next_state, reward, terminated, truncated, _ = self.env.step(action)
+            steps.append(e, t, state, action, reward)
+            t += 1
+            state = int(next_state)
+            if terminated or truncated:
+                break
 
     def sample(
         self,
@@ -218,12 +247,19 @@ class SampledSampler:
     ) -> TabularRollouts:
         tabular = as_fitting_team(self.mdp, team, "SampledSampler.sample")
         batch = self.rollout(tabular)
+        held_out = self.rollout(tabular, self.held_out) if self.held_out else None
+        pairs = None
+        earlier = getattr(previous, "held_out", None)
+        if self.held_out and earlier is not None and updated_agent is not None:
+            pairs = self.paired_differences(earlier, tabular, updated_agent)
         return TabularRollouts(
             behaviour=tabular,
             occupancy=self._occupancy(batch, np.ones(batch.state.size)),
             advantage=self._advantage(batch),
             surrogate_scale=surrogate_scale(self.mdp),
             episodes=batch,
+            held_out=held_out,
+            pairs=pairs,
         )
 
     def importance_weighted(self, rollouts: Any, team: Any) -> TabularRollouts:
@@ -279,17 +315,3 @@ class SampledSampler:
         seen = pair_visits > 0
         advantage[seen] = pair_totals[seen] / pair_visits[seen]
         return advantage.reshape(n_states, n_actions)
-
-
-def _returns_to_go(episode: NDArray[np.int64], reward: Array) -> Array:
-    """Sum of the rewards from each step to the end of its episode (steps are contiguous)."""
-    if reward.size == 0:
-        return reward.copy()
-    total = np.cumsum(reward[::-1])[::-1]
-    last_index = np.flatnonzero(np.r_[episode[1:] != episode[:-1], True])
-    after_episode = np.zeros(reward.size)
-    ends = np.searchsorted(last_index, np.arange(reward.size))
-    following = last_index[ends] + 1
-    inside = following < reward.size
-    after_episode[inside] = total[following[inside]]
-    return total - after_episode

@@ -2,9 +2,11 @@
 
 The shared core (numpy only, never torch). Public API:
 
-- protocols: ``TeamPolicy``, ``Rollouts``, ``Sampler``, ``AgentUpdater``
+- protocols: ``TeamPolicy``, ``Rollouts``, ``Sampler``, ``AgentUpdater``; optional, to measure
+  updates: ``PairingSampler``, ``PairedRollouts``
 - the stage loop: ``run_stage``, ``run_stages``, ``stage_order``, ``StageConfig``, ``SCHEMES``
 - reports: ``AgentUpdate``, ``UpdateRecord``, ``StageReport``
+- the measured certificate (``teamtr.measured``): ``PairedDifferences``, ``MeasuredCertificate``
 - penalties of Thm 3.4: ``DiscountedPenalty``, ``EpisodicPenalty``
 - a conformance checker for backends: ``check_backend``, ``BackendCheckError``
 - math modules: ``teamtr.divergence``, ``teamtr.surrogate``, ``teamtr.turns``,
@@ -13,8 +15,16 @@ The shared core (numpy only, never torch). Public API:
 
 from teamtr.config import SCHEMES, StageConfig
 from teamtr.conformance import BackendCheckError, check_backend
+from teamtr.measured import MeasuredCertificate, PairedDifferences
 from teamtr.penalty import DiscountedPenalty, EpisodicPenalty, PenaltyModel
-from teamtr.protocols import AgentUpdater, Rollouts, Sampler, TeamPolicy
+from teamtr.protocols import (
+    AgentUpdater,
+    PairedRollouts,
+    PairingSampler,
+    Rollouts,
+    Sampler,
+    TeamPolicy,
+)
 from teamtr.reports import AgentUpdate, StageReport, UpdateRecord
 from teamtr.stage import run_stage, run_stages, stage_order
 
@@ -25,6 +35,10 @@ __all__ = [
     "BackendCheckError",
     "DiscountedPenalty",
     "EpisodicPenalty",
+    "MeasuredCertificate",
+    "PairedDifferences",
+    "PairedRollouts",
+    "PairingSampler",
     "PenaltyModel",
     "Rollouts",
     "Sampler",

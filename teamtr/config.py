@@ -6,12 +6,15 @@ from dataclasses import dataclass
 from numbers import Integral
 from typing import Literal, get_args
 
+from teamtr.measured import BOUNDS, DEFAULT_LEVEL, BoundName
 from teamtr.trust_region import ADMIT_TOLERANCE, checked_radius, per_agent_radii
 
 SchemeName = Literal["teamtr", "stale", "joint", "happo"]
 SCHEMES: tuple[str, ...] = get_args(SchemeName)
 OrderSpec = Literal["fixed", "random"] | tuple[int, ...]
 PenaltyForm = Literal["kl", "tv"]
+AcceptRule = Literal["theory", "measured"]
+ACCEPT_RULES: tuple[str, ...] = get_args(AcceptRule)
 
 
 class SettingError(ValueError):
@@ -55,6 +58,21 @@ class StageConfig:
     update above it is never kept."""
     penalty_form: PenaltyForm = "kl"
     """Which form of Thm 3.4 the certificate uses: 'kl' (C_i sqrt(KL_i)) or 'tv' (needs E[TV])."""
+    certificate_groups: int = 0
+    """Groups (episodes, or dialogue groups) each draw holds out of the update, continued by
+    the next draw to measure the update's improvement (``teamtr.measured``); 0 measures
+    nothing. Only a sampler that pairs (``teamtr.protocols.PairingSampler``) and the teamtr
+    scheme, whose resample continues them, measure; elsewhere records say "not measured"."""
+    certificate_level: float = DEFAULT_LEVEL
+    """1 - alpha of the measured certificate, in (0, 1); a stage splits alpha over its updates."""
+    certificate_bound: BoundName = "betting"
+    """The finite-n lower bound (``teamtr.measured``): 'betting' (Waudby-Smith & Ramdas 2023,
+    Thm 2, one side) or 'bernstein' (Maurer & Pontil 2009, Thm 4)."""
+    accept: AcceptRule = "theory"
+    """'theory': an update inside its radius enters the team (Thm 3.4's rule). 'measured': in
+    addition, an update whose measured bound is below 0 is undone: the team goes back to
+    pi_hat^{i-1}, the resample of pi_hat^i is discarded and pi_hat^{i-1} is drawn afresh.
+    Needs the teamtr scheme and certificate_groups > 0."""
 
     def __post_init__(self) -> None:
         if self.scheme not in SCHEMES:
@@ -80,6 +98,27 @@ class StageConfig:
             raise SettingError("kl_tolerance", f"must lie in [0, 1), got {self.kl_tolerance!r}")
         if self.penalty_form not in ("kl", "tv"):
             raise SettingError("penalty_form", f"must be 'kl' or 'tv', got {self.penalty_form!r}")
+        self._check_certificate()
+
+    def _check_certificate(self) -> None:
+        groups = self.certificate_groups
+        if not isinstance(groups, Integral) or isinstance(groups, bool) or groups < 0:
+            raise SettingError("certificate_groups", f"must be an integer >= 0, got {groups!r}")
+        level = self.certificate_level
+        if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level < 1:
+            raise SettingError("certificate_level", f"must lie in (0, 1), got {level!r}")
+        if self.certificate_bound not in BOUNDS:
+            raise SettingError(
+                "certificate_bound", f"must be one of {BOUNDS}, got {self.certificate_bound!r}"
+            )
+        if self.accept not in ACCEPT_RULES:
+            raise SettingError("accept", f"must be one of {ACCEPT_RULES}, got {self.accept!r}")
+        if self.accept == "measured" and (self.scheme != "teamtr" or groups == 0):
+            raise SettingError(
+                "accept",
+                "'measured' needs scheme 'teamtr' (its resample continues the held-out groups) "
+                f"and certificate_groups > 0, got scheme {self.scheme!r} and {groups} groups",
+            )
 
     def radii(self, n_agents: int) -> tuple[float, ...]:
         """delta_i of every agent of a team of ``n_agents`` (a per-agent tuple must have one

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
+    from teamtr.measured import PairedDifferences
     from teamtr.reports import AgentUpdate
 
 
@@ -74,6 +75,36 @@ class Sampler(Protocol):
         the weight of an episode is the product of those agents' probability ratios
         new/old over the actions they took in it.
         """
+        ...
+
+
+@runtime_checkable
+class PairingSampler(Sampler, Protocol):
+    """A sampler that can measure updates (optional: the stage loop records "not measured"
+    for a sampler without ``with_held_out``; ``teamtr.measured`` says why the pairs bound J).
+
+    Its draws hold out ``groups`` groups that no update sees: they are left out of what an
+    updater reads (occupancy, advantages, gradient, KL). A draw made with ``previous`` and
+    ``updated_agent`` continues ``previous``'s held-out groups with the new team from the
+    updated agent's first turn on, and its rollouts carry the differences (``PairedRollouts``);
+    those continuations are used for the pairs only, and every draw holds out fresh groups of
+    its own, so the held-out groups that decided one update never measure another.
+    """
+
+    def with_held_out(self, groups: int) -> Sampler:
+        """A sampler drawing as this one does, plus ``groups`` held-out groups per draw (it may
+        share this one's random streams)."""
+        ...
+
+
+@runtime_checkable
+class PairedRollouts(Protocol):
+    """Rollouts of a ``PairingSampler`` draw."""
+
+    @property
+    def pairs(self) -> PairedDifferences | None:
+        """New return minus old for ``previous``'s held-out groups continued by this draw's
+        team (None when the draw continued nothing that was held out)."""
         ...
 
 

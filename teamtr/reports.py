@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from teamtr.measured import MeasuredCertificate
+
 
 @dataclass(frozen=True, kw_only=True)
 class AgentUpdate:
@@ -65,6 +67,15 @@ class UpdateRecord:
     """Whether the sampler produced ``rollouts`` for this update (the stage-start cache counts
     for the first update); False when they were reused or reweighted. Summing the sampling cost
     of the records with ``fresh_rollouts`` counts every sampler call of the stage once."""
+    measured: MeasuredCertificate | None = None
+    """The measured certificate (``teamtr.measured``): a lower bound on J(pi_hat^i) -
+    J(pi_hat^{i-1}) from held-out pairs at ``measured.level``; None where not measured (an
+    update not kept, a sampler that does not pair, a scheme without a resample)."""
+    undone: bool = False
+    """The update was inside its radius but its measured bound was below 0 under
+    ``accept = "measured"``: it did not enter the team (``kept`` is False)."""
+    resample: Any = field(default=None, compare=False, repr=False)
+    """The draw that continued this update's held-out pairs (None where not measured)."""
 
     @property
     def realised_gain(self) -> float | None:
@@ -87,12 +98,29 @@ class StageReport:
     j_end: float | None = None
     teams: tuple[Any, ...] = ()
     """pi_hat^0 .. pi_hat^n when the caller asked to keep them (for drift measurements)."""
+    measured: MeasuredCertificate | None = None
+    """The measured bound on J(pi_bar) - J(pi_cur): each update's at level alpha/m, summed
+    over the kept ones (``teamtr.measured.stage_measured``); None where a kept update was not
+    measured."""
+    next_rollouts: Any = field(default=None, compare=False, repr=False)
+    """The draw of pi_bar that measured the stage's last update, on-policy for the next stage
+    (``run_stages`` hands it on as that stage's first rollouts); None when none was drawn."""
 
     @property
     def sampled_rollouts(self) -> tuple[Any, ...]:
         """Every batch of rollouts the sampler produced this stage, in order (one per sampler
-        call: the stage-start cache of stale/joint/happo, each fresh batch of teamtr)."""
-        return tuple(r.rollouts for r in self.records if r.fresh_rollouts)
+        call: the stage-start cache of stale/joint/happo, each fresh batch of teamtr, and the
+        draw that measured the last update). A measured resample discarded by
+        ``accept = "measured"`` is in its record's ``resample``, not here."""
+        batches: list[Any] = []
+        for record in self.records:
+            if record.fresh_rollouts:
+                batches.append(record.rollouts)
+            if record.undone:
+                batches.append(record.resample)
+        if self.next_rollouts is not None:
+            batches.append(self.next_rollouts)
+        return tuple(batches)
 
     @property
     def realised_gain(self) -> float | None:

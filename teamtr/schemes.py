@@ -60,6 +60,8 @@ class RolloutSource:
     """The most recent rollouts handed out (fresh ones for teamtr, reweighted ones for happo)."""
     handed_out: bool = False
     """Whether any rollouts were handed out yet this stage (the stage-start cache counts once)."""
+    pending: Supplied | None = None
+    """Rollouts already drawn for the next update (by ``resample``, ``redraw`` or ``start``)."""
 
     @property
     def kind(self) -> RolloutKind:
@@ -69,14 +71,35 @@ class RolloutSource:
     def simultaneous(self) -> bool:
         return SCHEMES[self.scheme].simultaneous
 
-    def start(self, team: TeamPolicy) -> None:
+    def start(self, team: TeamPolicy, rollouts: Rollouts | None = None) -> None:
+        """Begin a stage at ``team``; ``rollouts`` (teamtr only): an on-policy draw of it made
+        before the stage (the previous stage's last resample), used for the first update."""
         if self.kind != "intermediate":
             self.stage_start = self.sampler.sample(team)
+        elif rollouts is not None:
+            self.latest = rollouts
+            self.pending = Supplied(rollouts, False)
+
+    def resample(self, team: TeamPolicy, updated_agent: int) -> Rollouts:
+        """Draw pi_hat^i now, continuing the latest rollouts from ``updated_agent``'s first
+        turn (teamtr): the draw that measures the update and serves the next one."""
+        self.latest = self.sampler.sample(team, previous=self.latest, updated_agent=updated_agent)
+        self.pending = Supplied(self.latest, True)
+        return self.latest
+
+    def redraw(self, team: TeamPolicy) -> Rollouts:
+        """Draw ``team`` afresh, continuing nothing (after an undone update)."""
+        self.latest = self.sampler.sample(team)
+        self.pending = Supplied(self.latest, True)
+        return self.latest
 
     def for_update(self, team: TeamPolicy, last_updated: int | None) -> Supplied:
         """Rollouts for the next update, given the current intermediate team pi_hat^{i-1}."""
         first = not self.handed_out
         self.handed_out = True
+        if self.pending is not None:
+            supplied, self.pending = self.pending, None
+            return supplied
         if self.kind == "intermediate":
             return self._intermediate(team, last_updated)
         assert self.stage_start is not None, "start() must be called before for_update()"

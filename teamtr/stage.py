@@ -12,6 +12,13 @@ One stage of sequential trust-region training, THEORY.md §1–2:
         pi_hat^i  = pi_hat^{i-1} with agent k replaced               (joint: all at the end)
     stage certificate = sum_i certificate_i                          (Thm 3.6)
 
+Measured certificate (``teamtr.measured``, teamtr scheme with a pairing sampler): after a
+kept update the loop draws pi_hat^i at once, continuing pi_hat^{i-1}'s held-out groups; their
+pairs bound J(pi_hat^i) - J(pi_hat^{i-1}) at level 1 - alpha, and the draw serves update i+1.
+Under ``accept = "measured"`` an update whose bound is below 0 is undone: the team stays
+pi_hat^{i-1}, that draw is discarded and pi_hat^{i-1} is drawn afresh (its earlier held-out
+groups decided the undo, so they measure nothing more).
+
 For `joint` the stage bound is Thm 3.4 applied to the whole team move: by Lemma 3.1 the team's
 divergence at s is that of the agent active in s, so the team's expected KL is the sum of the
 agents' and its surrogate the sum of theirs, all under d_{pi_cur}.
@@ -27,8 +34,9 @@ import numpy as np
 
 from teamtr.config import StageConfig
 from teamtr.evaluations import PerTeamCache
+from teamtr.measured import MeasuredCertificate, measure, stage_measured
 from teamtr.penalty import PenaltyModel
-from teamtr.protocols import AgentUpdater, Sampler, TeamPolicy
+from teamtr.protocols import AgentUpdater, PairingSampler, Rollouts, Sampler, TeamPolicy
 from teamtr.reports import AgentUpdate, StageReport, UpdateRecord
 from teamtr.schemes import RolloutSource
 from teamtr.trust_region import admitted
@@ -72,6 +80,35 @@ def inside_radius(update: AgentUpdate, radius: float, tolerance: float) -> bool:
     return update.accepted and finite and admitted(update.kl, radius, tolerance)
 
 
+def measuring_sampler(sampler: Sampler, config: StageConfig) -> Sampler | None:
+    """The sampler that holds out ``config.certificate_groups`` groups, where the scheme's
+    resample can continue them and the sampler pairs; None where nothing is measured."""
+    if config.certificate_groups == 0 or config.scheme != "teamtr":
+        return None
+    if not isinstance(sampler, PairingSampler):
+        if config.accept == "measured":
+            raise ValueError(
+                "accept='measured' needs a sampler that pairs held-out groups "
+                f"(teamtr.protocols.PairingSampler); {type(sampler).__name__} has no with_held_out"
+            )
+        return None
+    return sampler.with_held_out(config.certificate_groups)
+
+
+def measured_update(resample: Rollouts, agent: int, config: StageConfig) -> MeasuredCertificate:
+    """The measured certificate of the update of ``agent`` from the draw that continued its
+    held-out groups."""
+    pairs = getattr(resample, "pairs", None)
+    if pairs is None or pairs.differences.size == 0:
+        raise ValueError(
+            f"the resample after agent {agent}'s update carries no paired differences, though "
+            "its sampler holds out groups (teamtr.protocols.PairedRollouts)"
+        )
+    if pairs.updated_agent is not None and pairs.updated_agent != agent:
+        raise ValueError(f"pairs measure agent {pairs.updated_agent}'s update, not agent {agent}'s")
+    return measure(pairs, config.certificate_level, config.certificate_bound)
+
+
 def run_stage(
     team: TeamT,
     sampler: Sampler,
@@ -82,11 +119,14 @@ def run_stage(
     keep_teams: bool = False,
     stage_index: int = 0,
     on_update: Callable[[UpdateRecord], None] | None = None,
+    start_rollouts: Rollouts | None = None,
 ) -> tuple[StageReport, TeamT]:
     """Run one stage of ``config.scheme`` from ``team``; return its report and pi_bar.
 
     ``on_update`` is called with every update's record as soon as it is made; each record says
     what the update did and what it used: its starting team (``base``) and its rollouts.
+    ``start_rollouts`` (teamtr): an on-policy draw of ``team`` made before the stage, such as
+    the previous report's ``next_rollouts``, used by the first update in place of a new draw.
     """
     order = stage_order(config, team.n_agents, stage_index)
     radii = config.radii(team.n_agents)  # delta_i per agent, checked when config was built
@@ -95,8 +135,9 @@ def run_stage(
     def evaluate(team: TeamPolicy) -> float | None:
         return float(values(team)) if values is not None else None
 
-    source = RolloutSource(config.scheme, sampler)
-    source.start(team)
+    held_out_sampler = measuring_sampler(sampler, config)
+    source = RolloutSource(config.scheme, held_out_sampler or sampler)
+    source.start(team, start_rollouts if config.scheme == "teamtr" else None)
     start_team = team
     teams: list[TeamT] = [team]
     records: list[UpdateRecord] = []
@@ -108,8 +149,17 @@ def run_stage(
         rollouts, fresh = source.for_update(base, last_updated)
         update = updater.update(base, agent, rollouts, radius)
         kept = inside_radius(update, radius, config.kl_tolerance)
-        charged = update_penalty(update, penalty, config.penalty_form) if kept else 0.0
         after = cast(TeamT, base.with_agent(agent, update.policy)) if kept else base
+        measured: MeasuredCertificate | None = None
+        resample: Rollouts | None = None
+        undone = False
+        if kept and held_out_sampler is not None:
+            resample = source.resample(after, agent)
+            measured = measured_update(resample, agent, config)
+            if config.accept == "measured" and measured.bound < 0:
+                kept, undone, after = False, True, base
+                source.redraw(base)
+        charged = update_penalty(update, penalty, config.penalty_form) if kept else 0.0
         record = UpdateRecord(
             position=position,
             agent=agent,
@@ -123,6 +173,9 @@ def run_stage(
             base=base,
             rollouts=rollouts,
             fresh_rollouts=fresh,
+            measured=measured,
+            undone=undone,
+            resample=resample,
         )
         records.append(record)
         if on_update is not None:
@@ -138,6 +191,7 @@ def run_stage(
     else:
         certificate = sum(r.certificate for r in records)
 
+    last = records[-1] if records else None
     report = StageReport(
         scheme=config.scheme,
         order=order,
@@ -146,8 +200,20 @@ def run_stage(
         j_start=evaluate(start_team),
         j_end=evaluate(team),
         teams=tuple(teams) if keep_teams else (),
+        measured=stage_bound(records, config) if held_out_sampler is not None else None,
+        next_rollouts=last.resample if last is not None and last.kept else None,
     )
     return report, team
+
+
+def stage_bound(records: Sequence[UpdateRecord], config: StageConfig) -> MeasuredCertificate | None:
+    """The stage's measured bound: its updates' bounds at alpha/m, summed over the kept ones."""
+    return stage_measured(
+        [r.measured for r in records],
+        [r.kept for r in records],
+        config.certificate_level,
+        config.certificate_bound,
+    )
 
 
 def _apply_jointly(
@@ -185,11 +251,22 @@ def run_stages(
     evaluator: Evaluator | None = None,
     keep_teams: bool = False,
 ) -> Iterator[tuple[StageReport, TeamT]]:
-    """Run ``n_stages`` consecutive stages, yielding each report and the team after it."""
+    """Run ``n_stages`` consecutive stages, yielding each report and the team after it. The
+    draw that measured a stage's last update is the next stage's first rollouts."""
     if n_stages < 1:
         raise ValueError(f"n_stages must be >= 1, got {n_stages}")
+    carried: Rollouts | None = None
     for stage_index in range(n_stages):
         report, team = run_stage(
-            team, sampler, updater, config, penalty, evaluator, keep_teams, stage_index
+            team,
+            sampler,
+            updater,
+            config,
+            penalty,
+            evaluator,
+            keep_teams,
+            stage_index,
+            start_rollouts=carried,
         )
+        carried = report.next_rollouts
         yield report, team

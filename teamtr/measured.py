@@ -1,0 +1,213 @@
+"""The measured certificate: a confidence bound on each update's improvement from held-out pairs.
+
+After agent k's update (pi_hat^{i-1} -> pi_hat^i), a held-out episode of pi_hat^{i-1} keeps its
+turns before agent k's first turn (drawn by agents the update did not change, so distributed
+alike under both teams, Lemma 3.1's setting) and is continued by pi_hat^i. The new return minus
+the old has expectation J(pi_hat^i) - J(pi_hat^{i-1}); held out of the update (not in its
+gradient, nor in its KL), the n differences of one update are i.i.d. given the update, so a
+one-sided lower confidence bound on their mean bounds the update's true improvement with
+probability at least 1 - alpha (high-confidence policy improvement, Thomas et al. 2015).
+
+Rewards lie in [lo, lo + w] (``reward_width`` w), so a difference lies in [-w, w], a range of
+R = 2w. Two bounds valid at finite n, each computed on X = (D + w) / (2w) in [0, 1] and mapped
+back (D's mean is 2w E[X] - w):
+
+* ``"bernstein"``: Maurer & Pontil (2009), Theorem 4, applied to 1 - X:
+  E[D] >= mean - sqrt(2 V ln(2/alpha) / n) - 7 R ln(2/alpha) / (3 (n - 1)),
+  V the unbiased sample variance of D (n >= 2).
+* ``"betting"``: the predictable plug-in empirical-Bernstein bound of Waudby-Smith & Ramdas
+  (2023, JRSSB, Theorem 2), one side of it: for any predictable lambda_i in (0, 1),
+  M_t(m) = prod_i exp(lambda_i (X_i - m) - v_i psi_E(lambda_i)) is a nonnegative
+  supermartingale at m = E[X], with v_i = 4 (X_i - mu_{i-1})^2 and
+  psi_E(l) = (-log(1 - l) - l) / 4, so by Ville's inequality, with probability >= 1 - alpha,
+  E[X] >= (sum lambda_i X_i - log(1/alpha) - sum v_i psi_E(lambda_i)) / sum lambda_i.
+  lambda_i = min(sqrt(2 log(1/alpha) / (n sigma2_{i-1})), 1/2), the paper's fixed-n tuning,
+  mu_t = (1/2 + sum_{j<=t} X_j)/(t + 1), sigma2_t = (1/4 + sum_{j<=t} (X_j - mu_j)^2)/(t + 1).
+  It depends on the order of the pairs, which is the sampler's (exchangeable) order.
+
+A stage's bound (Thm 3.6's telescoping, J(pi_bar) - J(pi_cur) = sum_i gains): each of the m
+updates of its order is bounded at level alpha/m and the bounds are summed; by the union bound
+all m hold together with probability >= 1 - alpha. An update not kept gains exactly 0.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal, get_args
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+BoundName = Literal["bernstein", "betting"]
+BOUNDS: tuple[str, ...] = get_args(BoundName)
+DEFAULT_LEVEL = 0.95
+"""1 - alpha of the measured certificate (``StageConfig.certificate_level``)."""
+
+
+@dataclass(frozen=True)
+class PairedDifferences:
+    """What a sampler hands the core for one update: new return minus old, one per held-out
+    pair (i.i.d. given the update), and the width of one return's range."""
+
+    differences: NDArray[np.float64]
+    reward_width: float
+    """w: every return lies in an interval of width w, so a difference lies in [-w, w]."""
+    updated_agent: int | None = None
+    """The agent whose update the continuation measures (the draw's ``updated_agent``)."""
+
+    def __post_init__(self) -> None:
+        values = np.asarray(self.differences, dtype=np.float64).ravel()
+        object.__setattr__(self, "differences", values)
+        if not (math.isfinite(self.reward_width) and self.reward_width > 0):
+            raise ValueError(f"reward_width must be finite and > 0, got {self.reward_width!r}")
+        if not np.all(np.isfinite(values)):
+            raise ValueError("paired differences must be finite")
+        # A small float slack: returns summed over a horizon carry rounding.
+        if values.size and np.abs(values).max() > self.reward_width * (1 + 1e-9):
+            raise ValueError(
+                f"a paired difference {np.abs(values).max():g} lies outside "
+                f"[-{self.reward_width:g}, {self.reward_width:g}]"
+            )
+
+
+@dataclass(frozen=True)
+class MeasuredCertificate:
+    """A lower confidence bound on an improvement, from paired differences."""
+
+    n: int
+    """Number of pairs (for a stage: over all its updates)."""
+    mean: float
+    """Their mean difference (for a stage: the sum of the updates' means)."""
+    bound: float
+    """With probability >= ``level``, the true improvement is >= ``bound``."""
+    level: float
+    """1 - alpha."""
+    method: str
+    reward_width: float
+    differences: NDArray[np.float64] | None = field(default=None, compare=False, repr=False)
+    """The pairs themselves (None for a stage)."""
+
+    @property
+    def certified(self) -> bool:
+        """Whether the bound certifies a strict improvement."""
+        return self.bound > 0
+
+    def line(self) -> str:
+        """'improvement >= +0.12 with 95% confidence (n = 64 pairs)'."""
+        return (
+            f"improvement >= {self.bound:+.3g} with {100 * self.level:g}% confidence "
+            f"(n = {self.n} pairs)"
+        )
+
+
+def _unit(differences: ArrayLike, reward_width: float) -> NDArray[np.float64]:
+    """D in [-w, w] mapped to X = (D + w) / (2w) in [0, 1] (clipped for rounding only)."""
+    values = np.asarray(differences, dtype=np.float64).ravel()
+    return np.clip((values + reward_width) / (2 * reward_width), 0.0, 1.0)
+
+
+def _check_alpha(alpha: float) -> None:
+    if not (0.0 < alpha < 1.0):
+        raise ValueError(f"alpha must lie in (0, 1), got {alpha!r}")
+
+
+def bernstein_lower_bound(differences: ArrayLike, reward_width: float, alpha: float) -> float:
+    """Maurer & Pontil (2009) Thm 4 lower bound on E[D] at level 1 - alpha (n >= 2):
+    mean - sqrt(2 V ln(2/alpha) / n) - 7 R ln(2/alpha) / (3 (n - 1)), R = 2w."""
+    _check_alpha(alpha)
+    values = np.asarray(differences, dtype=np.float64).ravel()
+    n = values.size
+    if n < 2:
+        return -reward_width
+    log_term = math.log(2.0 / alpha)
+    variance = float(values.var(ddof=1))
+    spread = math.sqrt(2.0 * variance * log_term / n)
+    bound = float(values.mean()) - spread - 7.0 * (2 * reward_width) * log_term / (3.0 * (n - 1))
+    return max(bound, -reward_width)
+
+
+def _psi_e(lam: NDArray[np.float64]) -> NDArray[np.float64]:
+    """psi_E(lambda) = (-log(1 - lambda) - lambda) / 4 (Waudby-Smith & Ramdas 2023, eq. 13)."""
+    return (-np.log1p(-lam) - lam) / 4.0
+
+
+def betting_lower_bound(
+    differences: ArrayLike, reward_width: float, alpha: float, max_bet: float = 0.5
+) -> float:
+    """One side of Waudby-Smith & Ramdas (2023) Thm 2 (PrPl-EB) on E[D] at level 1 - alpha,
+    with the fixed-n tuning of lambda (module docstring)."""
+    _check_alpha(alpha)
+    x = _unit(differences, reward_width)
+    n = x.size
+    if n == 0:
+        return -reward_width
+    counts = np.arange(1, n + 1, dtype=np.float64)
+    # mu_t and sigma2_t after t observations (t = 0 .. n), predictable: step i uses t = i - 1.
+    mu = np.concatenate(([0.5], (0.5 + np.cumsum(x)) / (counts + 1)))
+    squared = np.cumsum((x - mu[1:]) ** 2)
+    sigma2 = np.concatenate(([0.25], (0.25 + squared) / (counts + 1)))
+    log_alpha = math.log(1.0 / alpha)
+    lam = np.minimum(np.sqrt(2.0 * log_alpha / (n * sigma2[:-1])), max_bet)
+    v = 4.0 * (x - mu[:-1]) ** 2
+    lower_x = (float(lam @ x) - log_alpha - float(v @ _psi_e(lam))) / float(lam.sum())
+    return max(2 * reward_width * lower_x - reward_width, -reward_width)
+
+
+def lower_bound(
+    differences: ArrayLike, reward_width: float, alpha: float, method: str = "bernstein"
+) -> float:
+    """The ``method`` lower bound on E[D], never below -w (the trivial bound)."""
+    if method == "bernstein":
+        return bernstein_lower_bound(differences, reward_width, alpha)
+    if method == "betting":
+        return betting_lower_bound(differences, reward_width, alpha)
+    raise ValueError(f"method must be one of {BOUNDS}, got {method!r}")
+
+
+def measure(
+    pairs: PairedDifferences, level: float = DEFAULT_LEVEL, method: str = "bernstein"
+) -> MeasuredCertificate:
+    """The measured certificate of one update at ``level`` = 1 - alpha."""
+    values = pairs.differences
+    return MeasuredCertificate(
+        n=int(values.size),
+        mean=float(values.mean()) if values.size else math.nan,
+        bound=lower_bound(values, pairs.reward_width, 1.0 - level, method),
+        level=level,
+        method=method,
+        reward_width=pairs.reward_width,
+        differences=values,
+    )
+
+
+def stage_measured(
+    updates: Sequence[MeasuredCertificate | None],
+    kept: Sequence[bool],
+    level: float = DEFAULT_LEVEL,
+    method: str = "bernstein",
+) -> MeasuredCertificate | None:
+    """The stage's bound on J(pi_bar) - J(pi_cur): every update of the order bounded at level
+    alpha/m (m = len(updates), fixed before the data), the kept ones summed (Thm 3.6's
+    telescoping; an update not kept gains exactly 0). None when a kept update was not
+    measured."""
+    if len(updates) != len(kept):
+        raise ValueError("one measured certificate (or None) and one kept flag per update")
+    if any(keep and update is None for update, keep in zip(updates, kept, strict=True)):
+        return None
+    alpha = (1.0 - level) / max(len(updates), 1)
+    counted = [u for u, keep in zip(updates, kept, strict=True) if keep and u is not None]
+    widths = {u.reward_width for u in counted}
+    bound = 0.0
+    for update in counted:
+        assert update.differences is not None, "an update's certificate keeps its pairs"
+        bound += lower_bound(update.differences, update.reward_width, alpha, method)
+    return MeasuredCertificate(
+        n=sum(u.n for u in counted),
+        mean=sum(u.mean for u in counted),
+        bound=bound,
+        level=level,
+        method=method,
+        reward_width=max(widths) if widths else math.nan,
+    )
