@@ -39,6 +39,7 @@ from llm.common.config import (
     load_config,
     require_resumable_overrides,
 )
+from llm.common.devices import resolve_placement
 from llm.common.progress import StageProgress
 from llm.common.trackers import TrackerMissing, check_trackers, open_trackers
 from llm.evaluation.held_out import evaluate_team
@@ -166,7 +167,7 @@ def train(
             if parts.writes_files:
                 if collective is not None:
                     record_world(run_dir, collective.world_size, config.run.rollout_shards)
-                log_event(run_dir, "started")
+                log_event(run_dir, "started", **placement_fields(parts.config))
             if collective is not None:
                 collective.gather(None)  # every rank waits until the run directory exists
             start = ResumePoint.capture(0, parts.team, parts.updater, parts.sampler.rng, (), 0.0)
@@ -235,7 +236,7 @@ def resume(
             0, parts.team, parts.updater, parts.sampler.rng, (), 0.0
         )
         if writes:
-            _log_resumed(run_dir, latest, point.stage)
+            _log_resumed(run_dir, latest, point.stage, **placement_fields(parts.config))
         return _run(parts, run_dir, point, progress)
     finally:
         if parts is not None:
@@ -281,14 +282,27 @@ def _lock_and_recover(run_dir: Path) -> RunLock:
     return lock
 
 
-def _log_resumed(run_dir: Path, latest: LatestCheckpoint, stage: int) -> None:
+def _log_resumed(run_dir: Path, latest: LatestCheckpoint, stage: int, **fields: Any) -> None:
     log_event(
         run_dir,
         "resumed",
         checkpoint=latest.directory.name if latest.directory else None,
         stage=stage,
         skipped=list(latest.skipped),
+        **fields,
     )
+
+
+def placement_fields(config: RunConfig) -> dict[str, str]:
+    """The device and dtype a started or resumed run computes in, and why that dtype: a
+    ``dtype = "auto"`` run is float32 or bfloat16 depending on the machine
+    (``llm.common.devices.auto_dtype``), and a resumed run resolves it again."""
+    placement = resolve_placement(config.run.device, config.run.dtype)
+    return {
+        "device": str(placement.device),
+        "dtype": str(placement.dtype).removeprefix("torch."),
+        "dtype_reason": placement.dtype_reason,
+    }
 
 
 def resumable_config(
