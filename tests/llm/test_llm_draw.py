@@ -5,6 +5,7 @@ standard errors of N p (a false failure on one of V tokens has probability under
 from __future__ import annotations
 
 import copy
+import math
 
 import pytest
 import torch
@@ -39,22 +40,46 @@ def test_inverse_cdf_draws_softmax_and_never_a_zero_probability_token():
     assert_counts_follow(tokens, torch.softmax(logits / TEMPERATURE, dim=-1))
 
 
-def test_the_processor_hands_generate_a_one_hot_argmax_and_records_the_drawn_logps():
+def exact_log_softmax(scores: torch.Tensor, temperature: float) -> torch.Tensor:
+    """log softmax(scores / T) in float64, term by term with Python's math: nothing shared with
+    the float32 code under test."""
+    z = [float(s) / temperature for s in scores]
+    top = max(z)
+    log_total = top + math.log(sum(math.exp(v - top) for v in z))
+    return torch.tensor([v - log_total for v in z], dtype=torch.float64)
+
+
+def test_the_processor_draws_softmax_hands_generate_a_one_hot_argmax_and_records_the_logps():
+    """200,000 rows of one row of scores through the processor: its tokens follow the exact
+    softmax(scores / T) (every count within Z binomial standard errors: a temperature applied
+    twice to the draw fails), they are the inverse-CDF draws of the same seed, the scores it
+    hands ``generate`` are 0 at the drawn token and -inf elsewhere, and the log-probs it records
+    are the exact log softmax(scores / T) at those tokens to float32's rounding."""
     torch.manual_seed(1)
-    scores = torch.randn(5, 11)
+    scores = 2 * torch.randn(11)
+    rows = 200_000
+    batch = scores.repeat(rows, 1)
     recorded: list[torch.Tensor] = []
     processor = InverseCdfDraw(TEMPERATURE, recorded)
     torch.manual_seed(2)
-    out = processor(torch.zeros((5, 1), dtype=torch.long), scores)
+    out = processor(torch.zeros((rows, 1), dtype=torch.long), batch)
+    tokens = out.argmax(-1, keepdim=True)
+    exact = exact_log_softmax(scores, TEMPERATURE)
+    assert_counts_follow(tokens, exact.exp())
     torch.manual_seed(2)
-    expected = inverse_cdf_tokens(scores / TEMPERATURE)
-    assert torch.equal(out.argmax(-1, keepdim=True), expected)
+    assert torch.equal(tokens, inverse_cdf_tokens(batch / TEMPERATURE))
     assert torch.equal(
-        out.isfinite(), torch.zeros_like(out, dtype=torch.bool).scatter_(1, expected, True)
+        out.isfinite(), torch.zeros_like(out, dtype=torch.bool).scatter_(1, tokens, True)
     )
-    logps = torch.log_softmax(scores / TEMPERATURE, dim=-1).gather(-1, expected)[:, 0]
     (step,) = recorded
-    assert torch.equal(step, logps)
+    assert step.dtype == torch.float32 and step.shape == (rows,)
+    # float32 rounds z = s / T (|z| u), its shift by the maximum (2 |z| u), each exponential, the
+    # sum of V of them and its logarithm (V + 2 units of the total), and the last difference
+    # (|log p| u): within (4 max|z| + V + 4 + max|log p|) u of the exact value.
+    u = torch.finfo(torch.float32).eps / 2
+    v = scores.numel()
+    tolerance = (4 * float(scores.abs().max()) / TEMPERATURE + v + 4 + float(-exact.min())) * u
+    assert float((step.double() - exact[tokens[:, 0]]).abs().max()) <= tolerance
     with pytest.raises(ValueError, match="temperature"):
         InverseCdfDraw(0.0)
 
