@@ -1,7 +1,7 @@
 """The reward tried on the task's own answers, which a tiny random model never writes.
 
-``check_task`` plays dialogues on a tiny random model, whose text earns no reward but the
-lowest, so a reward's other branches never run there: a reward whose right answer scores 0.5
+``check_task`` plays dialogues on a tiny random model, whose text seldom earns more than a
+reward's lowest, so a reward's other branches never run there: a reward whose right answer scores 0.5
 by mistake, or that raises on a right answer, would pass. Here, for a sample of training and
 held-out rows (``SAMPLED_ROWS`` of each, spread evenly over the rows), the reward is called on
 dialogues that differ only in their final message: the row's reference answer, an empty
