@@ -28,10 +28,11 @@ from sim.evaluate import evaluate
 from sim.generators import random_mdp
 from sim.mdp import TurnTakingMDP
 from sim.rollouts import SampledSampler
-from sim.team import TabularTeam, uniform_team
+from sim.team import as_fitting_team, uniform_team
 from sim.updates import ExactUpdater
 from teamtr.config import StageConfig
 from teamtr.measured import lower_bound
+from teamtr.protocols import TeamPolicy
 from teamtr.stage import run_stages
 
 
@@ -95,8 +96,8 @@ def measured_updates(settings: Settings) -> Iterator[MeasuredUpdate]:
             certificate_level=settings.level,
         )
 
-        def value(team: TabularTeam, mdp: TurnTakingMDP = mdp) -> float:
-            return evaluate(mdp, team.table).J
+        def value(team: TeamPolicy, mdp: TurnTakingMDP = mdp) -> float:
+            return evaluate(mdp, as_fitting_team(mdp, team, "measured_updates").table).J
 
         runs = run_stages(
             uniform_team(mdp),

@@ -107,7 +107,8 @@ def first_turns(mdp: TurnTakingMDP, batch: EpisodeBatch, agent: int) -> NDArray[
 def return_estimates(mdp: TurnTakingMDP, batch: EpisodeBatch) -> Array:
     """One bounded unbiased estimate of J per episode (module docstring)."""
     if mdp.horizon is not None:
-        return np.bincount(batch.episode, weights=batch.reward, minlength=batch.n_episodes)
+        sums = np.bincount(batch.episode, weights=batch.reward, minlength=batch.n_episodes)
+        return sums.astype(np.float64)
     last = np.r_[batch.episode[1:] != batch.episode[:-1], True]
     estimates = np.zeros(batch.n_episodes)
     estimates[batch.episode[last]] = batch.reward[last] / (1.0 - mdp.gamma)
