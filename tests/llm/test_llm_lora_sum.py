@@ -92,7 +92,8 @@ def test_installing_swaps_only_half_precision_lora_layers_and_says_which_sum():
 
 
 def test_peft_sum_rounds_a_small_branch_away_entirely():
-    """The failure the other sums fix: every element of the adapted output equals the base's."""
+    """The failure the other sums fix: the adapted output is the base's but for a few elements
+    that sat at a rounding boundary (3 of 16,384 measured; under 1% asserted)."""
     peft_model, layer, x = adapted_layer("peft")
     adapted, plain = outputs_with_and_without(peft_model, layer, x)
     assert adapted.dtype == torch.bfloat16
