@@ -307,7 +307,9 @@ def portable(config: dict[str, Any]) -> dict[str, Any]:
     cut = copy.deepcopy(config)
     for section, keys in PATH_KEYS.items():
         table = cut.get(section)
-        for key in keys if isinstance(table, dict) else ():
+        if not isinstance(table, dict):
+            continue
+        for key in keys:
             if key in table:
                 table[key] = _portable_paths(table[key], lambda text: True)
     task = cut.get("task")
