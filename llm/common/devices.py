@@ -2,10 +2,10 @@
 
 ``device``: "auto" (CUDA when available, else the CPU), "cpu", "cuda" (the current CUDA
 device), "cuda:N" or "mps". ``dtype``: "auto" (bfloat16 on CUDA and on a CPU whose torch
-kernels use AMX, float32 elsewhere; ``auto_dtype``), "float32", "bfloat16" or "float16". The dtype is that of the base model's weights; LoRA adapters and
-their Adam state stay in float32 (PEFT keeps adapters of a half-precision base in float32), and
-every log-softmax and KL is computed in float32 whatever the model dtype (``llm.logprobs.scoring``,
-``llm.logprobs.losses``).
+kernels use AMX, float32 elsewhere; ``auto_dtype``), "float32", "bfloat16" or "float16". The
+dtype is that of the base model's weights; LoRA adapters and their Adam state stay in float32
+(PEFT keeps adapters of a half-precision base in float32), and every log-softmax and KL is
+computed in float32 whatever the model dtype (``llm.logprobs.scoring``, ``llm.logprobs.losses``).
 
 A CPU run with the defaults on a CPU without AMX is exactly the float32 CPU run it always was:
 nothing is moved or cast.

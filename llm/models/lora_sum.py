@@ -60,18 +60,98 @@ def _lora_branch(layer: LoraLinear, x: torch.Tensor) -> torch.Tensor | None:
     return total
 
 
+_last_cast: tuple[torch.Tensor, int, torch.Tensor] | None = None
+
+
+def to_product_dtype(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``x`` rounded to a half-precision product's dtype (a cast of the float32 stream).
+
+    Without gradients (sampling, the passes that only measure), the products that read one
+    input (a layer's query, key and value projections; its gate and up projections) share one
+    cast: the last cast is handed out again while its input is the same tensor, unchanged
+    since (its version counter). Rounding is a function of the value, so the shared cast is
+    the cast each would compute, bit for bit. With gradients each product casts its own: a
+    shared cast would sum the products' input gradients in the half-precision dtype (one
+    rounding more) where separate casts sum them in float32."""
+    global _last_cast
+    if x.dtype == dtype:
+        return x
+    if torch.is_grad_enabled():
+        return x.to(dtype)
+    last = _last_cast
+    if last is not None and last[0] is x and last[1] == x._version and last[2].dtype == dtype:
+        return last[2]
+    rounded = x.to(dtype)
+    _last_cast = (x, x._version, rounded)
+    return rounded
+
+
+def to_float32(y: torch.Tensor) -> torch.Tensor:
+    """A half-precision product's output converted to float32 (exact: every bfloat16 and
+    float16 is a float32)."""
+    return y.float()
+
+
+def _add_scaled_product(
+    result: torch.Tensor, down: torch.Tensor, lora_b: torch.nn.Linear, scaling: float
+) -> torch.Tensor:
+    """``result + B(down) * scaling`` as one ``addmm`` into ``result`` (a float32 tensor this
+    layer made, read by nothing else yet): no float32 tensor of the output's size for the
+    product, the scaled product and the sum, where a whole-transcript pass spends most of a
+    layer's time (docs/stage_cost.md). A scaling that is a power of two (the default: alpha
+    32 / rank 16) multiplies exactly, so the fused ``scaling * (down B^T) + result`` rounds
+    once, as the separate sum does: the same bits (test). Another scaling differs by float32's
+    rounding of the sum at most (the fused multiply-add rounds once where the separate
+    product and sum round twice)."""
+    if lora_b.bias is not None or not result.is_contiguous():
+        return result + lora_b(down) * scaling
+    width = result.shape[-1]
+    fused = result.view(-1, width).addmm_(
+        down.reshape(-1, down.shape[-1]), lora_b.weight.t(), alpha=scaling
+    )
+    return fused.view(result.shape)
+
+
 class Float32SumLoraLinear(LoraLinear):
     """A PEFT LoRA ``Linear`` whose output is the half-precision product ``W x`` plus the
     float32 branch, kept in float32 (``half_precision_sum = "float32"``). Its input is rounded
-    to the base weights' dtype for the product only: the branch reads it in float32."""
+    to the base weights' dtype for the product only: the branch reads it in float32.
+
+    The forward pass computes what PEFT's vanilla LoRA computes, ``W x + (B (A x)) s``, but
+    calls the functional products directly instead of the submodules (a decoding step runs 7
+    such layers in each of 30 layers, for one token a row, where the calls cost as much as the
+    products) and adds the branch with one ``addmm`` (``_add_scaled_product``)."""
 
     def forward(self, x: torch.Tensor, *args: typing.Any, **kwargs: typing.Any) -> torch.Tensor:
-        base = _base_linear(self)
-        if self.disable_adapters or self.merged or kwargs.get("adapter_names") is not None:
-            return super().forward(x.to(base.weight.dtype), *args, **kwargs)
-        result = base(x.to(base.weight.dtype), *args, **kwargs).float()
-        branch = _lora_branch(self, x)
-        return result if branch is None else result + branch
+        base = self.base_layer
+        if (
+            args
+            or kwargs
+            or type(base) is not torch.nn.Linear
+            or self.disable_adapters
+            or self.merged
+            or self.lora_variant
+        ):
+            dtype = _base_linear(self).weight.dtype
+            if self.disable_adapters or self.merged or kwargs.get("adapter_names") is not None:
+                return super().forward(x.to(dtype), *args, **kwargs)
+            result = to_float32(base(to_product_dtype(x, dtype), *args, **kwargs))
+            branch = _lora_branch(self, x)
+            return result if branch is None else result + branch
+        weight = typing.cast(torch.Tensor, base.weight)
+        product = torch.nn.functional.linear(to_product_dtype(x, weight.dtype), weight, base.bias)
+        result = to_float32(product)
+        for name in self.active_adapters:
+            if name not in self.lora_A:
+                continue
+            lora_a = typing.cast(torch.nn.Linear, self.lora_A[name])
+            lora_b = typing.cast(torch.nn.Linear, self.lora_B[name])
+            dropout = self.lora_dropout[name]
+            read = x.to(lora_a.weight.dtype)
+            read = read if type(dropout) is torch.nn.Identity else dropout(read)
+            down = torch.nn.functional.linear(read, lora_a.weight, lora_a.bias)
+            result = _add_scaled_product(result, down, lora_b, self.scaling[name])
+        return result
 
 
 class RoundOnceLoraLinear(LoraLinear):
@@ -101,7 +181,7 @@ def _round_input_to_weights(module: torch.nn.Module, args: tuple) -> tuple:
     projection outside the adapted set): where ``"float32"`` sums make the residual stream
     float32, its input is rounded to its weights' dtype for the product."""
     weight = typing.cast(torch.Tensor, module.weight)
-    return (args[0].to(weight.dtype), *args[1:])
+    return (to_product_dtype(args[0], weight.dtype), *args[1:])
 
 
 ROUNDING_HOOK = "_teamtr_rounds_input"

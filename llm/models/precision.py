@@ -46,8 +46,15 @@ class Float32Head(torch.nn.Module):
 
     weight_float32: torch.Tensor
     bias_float32: torch.Tensor | None
+    half_for_sampling = False
+    """``half_precision_head_for_sampling``: the head in half precision inside the whole model."""
+    in_whole_model = False
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        if self.half_for_sampling and self.in_whole_model:
+            weight = typing.cast(torch.Tensor, self.weight)
+            bias = None if self.bias_float32 is None else self.bias_float32.to(weight.dtype)
+            return torch.nn.functional.linear(hidden.to(weight.dtype), weight, bias).float()
         return torch.nn.functional.linear(hidden.float(), self.weight_float32, self.bias_float32)
 
 
@@ -117,3 +124,53 @@ def unit_roundoff(dtype: torch.dtype) -> float:
     """u = 2^-p of a floating type with p significand bits (float32 2^-24, bfloat16 2^-8,
     float16 2^-11): the largest relative error of rounding one number to it."""
     return float(torch.finfo(dtype).eps) / 2
+
+
+def half_precision_attention(model: torch.nn.Module) -> int:
+    """Attention in the model's half-precision dtype (an option, not a default; in place):
+    the query, key and value projections' outputs, float32 under the float32 LoRA sum, are
+    rounded to the base weights' dtype, so the key/value cache holds them at half the bytes
+    and attention runs on torch's half-precision SDPA kernel. Returns how many projections
+    round. On a CPU with AMX that kernel is faster than float32's (1.75x at a decoding step,
+    docs/stage_cost.md); on AVX-512 without AMX it is 3x slower, which is why attention is
+    float32 by default (``float32_sdpa_attention``). It moves the policy by a rounding of q,
+    k and v: the sampler's recorded log-probs and the trainer's both see it, and the stage
+    bench reports the mismatch it leaves."""
+    base = typing.cast(PreTrainedModel, getattr(model, "get_base_model", lambda: model)())
+    dtype = typing.cast(torch.Tensor, base.get_input_embeddings().weight).dtype
+    if dtype not in HALF_DTYPES:
+        return 0
+
+    def rounded(_module: torch.nn.Module, _args: tuple, output: torch.Tensor) -> torch.Tensor:
+        return output.to(dtype)
+
+    changed = 0
+    for name, module in base.named_modules():
+        if name.rsplit(".", 1)[-1] in ("q_proj", "k_proj", "v_proj") and ".self_attn." in name:
+            module.register_forward_hook(rounded)
+            changed += 1
+    base.set_attn_implementation("sdpa")
+    return changed
+
+
+def half_precision_head_for_sampling(model: torch.nn.Module) -> bool:
+    """The output head in the model's half-precision dtype when the whole causal LM runs (as
+    generation calls it), float32 when the head is called on its own (as scoring does: the
+    trust region's log-probs stay float32). An option, not a default: the sampler then draws
+    from, and records, bfloat16 logits; the mismatch check and the importance weights see
+    the gap (its KL: docs/stage_cost.md). Returns whether the model has a ``Float32Head``."""
+    base = typing.cast(torch.nn.Module, getattr(model, "get_base_model", lambda: model)())
+    head = getattr(base, "lm_head", None)
+    if not isinstance(head, Float32Head):
+        return False
+
+    def entering(_module: torch.nn.Module, _args: tuple) -> None:
+        head.in_whole_model = True
+
+    def leaving(_module: torch.nn.Module, _args: tuple, _output: typing.Any) -> None:
+        head.in_whole_model = False
+
+    head.half_for_sampling = True
+    base.register_forward_pre_hook(entering)
+    base.register_forward_hook(leaving)
+    return True
