@@ -864,6 +864,7 @@ RESUMABLE_KEYS = frozenset(
         ("run", "threads"),
         ("run", "device"),
         ("sampler", "engine_url"),
+        ("sampler", "engine_key_variable"),
         ("sampler", "engine_args"),
     }
 )

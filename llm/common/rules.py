@@ -173,6 +173,10 @@ KEY_RULES: dict[tuple[str, str], Rule] = {
         lambda v: v == "" or re.fullmatch(r"https?://[^\s/]+(:\d+)?/?", v) is not None,
         'must be "http://host:port" (a vLLM server) or empty',
     ),
+    ("sampler", "engine_key_variable"): Rule(
+        lambda v: v == "" or re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", v) is not None,
+        "must name an environment variable (the key itself never goes in a config) or be empty",
+    ),
     ("updater", "learning_rate"): positive(),
     ("updater", "steps"): at_least(1),
     ("updater", "clip_eps"): positive(),
@@ -276,8 +280,17 @@ def _engine_key_needs_the_server_engine(key: str) -> Callable[[Any], str | None]
     return broken
 
 
+def _a_key_variable_needs_an_engine_url(sampler: Any) -> str | None:
+    if sampler.engine_key_variable and not sampler.engine_url:
+        return (
+            "names the key of a server at engine_url; a server teamtr starts has a key of its own"
+        )
+    return None
+
+
 SECTION_RULES: tuple[SectionRule, ...] = (
     SectionRule("sampler", "signal_groups", _signal_groups_fit_the_batch),
+    SectionRule("sampler", "engine_key_variable", _a_key_variable_needs_an_engine_url),
     SectionRule("sampler", "engine_url", _engine_key_needs_the_server_engine("engine_url")),
     SectionRule("sampler", "engine_args", _engine_key_needs_the_server_engine("engine_args")),
     SectionRule("task", "train_file", _a_file_task_names_its_file),

@@ -141,8 +141,13 @@ class SamplerSettings:
     way the trainer checks every update against the log-probs the engine drew with."""
     engine_url: str = ""
     """With engine "vllm": the address of a vLLM server already running (``http://host:port``,
-    started with ``--enable-lora``, run-time adapter loading and ``--logprobs-mode
-    processed_logprobs``; docs/scaling_out.md); empty: teamtr starts its own."""
+    started with ``--enable-lora``, run-time adapter loading, ``--logprobs-mode
+    processed_logprobs`` and ``--generation-config vllm``; docs/scaling_out.md), checked by a
+    probe before training (``llm.engines.vllm.probe``); empty: teamtr starts its own."""
+    engine_key_variable: str = ""
+    """With ``engine_url``: the environment variable that holds the key the server lets in
+    (its ``--api-key``); the key itself never goes in a config file or a run's records. A
+    server teamtr starts gets a key of its own, drawn for the run."""
     engine_args: str = ""
     """With engine "vllm": further arguments for the server teamtr starts (on a GPU shared
     with training, ``--gpu-memory-utilization 0.3``)."""

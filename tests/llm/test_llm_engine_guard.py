@@ -14,9 +14,11 @@ from pathlib import Path
 
 from llm_test_support import group_alive, wait_gone
 
-from llm.engines.vllm.server import GUARD, EngineServer, last_error_line
+from llm.engines.vllm.server import GUARD, EngineServer, ServerAddress, last_error_line
 
 # A "server" that starts a worker of its own, as vLLM does: both must go.
+NOWHERE = ServerAddress("unix:/nonexistent/engine.sock")
+"""The stand-in servers of the guard's tests listen nowhere: only their processes count."""
 SERVER = [
     sys.executable,
     "-c",
@@ -26,7 +28,7 @@ SERVER = [
 
 
 def test_closing_the_pipe_stops_the_servers_whole_group(tmp_path):
-    server = EngineServer(SERVER, dict(os.environ), tmp_path / "engine.log", port=1)
+    server = EngineServer(SERVER, dict(os.environ), tmp_path / "engine.log", NOWHERE)
     assert server.server_pid is not None
     time.sleep(1)  # the worker has started
     assert group_alive(server.server_pid)
@@ -43,8 +45,9 @@ def test_a_killed_owner_leaves_no_server(tmp_path):
         import os, sys, time
         sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})
         from pathlib import Path
-        from llm.engines.vllm.server import EngineServer
-        server = EngineServer({SERVER!r}, dict(os.environ), Path({str(tmp_path / "e.log")!r}), 1)
+        from llm.engines.vllm.server import EngineServer, ServerAddress
+        log = Path({str(tmp_path / "e.log")!r})
+        server = EngineServer({SERVER!r}, dict(os.environ), log, ServerAddress("unix:/none"))
         print(server.server_pid, flush=True)
         time.sleep(600)
         """
@@ -60,7 +63,7 @@ def test_a_killed_owner_leaves_no_server(tmp_path):
 
 
 def test_ctrl_c_reaches_the_guard_but_does_not_end_it(tmp_path):
-    server = EngineServer(SERVER, dict(os.environ), tmp_path / "engine.log", port=1)
+    server = EngineServer(SERVER, dict(os.environ), tmp_path / "engine.log", NOWHERE)
     assert server.server_pid is not None
     server._guard.send_signal(signal.SIGINT)  # the terminal's Ctrl-C reaches its group
     time.sleep(1)
@@ -71,7 +74,7 @@ def test_ctrl_c_reaches_the_guard_but_does_not_end_it(tmp_path):
 
 def test_a_server_that_exits_ends_the_guard_with_its_code(tmp_path):
     failing = [sys.executable, "-c", "raise SystemExit(3)"]
-    server = EngineServer(failing, dict(os.environ), tmp_path / "engine.log", port=1)
+    server = EngineServer(failing, dict(os.environ), tmp_path / "engine.log", NOWHERE)
     deadline = time.monotonic() + 30
     while server.exit_code() is None and time.monotonic() < deadline:
         time.sleep(0.1)

@@ -10,23 +10,26 @@ way teamtr can end (done, SIGTERM, Ctrl-C, kill -9), with faults said in one ``e
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import shutil
+import stat
 import sys
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
 import torch
 from llm_test_support import with_rewards
 
-from llm.common.config import load_config, parse_override
-from llm.engines.vllm.client import VLLMEngine
+from llm.common.config import ConfigError, load_config, parse_override
+from llm.conversation.dialogue import Episode
+from llm.engines.protocol import EngineFailed
+from llm.engines.vllm.client import ENGINE_POSITIONS, VLLMEngine
+from llm.engines.vllm.server import ServerRefused, served_models
 from llm.models.adapter_folder import write_adapter
 from llm.models.agents import AdapterWeights
+from llm.models.loading import load_model, load_tokenizer
+from llm.problems.tasks import Problem
 from llm.training.builder import Components, build
 from teamtr.config import StageConfig
 from teamtr.penalty import EpisodicPenalty
@@ -142,19 +145,55 @@ def test_the_engines_log_probs_are_the_trainers_in_float32(served):
     assert max(float((recorded[k] - base[k]).abs().max()) for k in recorded) > 0.1
 
 
+SERVER_BLOCK = 128
+"""Tokens per key/value block of vLLM's CPU build: the prefix cache holds whole blocks only."""
+
+
+def long_prompt_episodes(parts: Components) -> list[Episode]:
+    """A group of episodes whose prompt is longer than one of the server's key/value blocks,
+    so that every request on it finds that block in the prefix cache after the first."""
+    question = " ".join(f"Say two ({i})." for i in range(40))
+    prompt = tuple(parts.chat.encode_prompt(question))
+    assert len(prompt) > SERVER_BLOCK + 1
+    problem = Problem(question, "2")  # not drawn: the sampler's generator is left as it was
+    return [Episode(problem, prompt, route_seed) for route_seed in range(4)]
+
+
+def played_logps(parts: Components, team, episodes: list[Episode]):
+    """The engine's recorded log-probs and the trainer's of ``episodes`` played by ``team``."""
+    played, _ = parts.sampler.play(team, list(episodes), seed=7)
+    pairs = []
+    for agent in range(team.n_agents):
+        trainer = parts.sampler.agent_logps(team, played, agent)
+        recorded = {
+            (e, t): turn.sampled_logps
+            for e, episode in enumerate(played)
+            for t, turn in enumerate(episode.turns)
+            if parts.chat.policy(turn.agent) == agent and turn.message
+        }
+        pairs += [(recorded[key], trainer[key]) for key in recorded]
+    return pairs
+
+
 def test_each_new_adapter_version_is_served_exactly(served):
+    """Each version of an agent is served with its own weights, also where its requests share
+    whole key/value blocks with its predecessor's (the same long prompt, played by every
+    version): an adapter name reused for a new version's files reads the blocks the old
+    weights computed (vLLM #42125) and shows here as a log-prob gap."""
     team = served.team
+    episodes = long_prompt_episodes(served)
     for seed in (11, 12, 13):  # three versions of agent 0 in turn, each under a new name
         team = team.with_agent(0, moved(team.agent(0), seed=seed))
         _, pairs = engine_and_trainer_logps(served, team)
         assert largest_gap(pairs) <= TOLERANCE
+        assert largest_gap(played_logps(served, team, episodes)) <= TOLERANCE
 
 
 def test_reusing_an_adapters_name_serves_its_old_weights(served, tmp_path):
     """The pitfall the engine's naming avoids: the same name (and path) loaded again with new
     weights keeps serving the old ones."""
     engine = served.sampler.engine
-    assert isinstance(engine, VLLMEngine) and engine.url is not None
+    assert isinstance(engine, VLLMEngine) and engine.address is not None
     model = served.team.backbone.model
     first = moved(served.team.agent(0), seed=21)
     second = moved(served.team.agent(0), seed=22)
@@ -171,30 +210,47 @@ def test_reusing_an_adapters_name_serves_its_old_weights(served, tmp_path):
             "logprobs": 0,
             "echo": False,
         }
-        answer = post(engine.url, "/v1/completions", body)
+        answer = post("/v1/completions", body)
         return answer["choices"][0]["logprobs"]["top_logprobs"][0]
 
+    def post(path: str, body: dict) -> dict:
+        assert engine.address is not None
+        return engine.address.request("POST", path, body, timeout=120)
+
     write_adapter(folder, model, 0, first)
-    post(engine.url, "/v1/load_lora_adapter", {"lora_name": "reused", "lora_path": str(folder)})
+    post("/v1/load_lora_adapter", {"lora_name": "reused", "lora_path": str(folder)})
     before = served_logps("reused")
     shutil.rmtree(folder)
     write_adapter(folder, model, 0, second)
     try:
-        post(engine.url, "/v1/load_lora_adapter", {"lora_name": "reused", "lora_path": str(folder)})
-    except urllib.error.HTTPError:
+        post("/v1/load_lora_adapter", {"lora_name": "reused", "lora_path": str(folder)})
+    except ServerRefused:
         pass  # refused as already loaded: the old weights stay all the same
-    post(engine.url, "/v1/load_lora_adapter", {"lora_name": "renamed", "lora_path": str(folder)})
+    post("/v1/load_lora_adapter", {"lora_name": "renamed", "lora_path": str(folder)})
     assert served_logps("reused") == before  # still the first weights
     assert served_logps("renamed") != before  # the second, under a name of its own
 
 
-def post(url: str, path: str, body: dict) -> dict:
-    request = urllib.request.Request(
-        f"{url}{path}", json.dumps(body).encode(), {"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(request, timeout=120) as response:
-        text = response.read().decode()
-    return json.loads(text) if text.strip().startswith("{") else {}
+def test_the_runs_server_lets_in_only_requests_with_the_runs_key(served):
+    """The server listens on a socket file in a folder only this user opens (no TCP port
+    another process could hold first), and refuses every ``/v1`` request without the key
+    drawn for the run: listing, drawing and loading an adapter alike."""
+    address = served.sampler.engine.address
+    assert address is not None and address.url.startswith("unix:")
+    folder = Path(address.url.removeprefix("unix:")).parent
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    draw = {"model": "base", "prompt": [1, 2, 3], "max_tokens": 1}
+    load = {"lora_name": "anyones", "lora_path": str(folder)}
+    for method, path, body in (
+        ("GET", "/v1/models", None),
+        ("POST", "/v1/completions", draw),
+        ("POST", "/v1/load_lora_adapter", load),
+    ):
+        with pytest.raises(ServerRefused) as refused:
+            address.request(method, path, body, timeout=60, keyed=False)
+        assert refused.value.status == 401
+    listed = served_models(address.request("GET", "/v1/models", timeout=60))
+    assert ("base", str(served.sampler.engine.base)) in listed
 
 
 def test_every_update_of_a_stage_checks_the_engine_within_float32(served):
@@ -250,3 +306,42 @@ def test_a_draw_replayed_with_its_seed_is_the_same_tokens(served):
     messages = [[t.message for t in e.turns] for e in first]
     assert messages == [[t.message for t in e.turns] for e in again]
     assert messages != [[t.message for t in e.turns] for e in other]
+
+
+def test_dialogues_are_checked_against_the_context_the_server_serves(tmp_path):
+    """One limit: the server is started for at most ``ENGINE_POSITIONS`` tokens, and the
+    dialogue check before a run uses that limit, not the model's larger one (a dialogue
+    between the two passed the check and failed mid-run). No server starts."""
+    tokenizer = load_tokenizer("tiny:128x2")
+    model = load_model("tiny:128x2", vocab_size=len(tokenizer))
+    model.config.max_position_embeddings = 2 * ENGINE_POSITIONS
+    model.save_pretrained(tmp_path / "long_model")
+    tokenizer.save_pretrained(tmp_path / "long_model")
+    lengths = [
+        parse_override(f"model.source={tmp_path / 'long_model'}"),
+        parse_override(f"sampler.max_new_tokens={ENGINE_POSITIONS // 2 + 100}"),
+    ]
+    config = load_config(write_config(tmp_path), lengths)
+    with pytest.raises(ConfigError, match=f"serves contexts of {ENGINE_POSITIONS} tokens"):
+        build(config, progress=False)
+    in_process = load_config(
+        write_config(tmp_path), [*lengths, parse_override("sampler.engine=hf")]
+    )
+    build(in_process, progress=False)  # the model's own positions hold the dialogues
+
+
+def test_a_request_the_server_refuses_is_the_fault_that_keeps_the_checkpoint(served):
+    """HTTP 4xx mid-run (here the adapter the engine loaded, unloaded behind its back: 404) is
+    ``EngineFailed``, an ``OSError``: the run saves its checkpoint, exits 1 and ``--resume``
+    continues, as for a server that stopped (tests/llm/test_llm_engine_vllm_lifecycle.py).
+    Last in the module: it leaves the engine without the adapter it thinks it has."""
+    engine = served.sampler.engine
+    assert isinstance(engine, VLLMEngine) and engine.address is not None
+    team = served.team.with_agent(0, moved(served.team.agent(0), seed=31))
+    served.sampler.sample(team)
+    for name, _ in served_models(engine.address.request("GET", "/v1/models", timeout=60)):
+        if name != "base":
+            body = {"lora_name": name}
+            engine.address.request("POST", "/v1/unload_lora_adapter", body, timeout=60)
+    with pytest.raises(EngineFailed, match="refused /v1/completions: HTTP 404"):
+        served.sampler.sample(team)

@@ -1,7 +1,8 @@
 """The vLLM engine's server through ``teamtr train`` (``make vllm``; skipped without
 ``.venv-vllm``): the smoke run through the engine, the server gone on every way teamtr can end
 (done, SIGTERM, Ctrl-C, kill -9), a server that dies mid-run, and faults said in one ``error:``
-line.
+line, among them a server at ``engine_url`` that refuses the run's key or serves another policy
+than the trainer's (the probe before training).
 
 A module of its own, after ``test_llm_engine_vllm.py``: that module's in-process server is
 stopped when it ends, so no idle server of another test shares the CPU with these runs.
@@ -21,7 +22,12 @@ import pytest
 from llm_test_support import group_alive, wait_gone
 from test_llm_engine_vllm import REPO, TEAMTR, TOLERANCE, VLLM_PYTHON, write_config
 
-from llm.common.config import ConfigError, load_config
+from llm.common.config import ConfigError, load_config, parse_override
+from llm.engines.vllm.command import ServeCommand
+from llm.engines.vllm.server import EngineServer, ServerAddress, free_port
+from llm.models.base_folder import base_folder
+from llm.models.loading import load_tokenizer
+from llm.training.builder import build
 
 pytestmark = pytest.mark.skipif(
     not VLLM_PYTHON.is_file(), reason="no vLLM environment (`make vllm` builds .venv-vllm)"
@@ -165,3 +171,80 @@ def test_engine_keys_without_the_server_engine_are_refused(tmp_path):
     config.write_text(text)
     with pytest.raises(ConfigError, match="engine_url"):
         load_config(config)
+
+
+# -- a server at engine_url: the key from the environment, and a probe before training --------
+@pytest.fixture(scope="module")
+def foreign_server(tmp_path_factory):
+    """A vLLM server teamtr did not start, on a TCP port, behind a key, serving the run's base
+    with ``--logprobs-mode raw_logprobs`` (log-probs at temperature 1): what a server started
+    by hand with one option wrong looks like. Yields its address and the config."""
+    directory = tmp_path_factory.mktemp("foreign")
+    config = write_config(directory)
+    parts = build(load_config(config, [parse_override("sampler.engine=hf")]), progress=False)
+    base = base_folder(parts.team.backbone.model, load_tokenizer("tiny:128x2"))
+    port, key = free_port(), "the-foreign-servers-key"
+    command = ServeCommand(
+        model=str(base),
+        dtype="float32",
+        lora_rank=4,
+        max_loras=3,
+        runtime_lora=True,
+        host="127.0.0.1",
+        port=port,
+        key=key,
+        cpu_build=True,
+        max_model_len=1024,
+        logprobs_mode="raw_logprobs",
+    )
+    env = {**os.environ, **command.environment(), "OMP_NUM_THREADS": "1"}
+    env.pop("PYTHONPATH", None)
+    env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    env.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+    address = ServerAddress(f"http://127.0.0.1:{port}", key)
+    server = EngineServer(
+        command.module_command(str(VLLM_PYTHON)), env, directory / "foreign.log", address
+    )
+    try:
+        server.wait_ready(600, str(base))
+        yield address, config
+    finally:
+        server.stop()
+
+
+def train_at(config: Path, address, *settings: str, key: str | None = None):
+    environment = {**os.environ, "OMP_NUM_THREADS": "1"}
+    if key is not None:
+        environment["TEAMTR_TEST_ENGINE_KEY"] = key
+    overrides = ["sampler.temperature=0.7", f"sampler.engine_url={address.url}", *settings]
+    return subprocess.run(
+        [*TEAMTR, "train", "--config", str(config), "--name", "probed", "--no-progress"]
+        + [word for setting in overrides for word in ("--set", setting)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=environment,
+    )
+
+
+def test_a_server_at_engine_url_that_refuses_the_key_is_one_error_line(foreign_server, tmp_path):
+    address, config = foreign_server
+    result = train_at(config, address)  # no key variable named: the server refuses
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert result.returncode == 2 and len(errors) == 1, result.stderr
+    assert "refuses no key" in errors[0] and "401" in errors[0]
+
+
+def test_a_server_at_engine_url_with_another_logprobs_mode_is_named_before_training(
+    foreign_server,
+):
+    """The key comes from the environment variable the config names; the probe finds the
+    server's log-probs are at temperature 1 and says so, exit 2, before any stage."""
+    address, config = foreign_server
+    variable = "sampler.engine_key_variable=TEAMTR_TEST_ENGINE_KEY"
+    result = train_at(config, address, variable, key=address.key)
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert result.returncode == 2 and len(errors) == 1, result.stderr
+    assert "logprobs mode: its log-probs are at temperature 1" in errors[0]
+    assert address.key not in result.stderr + result.stdout
+    assert not (config.parent / "runs" / "probed").exists()

@@ -2,16 +2,18 @@
 
 teamtr starts vLLM's OpenAI-compatible server as a child process from vLLM's own environment
 (``llm.engines.vllm.server``; its command line is ``llm.engines.vllm.command.ServeCommand``),
-or uses a server already running (``[sampler] engine_url``, on this machine or another). The
-server:
+listening on a socket file only the run's user can open and letting in only requests with a
+key drawn for the run; or it uses a server already running (``[sampler] engine_url``, on this
+machine or another, its key from the environment), checked by a probe before training
+(``llm.engines.vllm.probe``). The server:
 
 - serves the base written once as a safetensors folder (``llm.models.base_folder``);
 - loads each agent's policy at run time as a PEFT adapter folder under a name and path of its
-  own, ``<tag>-p<policy>-v<version>``, and unloads the version it replaces. A new name for
-  every version is what keeps it exact: a reused name keeps serving the old weights, and an
-  in-place reload leaves the prefix cache serving keys and values the old adapter computed
-  (measured 1.13 and 0.90 nats off); a new name is a new LoRA id, so nothing cached under
-  another version is ever read;
+  own, ``<tag>-p<policy>-v<version>``, after unloading the version it replaces. A new name
+  for every version is what keeps it exact: a reused name keeps serving the old weights, and
+  a name reloaded from the same path leaves the prefix cache serving keys and values the old
+  adapter computed (measured 1.13 and 0.90 nats off; vLLM keys cached blocks by an adapter's
+  name and path); under a new name nothing cached for another version is ever read;
 - receives prompts as token ids (teamtr's rendering, each speaker's private notes in its own
   view only), one request per dialogue with a seed of its own, the stop token, the speaker's
   longest message, and pure sampling at the policy's temperature (no top-k, top-p, min-p or
@@ -30,7 +32,7 @@ The server's log is written beside teamtr's run (``engine.log`` in the run direc
 from __future__ import annotations
 
 import contextlib
-import json
+import functools
 import os
 import secrets
 import shlex
@@ -38,8 +40,6 @@ import shutil
 import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -54,11 +54,11 @@ from llm.conversation.dialogue import ChatFormat
 from llm.engines.protocol import (
     Drawn,
     EngineFailed,
-    EngineStartFailed,
     EngineUnavailable,
     TurnRequest,
 )
 from llm.engines.vllm.command import ServeCommand
+from llm.engines.vllm.probe import check_served_policy, engine_key
 from llm.engines.vllm.server import (
     KV_CACHE_GIB,
     LOG_FOLDER_PREFIX,
@@ -66,8 +66,8 @@ from llm.engines.vllm.server import (
     START_TIMEOUT,
     START_TIMEOUT_ENVIRONMENT,
     EngineServer,
-    free_port,
-    healthy,
+    ServerAddress,
+    ServerRefused,
     is_cpu_build,
     last_error_line,
     require_servable_heads,
@@ -93,7 +93,8 @@ class VLLMEngine:
         self.chat = chat
         self.settings = settings
         self.server: EngineServer | None = None
-        self.url = settings.engine_url.rstrip("/") or None
+        self.address: ServerAddress | None = None
+        """Where the server listens and its key: set by ``start``."""
         self._model: PeftModel | None = None
         self._adapters: Path | None = None
         self._loaded: dict[int, tuple[int, str]] = {}
@@ -102,7 +103,10 @@ class VLLMEngine:
         self._tag = f"t{os.getpid()}{secrets.token_hex(3)}"
         self._pool: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
-        if self.url is None:
+        self._socket_folder: Path | None = None
+        self.base: Path | None = None
+        """The base model's folder a server of the run's own serves."""
+        if not settings.engine_url:
             vllm_python()  # not installed: bad input, said before anything is written
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -133,26 +137,46 @@ class VLLMEngine:
         self._model = backbone.model
         self._adapters = Path(tempfile.mkdtemp(prefix="teamtr-adapters-"))
         self._pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="engine")
-        if self.url is not None:
-            if not healthy(self.url):
-                raise EngineStartFailed(
-                    f"[sampler] engine_url = {self.url!r}: no vLLM server answers its health "
-                    "check there"
-                )
-            return
+        try:
+            if self.settings.engine_url:
+                url = self.settings.engine_url.rstrip("/")
+                self.address = ServerAddress(url, engine_key(self.settings))
+                lora = self._model.peft_config[slot_name(0)]
+                assert isinstance(lora, LoraConfig)  # every slot is a LoRA adapter
+                load = functools.partial(self._adapter_name, team, 0)
+                check_served_policy(self.address, load, team, self.chat, self.settings, lora.r)
+            else:
+                self._start_server(team, tokenizer, positions, threads, log)
+        except BaseException:
+            self.close()
+            raise
+
+    def _start_server(
+        self,
+        team: LoraTeam,
+        tokenizer: PreTrainedTokenizerBase,
+        positions: int,
+        threads: int,
+        log: Path | None,
+    ) -> None:
+        """Start a server of the run's own: on a socket file in a folder only this user opens
+        (no port another process could hold or take first), with a key drawn for this run
+        (``secrets``) that every request carries."""
+        assert self._model is not None
         python = vllm_python()
-        require_servable_heads(backbone.model, python)
-        port = free_port()
+        require_servable_heads(self._model, python)
         policies = team.n_agents
-        lora = backbone.model.peft_config[slot_name(0)]
+        lora = self._model.peft_config[slot_name(0)]
         assert isinstance(lora, LoraConfig)  # every slot is a LoRA adapter
         max_model_len = self.context_limit(positions)
+        self._socket_folder = Path(tempfile.mkdtemp(prefix="teamtr-engine-socket-"))
+        self.base = base_folder(self._model, tokenizer)
+        base = str(self.base)
         command = ServeCommand(
-            model=str(base_folder(backbone.model, tokenizer)),
-            dtype=str(weights_dtype(backbone.model)).removeprefix("torch."),
+            model=base,
+            dtype=str(weights_dtype(self._model)).removeprefix("torch."),
             lora_rank=int(lora.r),
-            # One adapter per policy in a batch, and one more: the version being replaced
-            # may still be in flight while its successor loads.
+            # One adapter per policy in a batch, and one more as room while versions change.
             max_loras=policies + 1,
             max_cpu_loras=2 * policies + 2,
             runtime_lora=True,
@@ -160,8 +184,8 @@ class VLLMEngine:
             max_model_len=max_model_len,
             cpu_build=is_cpu_build(python),
             seed=self.settings.seed,
-            host="127.0.0.1",
-            port=port,
+            socket_path=str(self._socket_folder / "engine.sock"),
+            key=secrets.token_urlsafe(32),
             extra_arguments=tuple(shlex.split(self.settings.engine_args)),
         )
         env = dict(os.environ)
@@ -176,14 +200,12 @@ class VLLMEngine:
         env.pop("PYTHONPATH", None)  # teamtr's packages must not shadow vLLM's environment's
         if log is None:
             log = Path(tempfile.mkdtemp(prefix=LOG_FOLDER_PREFIX)) / "engine.log"
-        self.server = EngineServer(command.module_command(str(python)), env, log, port)
-        timeout = float(os.environ.get(START_TIMEOUT_ENVIRONMENT, START_TIMEOUT))
-        try:
-            self.server.wait_ready(timeout)
-        except BaseException:
-            self.close()
-            raise
-        self.url = self.server.url
+        address = ServerAddress(f"unix:{command.socket_path}", command.key)
+        self.server = EngineServer(command.module_command(str(python)), env, log, address)
+        self.server.wait_ready(
+            float(os.environ.get(START_TIMEOUT_ENVIRONMENT, START_TIMEOUT)), base
+        )
+        self.address = address
 
     def keep_log_in(self, run_dir: Path) -> None:
         """Move the server's log into the run directory, once that exists."""
@@ -196,13 +218,16 @@ class VLLMEngine:
             self._pool = None
         if self.server is not None:
             self.server.stop()
-            self.url = None if not self.settings.engine_url else self.url
             self.server = None
-        elif self.url is not None and self._loaded:  # a server of its own outlives the run
+        elif self.address is not None and self._loaded:  # a server of its own outlives the run
             for _, name in self._loaded.values():
-                with contextlib.suppress(OSError, EngineFailed, RuntimeError):
+                with contextlib.suppress(OSError):
                     self._post("/v1/unload_lora_adapter", {"lora_name": name})
+        self.address = None
         self._loaded.clear()
+        if self._socket_folder is not None:
+            shutil.rmtree(self._socket_folder, ignore_errors=True)
+            self._socket_folder = None
         if self._adapters is not None:
             shutil.rmtree(self._adapters, ignore_errors=True)
             self._adapters = None
@@ -213,7 +238,7 @@ class VLLMEngine:
         yield  # the server keeps its own prefix cache, keyed by each adapter's name
 
     def draw(self, request: TurnRequest) -> Drawn:
-        if self.url is None or self._pool is None:
+        if self.address is None or self._pool is None:
             raise RuntimeError("the vLLM engine was not started (VLLMEngine.start)")
         # One seed a request, from torch's generator, which the sampler seeds once per play:
         # a replayed play (a resumed run) asks for the same seeds as the straight one.
@@ -256,47 +281,42 @@ class VLLMEngine:
 
     # -- adapters -----------------------------------------------------------------------------
     def _adapter_name(self, team: LoraTeam, policy: int) -> str:
-        """The served name of ``policy``'s snapshot in ``team``, loaded on first use; the
-        version it replaces is unloaded."""
+        """The served name of ``policy``'s snapshot in ``team``, loaded on first use in place
+        of the version before it (unloaded first: between draws none of its requests is in
+        flight). Each version has a name (and folder) of its own: the server keys its prefix
+        cache by an adapter's name and folder, so keys and values computed by an earlier
+        version are never read for a later one (vLLM #42125)."""
         weights = team.agent(policy)
         with self._lock:
             loaded = self._loaded.get(policy)
             if loaded is not None and loaded[0] == weights.version:
                 return loaded[1]
             assert self._model is not None and self._adapters is not None
+            if loaded is not None:
+                self._post("/v1/unload_lora_adapter", {"lora_name": loaded[1]})
+                del self._loaded[policy]
+                shutil.rmtree(self._adapters / loaded[1], ignore_errors=True)
             name = f"{self._tag}-p{policy}-v{weights.version}"
             folder = self._adapters / name
             write_adapter(folder, self._model, policy, weights)
             self._post("/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(folder)})
             self._loaded[policy] = (weights.version, name)
-            if loaded is not None:
-                self._post("/v1/unload_lora_adapter", {"lora_name": loaded[1]})
-                shutil.rmtree(self._adapters / loaded[1], ignore_errors=True)
             return name
 
     def _post(self, path: str, body: dict[str, Any]) -> Any:
-        assert self.url is not None
-        request = urllib.request.Request(
-            f"{self.url}{path}",
-            data=json.dumps(body).encode(),
-            headers={"Content-Type": "application/json"},
-        )
+        """The server's answer to ``body`` at ``path``. A server that refuses the request
+        (HTTP 4xx: an unknown adapter, a context too long, a rejected key) or fails it (5xx), or
+        gives no answer: ``EngineFailed``, the fault that keeps the run's checkpoint."""
+        assert self.address is not None
         try:
-            with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT) as response:
-                text = response.read().decode()
-        except urllib.error.HTTPError as error:
-            detail = error.read().decode(errors="replace")[:500]
-            if error.code >= 500:
-                raise self._failure(f"HTTP {error.code}: {detail}") from None
-            raise RuntimeError(
-                f"the vLLM server refused {path}: HTTP {error.code}: {detail}"
-            ) from None
+            return self.address.request("POST", path, body, timeout=REQUEST_TIMEOUT)
+        except ServerRefused as refused:
+            if refused.status >= 500:
+                raise self._failure(str(refused)) from None
+            where = f"; its log: {self.server.log}" if self.server is not None else ""
+            raise EngineFailed(f"the vLLM server refused {path}: {refused}{where}") from None
         except OSError as error:
-            raise self._failure(str(getattr(error, "reason", error))) from None
-        try:
-            return json.loads(text) if text.strip() else {}
-        except json.JSONDecodeError:
-            return {"text": text}
+            raise self._failure(str(error)) from None
 
     def _failure(self, cause: str) -> EngineFailed:
         server = self.server
@@ -308,4 +328,5 @@ class VLLMEngine:
             state = f"stopped (exit code {code})" if code is not None else "failed"
             cause = last_error_line(server.log) if "500" in cause or code is not None else cause
             return EngineFailed(f"the vLLM server {state}: {cause}; its log: {server.log}")
-        return EngineFailed(f"the vLLM server at {self.url} stopped answering: {cause}")
+        url = self.address.url if self.address is not None else self.settings.engine_url
+        return EngineFailed(f"the vLLM server at {url} stopped answering: {cause}")

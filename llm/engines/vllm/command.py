@@ -67,6 +67,9 @@ class ServeCommand:
     seed: int | None = None
     host: str | None = None
     port: int | None = None
+    socket_path: str | None = None
+    """A socket file to listen on (``--uds``) in place of a TCP port: in a folder only its user
+    can open, no other process can take its place or reach it."""
     key: str | None = field(default=None, repr=False)
     """The key every ``/v1`` request must carry; passed in the environment (``KEY_ENVIRONMENT``)."""
     logprobs_mode: str = LOGPROBS_MODE
@@ -84,6 +87,7 @@ class ServeCommand:
             *(["--served-model-name", self.served_name] if self.served_name else []),
             *(["--host", self.host] if self.host else []),
             *(["--port", str(self.port)] if self.port is not None else []),
+            *(["--uds", self.socket_path] if self.socket_path else []),
             "--dtype",
             self.dtype,
             *(["--max-model-len", str(self.max_model_len)] if self.max_model_len else []),

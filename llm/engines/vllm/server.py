@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import http.client
+import json
 import os
 import re
 import shlex
@@ -15,7 +17,9 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -119,12 +123,93 @@ def last_error_line(log: Path) -> str:
     return lines[-1][-300:] if lines else "an empty log"
 
 
+class ServerRefused(Exception):
+    """The server answered a request with an HTTP error status (its code and what it said)."""
+
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(f"HTTP {status}: {detail}")
+        self.status = status
+        self.detail = detail
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    """HTTP over a socket file (a server started with ``--uds``)."""
+
+    def __init__(self, path: str, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self.socket_path = path
+
+    def connect(self) -> None:
+        connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        connection.settimeout(self.timeout)
+        try:
+            connection.connect(self.socket_path)
+        except OSError:
+            connection.close()
+            raise
+        self.sock = connection
+
+
+@dataclass(frozen=True)
+class ServerAddress:
+    """Where a server listens, ``http://host:port`` (``https://``) or ``unix:PATH`` (a socket
+    file), and the key its ``/v1`` requests carry (``Authorization: Bearer``)."""
+
+    url: str
+    key: str | None = field(default=None, repr=False)
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        *,
+        timeout: float,
+        keyed: bool = True,
+    ) -> Any:
+        """The server's JSON answer (``{"text": ...}`` for a plain one). ``ServerRefused`` for
+        an HTTP error status; an ``OSError`` where no answer came (refused, reset, timed out)."""
+        headers = {"Content-Type": "application/json"}
+        if keyed and self.key is not None:
+            headers["Authorization"] = f"Bearer {self.key}"
+        connection, prefix = self._connection(timeout)
+        try:
+            data = None if body is None else json.dumps(body).encode()
+            connection.request(method, f"{prefix}{path}", body=data, headers=headers)
+            response = connection.getresponse()
+            text = response.read().decode(errors="replace")
+        except http.client.HTTPException as error:  # a malformed or cut answer
+            raise ConnectionError(f"{type(error).__name__}: {error}") from None
+        finally:
+            connection.close()
+        if response.status >= 400:
+            raise ServerRefused(response.status, text[:500])
+        try:
+            return json.loads(text) if text.strip() else {}
+        except json.JSONDecodeError:
+            return {"text": text}
+
+    def _connection(self, timeout: float) -> tuple[http.client.HTTPConnection, str]:
+        if self.url.startswith("unix:"):
+            return _UnixConnection(self.url.removeprefix("unix:"), timeout), ""
+        parts = urllib.parse.urlsplit(self.url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"{self.url!r} is not an http://host:port address")
+        kind = (
+            http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+        )
+        return kind(parts.hostname, parts.port, timeout=timeout), parts.path.rstrip("/")
+
+
 class EngineServer:
     """A vLLM server process behind its guard, its log, its address."""
 
-    def __init__(self, command: list[str], env: dict[str, str], log: Path, port: int) -> None:
+    def __init__(
+        self, command: list[str], env: dict[str, str], log: Path, address: ServerAddress
+    ) -> None:
         self.log = log
-        self.url = f"http://127.0.0.1:{port}"
+        self.address = address
+        """Where the server listens and the key it lets in (given to it in ``env``)."""
         log.parent.mkdir(parents=True, exist_ok=True)
         log.write_text(f"# {shlex.join(command)}\n")
         self._guard = subprocess.Popen(
@@ -142,7 +227,10 @@ class EngineServer:
     def exit_code(self) -> int | None:
         return self._guard.poll()
 
-    def wait_ready(self, timeout: float) -> None:
+    def wait_ready(self, timeout: float, base: str) -> None:
+        """Wait until the server answers as the run's own: ``/v1/models`` asked with the run's
+        key lists ``base`` (the folder it was started on), and the same request without the key
+        is refused (``require_own_server``)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             code = self.exit_code()
@@ -152,13 +240,16 @@ class EngineServer:
                     f"code {code}): "
                     f"{last_error_line(self.log)}; its log: {self.log}"
                 )
-            if healthy(self.url):
-                return
-            time.sleep(0.5)
+            try:
+                models = self.address.request("GET", "/v1/models", timeout=5)
+            except (OSError, ServerRefused):  # not listening yet, or still loading
+                time.sleep(0.5)
+                continue
+            require_own_server(self.address, models, base, '[sampler] engine = "vllm"')
+            return
         self.stop()
         raise EngineStartFailed(
-            f'[sampler] engine = "vllm": the server did not answer its health check in '
-            f"{timeout:.0f} s "
+            f'[sampler] engine = "vllm": the server did not answer in {timeout:.0f} s '
             f"({START_TIMEOUT_ENVIRONMENT} sets the limit); its log: {self.log}"
         )
 
@@ -202,3 +293,36 @@ def healthy(url: str) -> bool:
             return bool(response.status == 200)
     except (OSError, ValueError):
         return False
+
+
+def served_models(models: Any) -> list[tuple[str, str]]:
+    """(name, root) of every model a ``/v1/models`` answer lists (an adapter's root is its
+    folder, the base's the folder or id it was started on)."""
+    listed = models.get("data", []) if isinstance(models, dict) else []
+    return [
+        (str(model.get("id")), str(model.get("root") or model.get("id")))
+        for model in listed
+        if isinstance(model, dict)
+    ]
+
+
+def require_own_server(address: ServerAddress, models: Any, base: str, where: str) -> None:
+    """``EngineStartFailed`` unless the server that gave ``models`` (its ``/v1/models``, asked
+    with ``address.key``) serves ``base`` and refuses a request without the key: a server
+    started by another run, or by anyone else, is not drawn from."""
+    roots = [root for _, root in served_models(models)]
+    if base not in roots:
+        raise EngineStartFailed(
+            f"{where}: the server answering there serves {roots or 'no model'}, not the run's "
+            f"base {base}"
+        )
+    try:
+        address.request("GET", "/v1/models", timeout=30, keyed=False)
+    except ServerRefused as refused:
+        if refused.status == 401:
+            return
+    except OSError:
+        pass
+    raise EngineStartFailed(
+        f"{where}: the server answering there does not refuse requests without the run's key"
+    )

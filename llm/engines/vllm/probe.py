@@ -1,0 +1,168 @@
+"""A server named by ``[sampler] engine_url`` proves it serves the run's policy before training.
+
+teamtr did not start that server, so nothing it knows says which base, rank limit, dtype or
+``--logprobs-mode`` it runs with; a wrong one would show only as rejected updates ("stale
+rollouts?") once training began. Before the first stage, the engine therefore:
+
+1. asks ``/v1/models`` with the key from the environment variable the config names
+   (``[sampler] engine_key_variable``; the key itself is never in a config file or a run's
+   records): refused (401) or no answer is said at once;
+2. loads agent 0's adapter: a server whose ``--max-lora-rank`` is below the team's rank refuses
+   it ("rank");
+3. draws ``PROBE_TOKENS`` tokens of a fixed prompt at the run's temperature and compares the
+   log-probs the server returns with those of the trainer's own forward pass (``diagnose``).
+
+Any disagreement is one ``EngineStartFailed`` naming the cause: the CLI's one ``error:`` line,
+exit 2, before anything is written.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+import torch
+
+from llm.common.devices import model_device
+from llm.common.settings import SamplerSettings
+from llm.conversation.dialogue import ChatFormat
+from llm.engines.protocol import EngineFailed, EngineStartFailed, EngineUnavailable
+from llm.engines.vllm.server import ServerAddress, ServerRefused
+from llm.models.agents import LoraTeam, is_half_precision
+
+PROBE_QUESTION = "What is 2 + 3?"
+PROBE_TOKENS = 8
+MATCH_TOLERANCE = {False: 1e-3, True: 0.5}
+"""The largest log-prob gap (nats) on a probe token at which the server's policy is the
+trainer's, by whether the team computes in half precision. float32 engines measured 1.2e-6
+(``tests/llm/test_llm_engine_vllm.py``); bfloat16's rounding moves single tokens by up to a
+few tenths of a nat."""
+PRECISION_GAP = 0.1
+"""A float32 team's probe gap below this (and above ``MATCH_TOLERANCE``): the same weights
+computed in another precision (a server started with another ``--dtype``); above it, another
+base model. SmolLM2-135M in bfloat16 against float32 moves log-probs by about 1e-2."""
+
+
+def engine_key(settings: SamplerSettings) -> str | None:
+    """The key of the server at ``engine_url``, read from the variable the config names."""
+    variable = settings.engine_key_variable
+    if not variable:
+        return None
+    key = os.environ.get(variable)
+    if not key:
+        raise EngineUnavailable(
+            f"[sampler] engine_key_variable = {variable!r}: the environment has no {variable} "
+            "(the key of the server at engine_url)"
+        )
+    return key
+
+
+def check_served_policy(
+    address: ServerAddress,
+    load_adapter: Callable[[], str],
+    team: LoraTeam,
+    chat: ChatFormat,
+    settings: SamplerSettings,
+    rank: int,
+) -> None:
+    """The checks of the module's docstring; ``load_adapter`` loads agent 0's policy of
+    ``team`` (LoRA rank ``rank``) into the server and returns its served name."""
+    where = f"[sampler] engine_url = {address.url!r}"
+    try:
+        address.request("GET", "/v1/models", timeout=60)
+    except ServerRefused as refused:
+        variable = settings.engine_key_variable
+        given = f"the key in {variable}" if variable else "no key (engine_key_variable)"
+        raise EngineStartFailed(f"{where}: the server refuses {given}: {refused}") from None
+    except OSError as error:
+        raise EngineStartFailed(f"{where}: no vLLM server answers there ({error})") from None
+    try:
+        name = load_adapter()
+    except EngineFailed as error:
+        cause = "rank: its --max-lora-rank is below" if "max_lora_rank" in str(error) else "it"
+        raise EngineStartFailed(
+            f"{where}: {cause} refused the team's adapter (LoRA rank {rank}): {error}"
+        ) from None
+    prompt = list(chat.encode_prompt(PROBE_QUESTION))
+    temperature = settings.temperature
+    body = {
+        "model": name,
+        "prompt": prompt,
+        "max_tokens": PROBE_TOKENS,
+        "min_tokens": PROBE_TOKENS,
+        "temperature": temperature,
+        "top_p": 1.0,
+        "top_k": -1,
+        "min_p": 0.0,
+        "seed": 0,
+        "ignore_eos": True,
+        "return_token_ids": True,
+        "logprobs": 0,
+    }
+    try:
+        answer = address.request("POST", "/v1/completions", body, timeout=600)
+        choice = answer["choices"][0]
+        tokens = [int(t) for t in choice["token_ids"]]
+        served = torch.tensor(choice["logprobs"]["token_logprobs"], dtype=torch.float64)
+    except (OSError, ServerRefused, KeyError, IndexError, TypeError, ValueError) as error:
+        raise EngineStartFailed(f"{where}: the probe request failed: {error}") from None
+    model = team.use(0)
+    trained = trainer_logps(model, prompt, tokens, temperature)
+    unscaled = trainer_logps(model, prompt, tokens, 1.0)
+    logits = trainer_logps(model, prompt, tokens, temperature, normalised=False)
+    differs = diagnose(served, trained, unscaled, logits, is_half_precision(model))
+    if differs is not None:
+        raise EngineStartFailed(f"{where}: the server does not serve the run's policy: {differs}")
+
+
+def trainer_logps(
+    model: torch.nn.Module,
+    prompt: list[int],
+    tokens: list[int],
+    temperature: float,
+    normalised: bool = True,
+) -> torch.Tensor:
+    """Each of ``tokens``' log-probs after ``prompt`` under log softmax(logits / T), by the
+    training model's own forward pass (``normalised=False``: their logits / T)."""
+    ids = torch.tensor([prompt + tokens], device=model_device(model))
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1].double()
+    scaled = logits / temperature
+    if normalised:
+        scaled = torch.log_softmax(scaled, dim=-1)
+    return scaled.gather(-1, ids[0, len(prompt) :, None].to(scaled.device))[:, 0].cpu()
+
+
+def diagnose(
+    served: torch.Tensor,
+    trained: torch.Tensor,
+    unscaled: torch.Tensor,
+    logits: torch.Tensor,
+    half: bool,
+) -> str | None:
+    """None where the server's log-probs of the probe's tokens are the trainer's (within
+    ``MATCH_TOLERANCE``), else the cause, named: the logprobs mode (``logits``, logits / T,
+    in place of log-probs, or log-probs at temperature 1, ``unscaled``, in place of
+    softmax(logits / T)), the dtype
+    (a float32 team's gap below ``PRECISION_GAP``) or the base."""
+    tolerance = MATCH_TOLERANCE[half]
+    if served.shape != trained.shape:
+        return f"base: {len(served)} log-probs for {len(trained)} tokens"
+    gap = float((served - trained).abs().max())
+    if gap <= tolerance:
+        return None
+    mode = "--logprobs-mode processed_logprobs"
+    close_to_logits = float((served - logits).abs().max()) <= tolerance
+    if close_to_logits or bool((served > 1e-6).any()):
+        return f"logprobs mode: it returns logits, not log-probs (start it with {mode})"
+    if float((served - unscaled).abs().max()) <= tolerance:
+        return (
+            "logprobs mode: its log-probs are at temperature 1, not of softmax(logits / T) "
+            f"(start it with {mode})"
+        )
+    if not half and gap < PRECISION_GAP:
+        return (
+            f"dtype: its log-probs are {gap:.2g} nats from the trainer's, the same weights in "
+            "another precision (start it with --dtype float32)"
+        )
+    return f"base: its log-probs are {gap:.2g} nats from the trainer's (another base model)"

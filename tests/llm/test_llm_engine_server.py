@@ -1,0 +1,196 @@
+"""A run draws only from its own server (``llm.engines.vllm.server``), checked with stand-in
+servers: real processes that answer HTTP on a socket file as vLLM's does (``/v1/models`` behind
+a key, or not), so this runs without vLLM. The real server's refusal of a request without the
+run's key is tested in tests/llm/test_llm_engine_vllm.py.
+
+What is checked: ``EngineServer.wait_ready`` accepts a server that serves the run's base and
+refuses requests without the run's key, and refuses one that answers without the key (anyone's
+server, or one that lets everyone in) or serves another base; the key goes in the server's
+environment, not on its command line or in its log; and the command line is the one
+description the export renders too; and the probe of a server at ``engine_url`` names what
+differs (logprobs mode, dtype or base) from log-probs a tiny model computes.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from llm.engines.protocol import EngineStartFailed
+from llm.engines.vllm.command import ServeCommand
+from llm.engines.vllm.probe import diagnose, trainer_logps
+from llm.engines.vllm.server import EngineServer, ServerAddress, ServerRefused
+from llm.models.loading import load_model, load_tokenizer
+
+STAND_IN = textwrap.dedent(
+    """
+    import json, os, socketserver, sys
+    from http.server import BaseHTTPRequestHandler
+    path, root, demands_key = sys.argv[1], sys.argv[2], sys.argv[3] == "key"
+    key = os.environ.get("VLLM_API_KEY")
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            if demands_key and self.headers.get("Authorization") != f"Bearer {key}":
+                self.send_response(401)
+                self.end_headers()
+                self.wfile.write(b'{"error": "Unauthorized"}')
+                return
+            body = json.dumps({"data": [{"id": "base", "root": root}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def address_string(self):
+            return "socket"
+
+    class Server(socketserver.UnixStreamServer):
+        def get_request(self):
+            request, _ = super().get_request()
+            return request, ("socket", 0)
+
+    print("listening", flush=True)
+    Server(path, Handler).serve_forever()
+    """
+)
+
+
+def stand_in(tmp_path: Path, root: str, demands_key: bool, key: str = "the-runs-key"):
+    """A stand-in server behind the guard, as the engine starts vLLM: its key in the
+    environment, its socket in the run's folder."""
+    socket_path = str(tmp_path / "engine.sock")
+    command = [sys.executable, "-c", STAND_IN, socket_path, root, "key" if demands_key else "-"]
+    address = ServerAddress(f"unix:{socket_path}", key)
+    env = {**os.environ, "VLLM_API_KEY": key}
+    return EngineServer(command, env, tmp_path / "engine.log", address)
+
+
+def test_a_server_that_serves_the_base_behind_the_runs_key_is_ready(tmp_path):
+    server = stand_in(tmp_path, "/cache/base-folder", demands_key=True)
+    try:
+        server.wait_ready(30, "/cache/base-folder")
+        models = server.address.request("GET", "/v1/models", timeout=10)
+        assert models["data"][0]["root"] == "/cache/base-folder"
+        with pytest.raises(ServerRefused) as refused:
+            server.address.request("GET", "/v1/models", timeout=10, keyed=False)
+        assert refused.value.status == 401
+    finally:
+        server.stop()
+
+
+def test_a_server_that_lets_in_requests_without_the_key_is_not_used(tmp_path):
+    """Anyone's server where the run's should be (or one started without ``--api-key``)."""
+    server = stand_in(tmp_path, "/cache/base-folder", demands_key=False)
+    try:
+        with pytest.raises(EngineStartFailed, match="does not refuse requests without"):
+            server.wait_ready(30, "/cache/base-folder")
+    finally:
+        server.stop()
+
+
+def test_a_server_of_another_base_is_not_used(tmp_path):
+    server = stand_in(tmp_path, "/cache/another-base", demands_key=True)
+    try:
+        with pytest.raises(EngineStartFailed, match="not the run's base /cache/base-folder"):
+            server.wait_ready(30, "/cache/base-folder")
+    finally:
+        server.stop()
+
+
+def test_the_key_is_in_the_servers_environment_never_on_its_command_line():
+    command = ServeCommand(
+        model="/cache/base",
+        dtype="float32",
+        lora_rank=4,
+        max_loras=3,
+        runtime_lora=True,
+        socket_path="/tmp/run/engine.sock",
+        key="secret-key-of-the-run",
+    )
+    words = command.module_command("python")
+    assert "secret-key-of-the-run" not in " ".join(words) + repr(command)
+    assert "--api-key" not in words and words[words.index("--uds") + 1] == "/tmp/run/engine.sock"
+    assert command.environment() == {
+        "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "1",
+        "VLLM_API_KEY": "secret-key-of-the-run",
+    }
+    assert "secret-key-of-the-run" not in command.module_line()
+
+
+def test_the_served_policy_is_the_trained_one_in_every_rendering():
+    """The options that make a server's policy the trained one are in the engine's command
+    and in the export's line alike (one description renders both)."""
+    command = ServeCommand(
+        model="./base",
+        dtype="bfloat16",
+        lora_rank=12,
+        max_loras=2,
+        lora_modules=(("agent0", "./agent0"), ("agent1", "./agent1")),
+        extra_environment=(("VLLM_PLUGINS", "a_plugin"),),
+    )
+    for words in (
+        command.module_command(),
+        shlex.split(command.serve_line()),
+        shlex.split(command.module_line({"VLLM_CPU_KVCACHE_SPACE": "4"})),
+    ):
+        assert words[words.index("--generation-config") + 1] == "vllm"
+        assert words[words.index("--logprobs-mode") + 1] == "processed_logprobs"
+        assert words[words.index("--max-lora-rank") + 1] == "16"  # the rank vLLM holds 12 in
+        assert words[words.index("--dtype") + 1] == "bfloat16"
+    line = shlex.split(command.module_line({"VLLM_CPU_KVCACHE_SPACE": "4"}))
+    assert line[:2] == ["VLLM_CPU_KVCACHE_SPACE=4", "VLLM_PLUGINS=a_plugin"]
+    assert command.environment() == {"VLLM_PLUGINS": "a_plugin"}
+
+
+@pytest.fixture(scope="module")
+def probe_logps():
+    """The probe's tokens scored by a tiny model (the trainer), and as servers that are not
+    its policy would return them: at temperature 1, in bfloat16, from another base."""
+    tokenizer = load_tokenizer("tiny:128x2")
+    model = load_model("tiny:128x2", vocab_size=len(tokenizer), seed=0)
+    other = load_model("tiny:128x2", vocab_size=len(tokenizer), seed=1)
+    half = load_model("tiny:128x2", vocab_size=len(tokenizer), seed=0, dtype=torch.bfloat16)
+    prompt = list(range(5, 40))
+    tokens = [int(t) for t in torch.randint(0, len(tokenizer), (8,), generator=SEEDED)]
+    temperature = 0.7
+    return {
+        "trained": trainer_logps(model, prompt, tokens, temperature),
+        "unscaled": trainer_logps(model, prompt, tokens, 1.0),
+        "bfloat16": trainer_logps(half, prompt, tokens, temperature),
+        "other base": trainer_logps(other, prompt, tokens, temperature),
+        "logits": trainer_logps(model, prompt, tokens, temperature, normalised=False),
+    }
+
+
+SEEDED = torch.Generator().manual_seed(3)
+
+
+@pytest.mark.parametrize(
+    ("served", "cause"),
+    [
+        ("trained", None),
+        ("unscaled", "logprobs mode: its log-probs are at temperature 1"),
+        ("logits", "logprobs mode: it returns logits"),
+        ("bfloat16", "dtype:"),
+        ("other base", "base:"),
+    ],
+)
+def test_the_probe_names_what_differs_between_a_server_and_the_trainer(probe_logps, served, cause):
+    """``llm.engines.vllm.probe.diagnose`` on a float32 team: the trainer's own log-probs
+    pass; each other server's is named by its cause (tiny:128x2's bfloat16 gap lies between
+    ``MATCH_TOLERANCE`` and ``PRECISION_GAP``, another seed's far above)."""
+    logps = probe_logps
+    found = diagnose(
+        logps[served], logps["trained"], logps["unscaled"], logps["logits"], half=False
+    )
+    if cause is None:
+        assert found is None
+    else:
+        assert found is not None and found.startswith(cause), found
