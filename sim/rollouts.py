@@ -224,6 +224,17 @@ class SampledSampler:
         differences = return_estimates(self.mdp, new) - return_estimates(self.mdp, batch)
         return PairedDifferences(differences, estimate_width(self.mdp), updated_agent=agent)
 
+    def continue_held_out(
+        self, team: Any, previous: Any, updated_agent: int
+    ) -> PairedDifferences | None:
+        """The pairs of ``previous``'s held-out episodes continued by ``team`` alone
+        (``teamtr.protocols.PairingSampler``: a stage's last update)."""
+        earlier = getattr(previous, "held_out", None)
+        if earlier is None:
+            return None
+        tabular = as_fitting_team(self.mdp, team, "SampledSampler.continue_held_out")
+        return self.paired_differences(earlier, tabular, updated_agent)
+
     def _play(self, cumulative: Array, e: int, state: int, t: int, steps: Steps) -> None:
         """Play episode ``e`` from ``state`` at step ``t`` to its end, actions drawn from the
         team whose rows' cumulative sums are ``cumulative``."""

@@ -94,6 +94,17 @@ class MeasuredCertificate:
         """Whether the bound certifies a strict improvement."""
         return self.bound > 0
 
+    def as_dict(self) -> dict[str, float | int | str]:
+        """The certificate without its pairs, for records and logs."""
+        return {
+            "n": self.n,
+            "mean": self.mean,
+            "bound": self.bound,
+            "level": self.level,
+            "method": self.method,
+            "reward_width": self.reward_width,
+        }
+
     def line(self) -> str:
         """'improvement >= +0.12 with 95% confidence (n = 64 pairs)'."""
         return (
@@ -198,16 +209,16 @@ def stage_measured(
         return None
     alpha = (1.0 - level) / max(len(updates), 1)
     counted = [u for u, keep in zip(updates, kept, strict=True) if keep and u is not None]
-    widths = {u.reward_width for u in counted}
+    widths = {u.reward_width for u in updates if u is not None}
     bound = 0.0
     for update in counted:
         assert update.differences is not None, "an update's certificate keeps its pairs"
         bound += lower_bound(update.differences, update.reward_width, alpha, method)
     return MeasuredCertificate(
         n=sum(u.n for u in counted),
-        mean=sum(u.mean for u in counted),
+        mean=float(sum(u.mean for u in counted)),
         bound=bound,
         level=level,
         method=method,
-        reward_width=max(widths) if widths else math.nan,
+        reward_width=max(widths) if widths else 0.0,
     )

@@ -96,6 +96,14 @@ class PairingSampler(Sampler, Protocol):
         share this one's random streams)."""
         ...
 
+    def continue_held_out(
+        self, team: Any, previous: Any, updated_agent: int
+    ) -> PairedDifferences | None:
+        """Only the pairs of ``previous``'s held-out groups continued by ``team`` from
+        ``updated_agent``'s first turn, no other group drawn: how a stage's last update, which
+        no update follows in the stage, is measured. None where ``previous`` holds none out."""
+        ...
+
 
 @runtime_checkable
 class PairedRollouts(Protocol):

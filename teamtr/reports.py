@@ -75,7 +75,8 @@ class UpdateRecord:
     """The update was inside its radius but its measured bound was below 0 under
     ``accept = "measured"``: it did not enter the team (``kept`` is False)."""
     resample: Any = field(default=None, compare=False, repr=False)
-    """The draw that continued this update's held-out pairs (None where not measured)."""
+    """The draw that continued this update's held-out pairs (None where not measured, and for
+    the stage's last update, measured by ``PairingSampler.continue_held_out`` alone)."""
 
     @property
     def realised_gain(self) -> float | None:
@@ -102,24 +103,19 @@ class StageReport:
     """The measured bound on J(pi_bar) - J(pi_cur): each update's at level alpha/m, summed
     over the kept ones (``teamtr.measured.stage_measured``); None where a kept update was not
     measured."""
-    next_rollouts: Any = field(default=None, compare=False, repr=False)
-    """The draw of pi_bar that measured the stage's last update, on-policy for the next stage
-    (``run_stages`` hands it on as that stage's first rollouts); None when none was drawn."""
 
     @property
     def sampled_rollouts(self) -> tuple[Any, ...]:
         """Every batch of rollouts the sampler produced this stage, in order (one per sampler
         call: the stage-start cache of stale/joint/happo, each fresh batch of teamtr, and the
-        draw that measured the last update). A measured resample discarded by
-        ``accept = "measured"`` is in its record's ``resample``, not here."""
+        resample an undone update discarded; the held-out continuation that measures the
+        stage's last update draws no rollouts)."""
         batches: list[Any] = []
         for record in self.records:
             if record.fresh_rollouts:
                 batches.append(record.rollouts)
-            if record.undone:
+            if record.undone and record.resample is not None:
                 batches.append(record.resample)
-        if self.next_rollouts is not None:
-            batches.append(self.next_rollouts)
         return tuple(batches)
 
     @property

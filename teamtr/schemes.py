@@ -61,7 +61,7 @@ class RolloutSource:
     handed_out: bool = False
     """Whether any rollouts were handed out yet this stage (the stage-start cache counts once)."""
     pending: Supplied | None = None
-    """Rollouts already drawn for the next update (by ``resample``, ``redraw`` or ``start``)."""
+    """Rollouts already drawn for the next update (by ``resample`` or ``redraw``)."""
 
     @property
     def kind(self) -> RolloutKind:
@@ -71,14 +71,9 @@ class RolloutSource:
     def simultaneous(self) -> bool:
         return SCHEMES[self.scheme].simultaneous
 
-    def start(self, team: TeamPolicy, rollouts: Rollouts | None = None) -> None:
-        """Begin a stage at ``team``; ``rollouts`` (teamtr only): an on-policy draw of it made
-        before the stage (the previous stage's last resample), used for the first update."""
+    def start(self, team: TeamPolicy) -> None:
         if self.kind != "intermediate":
             self.stage_start = self.sampler.sample(team)
-        elif rollouts is not None:
-            self.latest = rollouts
-            self.pending = Supplied(rollouts, False)
 
     def resample(self, team: TeamPolicy, updated_agent: int) -> Rollouts:
         """Draw pi_hat^i now, continuing the latest rollouts from ``updated_agent``'s first

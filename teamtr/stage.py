@@ -15,6 +15,7 @@ One stage of sequential trust-region training, THEORY.md §1–2:
 Measured certificate (``teamtr.measured``, teamtr scheme with a pairing sampler): after a
 kept update the loop draws pi_hat^i at once, continuing pi_hat^{i-1}'s held-out groups; their
 pairs bound J(pi_hat^i) - J(pi_hat^{i-1}) at level 1 - alpha, and the draw serves update i+1.
+After the stage's last update only the held-out groups are continued.
 Under ``accept = "measured"`` an update whose bound is below 0 is undone: the team stays
 pi_hat^{i-1}, that draw is discarded and pi_hat^{i-1} is drawn afresh (its earlier held-out
 groups decided the undo, so they measure nothing more).
@@ -34,7 +35,7 @@ import numpy as np
 
 from teamtr.config import StageConfig
 from teamtr.evaluations import PerTeamCache
-from teamtr.measured import MeasuredCertificate, measure, stage_measured
+from teamtr.measured import MeasuredCertificate, PairedDifferences, measure, stage_measured
 from teamtr.penalty import PenaltyModel
 from teamtr.protocols import AgentUpdater, PairingSampler, Rollouts, Sampler, TeamPolicy
 from teamtr.reports import AgentUpdate, StageReport, UpdateRecord
@@ -95,15 +96,19 @@ def measuring_sampler(sampler: Sampler, config: StageConfig) -> Sampler | None:
     return sampler.with_held_out(config.certificate_groups)
 
 
-def measured_update(resample: Rollouts, agent: int, config: StageConfig) -> MeasuredCertificate:
-    """The measured certificate of the update of ``agent`` from the draw that continued its
-    held-out groups."""
-    pairs = getattr(resample, "pairs", None)
+def measured_update(
+    pairs: PairedDifferences | None, agent: int, config: StageConfig
+) -> MeasuredCertificate | None:
+    """The measured certificate of the update of ``agent`` from the pairs of its held-out
+    groups' continuation; None (not measured) where there are none, e.g. a backend that cannot
+    bound a task's returns, which ``accept = "measured"`` refuses."""
     if pairs is None or pairs.differences.size == 0:
-        raise ValueError(
-            f"the resample after agent {agent}'s update carries no paired differences, though "
-            "its sampler holds out groups (teamtr.protocols.PairedRollouts)"
-        )
+        if config.accept == "measured":
+            raise ValueError(
+                f"accept='measured': the continuation after agent {agent}'s update carries no "
+                "paired differences (teamtr.protocols.PairedRollouts)"
+            )
+        return None
     if pairs.updated_agent is not None and pairs.updated_agent != agent:
         raise ValueError(f"pairs measure agent {pairs.updated_agent}'s update, not agent {agent}'s")
     return measure(pairs, config.certificate_level, config.certificate_bound)
@@ -119,14 +124,11 @@ def run_stage(
     keep_teams: bool = False,
     stage_index: int = 0,
     on_update: Callable[[UpdateRecord], None] | None = None,
-    start_rollouts: Rollouts | None = None,
 ) -> tuple[StageReport, TeamT]:
     """Run one stage of ``config.scheme`` from ``team``; return its report and pi_bar.
 
     ``on_update`` is called with every update's record as soon as it is made; each record says
     what the update did and what it used: its starting team (``base``) and its rollouts.
-    ``start_rollouts`` (teamtr): an on-policy draw of ``team`` made before the stage, such as
-    the previous report's ``next_rollouts``, used by the first update in place of a new draw.
     """
     order = stage_order(config, team.n_agents, stage_index)
     radii = config.radii(team.n_agents)  # delta_i per agent, checked when config was built
@@ -137,7 +139,7 @@ def run_stage(
 
     held_out_sampler = measuring_sampler(sampler, config)
     source = RolloutSource(config.scheme, held_out_sampler or sampler)
-    source.start(team, start_rollouts if config.scheme == "teamtr" else None)
+    source.start(team)
     start_team = team
     teams: list[TeamT] = [team]
     records: list[UpdateRecord] = []
@@ -154,11 +156,18 @@ def run_stage(
         resample: Rollouts | None = None
         undone = False
         if kept and held_out_sampler is not None:
-            resample = source.resample(after, agent)
-            measured = measured_update(resample, agent, config)
-            if config.accept == "measured" and measured.bound < 0:
+            last = position == len(order) - 1
+            if last:  # no update follows: continue the held-out groups alone
+                assert isinstance(held_out_sampler, PairingSampler)
+                pairs = held_out_sampler.continue_held_out(after, rollouts, agent)
+            else:  # the draw the next update needs, continuing them too
+                resample = source.resample(after, agent)
+                pairs = getattr(resample, "pairs", None)
+            measured = measured_update(pairs, agent, config)
+            if config.accept == "measured" and measured is not None and measured.bound < 0:
                 kept, undone, after = False, True, base
-                source.redraw(base)
+                if not last:
+                    source.redraw(base)
         charged = update_penalty(update, penalty, config.penalty_form) if kept else 0.0
         record = UpdateRecord(
             position=position,
@@ -191,7 +200,6 @@ def run_stage(
     else:
         certificate = sum(r.certificate for r in records)
 
-    last = records[-1] if records else None
     report = StageReport(
         scheme=config.scheme,
         order=order,
@@ -201,7 +209,6 @@ def run_stage(
         j_end=evaluate(team),
         teams=tuple(teams) if keep_teams else (),
         measured=stage_bound(records, config) if held_out_sampler is not None else None,
-        next_rollouts=last.resample if last is not None and last.kept else None,
     )
     return report, team
 
@@ -251,22 +258,11 @@ def run_stages(
     evaluator: Evaluator | None = None,
     keep_teams: bool = False,
 ) -> Iterator[tuple[StageReport, TeamT]]:
-    """Run ``n_stages`` consecutive stages, yielding each report and the team after it. The
-    draw that measured a stage's last update is the next stage's first rollouts."""
+    """Run ``n_stages`` consecutive stages, yielding each report and the team after it."""
     if n_stages < 1:
         raise ValueError(f"n_stages must be >= 1, got {n_stages}")
-    carried: Rollouts | None = None
     for stage_index in range(n_stages):
         report, team = run_stage(
-            team,
-            sampler,
-            updater,
-            config,
-            penalty,
-            evaluator,
-            keep_teams,
-            stage_index,
-            start_rollouts=carried,
+            team, sampler, updater, config, penalty, evaluator, keep_teams, stage_index
         )
-        carried = report.next_rollouts
         yield report, team

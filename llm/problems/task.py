@@ -187,8 +187,19 @@ class Task:
     """identity (``llm.problems.tasks.identity_of``) -> "train" or "test", where declared."""
     grading: bool | None = None
     """Whether ``metric`` grades answers right or wrong (None: ``measure`` decides)."""
+    reward_range: tuple[float, float] = (0.0, 1.0)
+    """Where every return of ``reward`` lies (one float, or the mean of the per-turn ones):
+    the bounds the measured certificate needs (``teamtr.measured``). The default fits the
+    final-answer reward, the ready-made ones and the chain's share of turns, each in [0, 1]."""
 
     def __post_init__(self) -> None:
+        low, high = (float(v) for v in self.reward_range)
+        if not (math.isfinite(low) and math.isfinite(high) and low < high):
+            raise TaskError(
+                f"task {self.name!r}: reward_range must be two finite floats low < high, "
+                f"got {self.reward_range!r}"
+            )
+        object.__setattr__(self, "reward_range", (low, high))
         if not callable(self.train):
             problems = tuple(self.train)
             if not problems:
@@ -248,6 +259,18 @@ class Task:
         return (
             _finite(_called(self.bonus, dialogue, "bonus"), self.bonus, dialogue, "bonus") + value
         )
+
+    @property
+    def training_range(self) -> tuple[float, float] | None:
+        """Where every ``training_reward`` lies: ``reward_range`` widened by a format bonus's
+        weight; None where a bonus of one's own has no declared range."""
+        low, high = self.reward_range
+        if self.bonus is None:
+            return low, high
+        if isinstance(self.bonus, FormatBonus):
+            weight = self.bonus.weight
+            return low + min(0.0, weight), high + max(0.0, weight)
+        return None
 
     def measure(self, problems: Sequence[Problem]) -> str:
         """What the mean held-out score over ``problems`` is: ``"accuracy"`` where every

@@ -56,6 +56,7 @@ beyond the previous draw's is fresh. ``reused_turns`` counts the kept prefix tur
 
 from __future__ import annotations
 
+import copy
 import time
 import typing
 from collections.abc import Callable, Sequence
@@ -77,6 +78,8 @@ from llm.logprobs.scoring import score_chunks
 from llm.models.agents import LoraTeam
 from llm.problems.rewards import Grade
 from llm.problems.task import Dialogue, ProblemSource, Task, verdict_of
+from llm.sampling.held_out import HeldOut, continue_groups, draw_held_out
+from teamtr.measured import PairedDifferences
 
 
 class BehaviourLogps(Sequence[Sequence[torch.Tensor]]):
@@ -174,6 +177,14 @@ class DialogueRollouts:
     """With dynamic sampling: every group played for these rollouts, kept or not, in the
     order played (G contiguous episodes a group): exact samples of ``behaviour`` whose
     prefixes the next team's resample may reuse (see the module's docstring)."""
+    held_out: HeldOut | None = None
+    """Groups played beside these that no update reads, and the pairs of this draw's
+    continuation of the previous draw's (``llm.sampling.held_out``); None without any."""
+
+    @property
+    def pairs(self) -> PairedDifferences | None:
+        """The measured certificate's pairs (``teamtr.protocols.PairedRollouts``)."""
+        return self.held_out.pairs if self.held_out is not None else None
 
     @property
     def parse_failure_rate(self) -> float:
@@ -279,6 +290,30 @@ class DialogueSampler:
         self.rng = np.random.default_rng(settings.seed)
         """The sampler's generator (problems, routes, sampling seeds); checkpoints save and
         restore its state, so a resumed run draws what a straight run would."""
+        self.held_out_groups = 0
+        """Groups each draw holds out of the update for the measured certificate."""
+
+    def with_held_out(self, groups: int) -> DialogueSampler:
+        """This sampler (its engine, task and generator shared) holding out ``groups`` groups
+        per draw (``teamtr.protocols.PairingSampler``; ``llm.sampling.held_out``)."""
+        if groups < 0:
+            raise ValueError(f"held-out groups must be >= 0, got {groups}")
+        other = copy.copy(self)
+        other.held_out_groups = groups
+        return other
+
+    def continue_held_out(
+        self, team: LoraTeam, previous: DialogueRollouts, updated_agent: int
+    ) -> PairedDifferences | None:
+        """The pairs of ``previous``'s held-out groups continued by ``team`` alone, no other
+        group drawn (``teamtr.protocols.PairingSampler``: a stage's last update)."""
+        if previous.held_out is None or not prefixes_reusable(team, previous, updated_agent):
+            return None
+        with self.engine.drawing(team, continues=True):
+            pairs, _, _ = continue_groups(
+                self, team, previous.held_out, updated_agent, self.task.training_range
+            )
+        return pairs
 
     def close(self) -> None:
         """Stop the engine's server, if it has one (idempotent)."""
@@ -480,16 +515,39 @@ class DialogueSampler:
         started = time.perf_counter()
         reusable = prefixes_reusable(team, previous, updated_agent)
         with self.engine.drawing(team, continues=reusable):
-            if self.settings.signal_groups:
-                pooled = previous if reusable else None
-                return self.sample_with_signal(team, started, pooled, updated_agent)
-            if not reusable:
-                episodes, generated = self.play(team, self.new_episodes())
-                return self.finish(team, episodes, generated, 0, started)
-            assert previous is not None and updated_agent is not None
-            truncated, reused = self.reusable_prefixes(previous, updated_agent)
-            episodes, generated = self.play(team, truncated)
-            return self.finish(team, episodes, generated, reused, started)
+            rollouts = self._training_draw(team, started, reusable, previous, updated_agent)
+            if not self.held_out_groups:
+                return rollouts
+            held_out = draw_held_out(
+                self,
+                team,
+                self.held_out_groups,
+                self.settings.group_size,
+                self.task.training_range,
+                previous.held_out if reusable and previous is not None else None,
+                updated_agent,
+            )
+        return replace(rollouts, held_out=held_out)
+
+    def _training_draw(
+        self,
+        team: LoraTeam,
+        started: float,
+        reusable: bool,
+        previous: DialogueRollouts | None,
+        updated_agent: int | None,
+    ) -> DialogueRollouts:
+        """The groups the updater reads (``sample``'s draw without the held-out groups)."""
+        if self.settings.signal_groups:
+            pooled = previous if reusable else None
+            return self.sample_with_signal(team, started, pooled, updated_agent)
+        if not reusable:
+            episodes, generated = self.play(team, self.new_episodes())
+            return self.finish(team, episodes, generated, 0, started)
+        assert previous is not None and updated_agent is not None
+        truncated, reused = self.reusable_prefixes(previous, updated_agent)
+        episodes, generated = self.play(team, truncated)
+        return self.finish(team, episodes, generated, reused, started)
 
     def sample_with_signal(
         self,

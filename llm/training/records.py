@@ -39,6 +39,11 @@ class UpdateMetrics:
     """The sampler's recorded log-probs against the trainer's pre-update pass, per message
     token (``llm.update.mismatch.PolicyMismatch``: tokens, max_gap, mean_gap, over_tolerance,
     kl, truncated); None where the sampler recorded none."""
+    measured: dict[str, float | int | str] | None = None
+    """The measured certificate (``teamtr.measured.MeasuredCertificate.as_dict``: n pairs,
+    their mean, the bound, its level); None where not measured."""
+    undone: bool = False
+    """Inside its radius but undone by ``[stage] accept = "measured"``."""
 
     @classmethod
     def of(cls, record: UpdateRecord) -> UpdateMetrics:
@@ -56,6 +61,8 @@ class UpdateMetrics:
             certificate=record.certificate,
             effective_sample_size=update.effective_sample_size,
             mismatch=None if update.mismatch is None else update.mismatch.as_dict(),
+            measured=None if record.measured is None else record.measured.as_dict(),
+            undone=record.undone,
         )
 
 
@@ -85,6 +92,11 @@ class StageMetrics:
     """This process's CPU time for the stage (sampling and updates; the held-out evaluation
     after it is not counted): the x axis of a learning curve against training compute."""
     updates: list[UpdateMetrics]
+    measured: dict[str, float | int | str] | None = None
+    """The stage's measured bound on its improvement (its updates' at alpha/m, summed); None
+    where a kept update was not measured."""
+    held_out_tokens: int = 0
+    """Tokens generated for the held-out groups (the measured certificate's cost)."""
     eval: dict[str, float] | None = None
     """The held-out evaluation after the stage, where one ran."""
 
@@ -111,6 +123,8 @@ class StageMetrics:
             wall_seconds=seconds,
             cpu_seconds=cpu_seconds,
             updates=[UpdateMetrics.of(r) for r in report.records],
+            measured=None if report.measured is None else report.measured.as_dict(),
+            held_out_tokens=sum(c.held_out.generated_tokens for c in calls if c.held_out),
         )
 
     @classmethod

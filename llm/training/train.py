@@ -646,11 +646,18 @@ def certificate_parts(report: StageReport) -> str:
     = L - penalty), and, when negative, why it certifies nothing (docs/runs.md)."""
     kept = [r for r in report.records if r.kept]
     if not kept:
-        return " (no update kept)"
+        undone = sum(r.undone for r in report.records)
+        return (
+            f" (no update kept; {undone} undone: measured bound < 0)"
+            if undone
+            else " (no update kept)"
+        )
     gain = sum(r.update.surrogate for r in kept)
     penalty = gain - report.certificate  # joint schemes charge one penalty for the whole move
     text = f"surrogate gain {gain:.3g} - penalty {penalty:.3g}"
     if report.certificate < 0:
         # Both parts grow as sqrt(KL) to first order: a smaller radius rarely changes the sign.
         text += "; negative: it certifies no improvement, see docs/runs.md"
+    if report.measured is not None:  # [stage] certificate_groups: held-out pairs (teamtr.measured)
+        text += f"; measured: {report.measured.line()}"
     return f" ({text})"

@@ -214,6 +214,19 @@ class PairingToySampler(ToySampler):
         other.rng = self.rng
         return other
 
+    def continue_held_out(self, team, previous, updated_agent) -> PairedDifferences | None:
+        return self._pairs(team, previous.held_out, updated_agent)
+
+    def _pairs(self, team, held_out, updated_agent) -> PairedDifferences:
+        old_states, old_actions = held_out
+        new_actions = old_actions.copy()
+        redraw = old_states == updated_agent
+        new_actions[redraw] = self._actions(team, old_states[redraw])
+        rewards = self.game.rewards
+        width = float(rewards.max() - rewards.min())
+        difference = rewards[old_states, new_actions] - rewards[old_states, old_actions]
+        return PairedDifferences(difference, width, updated_agent)
+
     def _actions(self, team, states: np.ndarray) -> np.ndarray:
         return np.array([self.rng.choice(team.agent(k).size, p=team.agent(k)) for k in states])
 
@@ -224,14 +237,7 @@ class PairingToySampler(ToySampler):
         held_out = (states, self._actions(team, states))
         pairs = None
         if previous is not None and previous.held_out is not None and updated_agent is not None:
-            old_states, old_actions = previous.held_out
-            new_actions = old_actions.copy()
-            redraw = old_states == updated_agent
-            new_actions[redraw] = self._actions(team, old_states[redraw])
-            rewards = self.game.rewards
-            width = float(rewards.max() - rewards.min())
-            difference = rewards[old_states, new_actions] - rewards[old_states, old_actions]
-            pairs = PairedDifferences(difference, width, updated_agent)
+            pairs = self._pairs(team, previous.held_out, updated_agent)
         rollouts = PairedToyRollouts(
             base.behaviour, base.occupancy, base.advantage, held_out=held_out, pairs=pairs
         )
@@ -264,17 +270,19 @@ def test_every_kept_update_is_measured_from_the_draw_that_continues_its_held_out
     for report, _ in stages:
         for record in report.records:
             assert record.kept and record.measured is not None
-            assert record.resample.behaviour is not record.base
             assert record.measured.n == 40 and record.measured.level == 0.9
-            assert record.resample.pairs.updated_agent == record.agent
-            np.testing.assert_array_equal(
-                record.measured.differences, record.resample.pairs.differences
-            )
+            if record.resample is not None:
+                assert record.resample.behaviour is not record.base
+                assert record.resample.pairs.updated_agent == record.agent
+                np.testing.assert_array_equal(
+                    record.measured.differences, record.resample.pairs.differences
+                )
         expected = stage_measured([r.measured for r in report.records], [True] * 3, 0.9, "betting")
         assert report.measured == expected
-    # The draw that measured stage 1's last update is stage 2's first rollouts, counted once.
-    first, second = stages[0][0], stages[1][0]
-    assert second.records[0].rollouts is first.next_rollouts
-    assert not second.records[0].fresh_rollouts
+    # Every update but the last is measured from the draw the next update trains on; the last
+    # from its held-out groups' continuation alone: no sampler call beyond the updates' own.
+    for report, _ in stages:
+        *inner, last = report.records
+        assert all(r.resample is not None for r in inner) and last.resample is None
     counted = [id(r) for report, _ in stages for r in report.sampled_rollouts]
     assert counted == [id(r) for r in sampler.calls]

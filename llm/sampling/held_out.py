@@ -1,0 +1,119 @@
+"""Held-out groups: dialogues no update sees, continued by the next team to measure an update.
+
+Each draw of a sampler with held-out groups (``DialogueSampler.with_held_out``) also plays
+``groups`` fresh GRPO groups of the same team that the updater never reads (they are not in
+``DialogueRollouts.episodes``: not in the gradient, nor in the KL). The next draw, after agent
+k's update, cuts each of them before the first turn spoken for k (the same cut as prefix reuse:
+the kept turns were drawn by agents the update did not change, so they are distributed alike
+under both teams, Lemma 3.1's setting) and plays the rest with the new team. Per group, the
+mean new training reward minus the mean old has expectation J(new) - J(old); the groups were
+held out and their problems drawn independently, so the differences of one update are i.i.d.
+given it: the pairs of ``teamtr.measured`` (one per group, so n = groups).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from llm.conversation.dialogue import Episode
+from llm.problems.rewards import Grade
+from teamtr.measured import PairedDifferences
+
+
+class Player(Protocol):
+    """What of the sampler the held-out groups need (``DialogueSampler`` has it)."""
+
+    def new_episodes(self, count: int | None = None) -> list[Episode]: ...
+
+    def play(self, team: Any, episodes: list[Episode]) -> tuple[list[Episode], int]: ...
+
+    def graded(self, episodes: Sequence[Episode]) -> tuple[list[Grade], np.ndarray]: ...
+
+    def cut_before(
+        self, episodes: Sequence[Episode], updated_agent: int
+    ) -> tuple[list[Episode], int]: ...
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    """One draw's held-out groups, and its continuation of the previous draw's."""
+
+    episodes: tuple[Episode, ...]
+    """G contiguous dialogues a group, played fresh by the draw's team."""
+    rewards: np.ndarray
+    """Their training rewards."""
+    group_size: int
+    generated_tokens: int
+    """Tokens generated for the fresh groups and for the continuation (the certificate's cost)."""
+    pairs: PairedDifferences | None = None
+    """Per group of the previous draw's held-out groups: mean new reward minus mean old."""
+    continued: tuple[Episode, ...] = ()
+    """The previous draw's held-out dialogues as this draw's team continued them."""
+
+
+def group_differences(new: np.ndarray, old: np.ndarray, group_size: int) -> np.ndarray:
+    """Per group of ``group_size`` contiguous dialogues: mean of ``new`` minus mean of ``old``."""
+    difference = np.asarray(new, dtype=np.float64) - np.asarray(old, dtype=np.float64)
+    return difference.reshape(-1, group_size).mean(axis=1)
+
+
+def check_in_range(rewards: np.ndarray, reward_range: tuple[float, float]) -> None:
+    """A reward outside the task's declared range would void the bound: refuse it."""
+    low, high = reward_range
+    outside = (rewards < low) | (rewards > high)
+    if outside.any():
+        raise ValueError(
+            f"a held-out dialogue's training reward {float(rewards[outside][0]):g} lies outside "
+            f"the task's reward range [{low:g}, {high:g}] (llm.Task reward_range, plus a format "
+            "bonus's weight): the measured certificate needs every reward inside it"
+        )
+
+
+def draw_held_out(
+    player: Player,
+    team: Any,
+    groups: int,
+    group_size: int,
+    training_range: tuple[float, float] | None,
+    previous: HeldOut | None = None,
+    updated_agent: int | None = None,
+) -> HeldOut:
+    """``groups`` fresh held-out groups of ``team`` and, where ``previous`` and
+    ``updated_agent`` are given (and ``team`` differs from ``previous``'s team in that agent
+    alone, which the caller checks), the pairs of its continuation. No pairs where the task's
+    training rewards have no declared range (``training_range`` None)."""
+    fresh, tokens = player.play(team, player.new_episodes(groups))
+    _, rewards = player.graded(fresh)
+    pairs, continued, more = None, (), 0
+    if previous is not None and updated_agent is not None:
+        pairs, continued, more = continue_groups(
+            player, team, previous, updated_agent, training_range
+        )
+    return HeldOut(tuple(fresh), rewards, group_size, tokens + more, pairs, continued)
+
+
+def continue_groups(
+    player: Player,
+    team: Any,
+    previous: HeldOut,
+    updated_agent: int,
+    training_range: tuple[float, float] | None,
+) -> tuple[PairedDifferences | None, tuple[Episode, ...], int]:
+    """``previous``'s groups continued by ``team`` from ``updated_agent``'s first turn: their
+    pairs (None where the training rewards have no declared range), the continued dialogues
+    and the tokens generated."""
+    if training_range is None:
+        return None, (), 0
+    cut, _ = player.cut_before(previous.episodes, updated_agent)
+    continued, tokens = player.play(team, cut)
+    _, new_rewards = player.graded(continued)
+    for batch in (previous.rewards, new_rewards):
+        check_in_range(batch, training_range)
+    differences = group_differences(new_rewards, previous.rewards, previous.group_size)
+    width = training_range[1] - training_range[0]
+    pairs = PairedDifferences(differences, width, updated_agent=updated_agent)
+    return pairs, tuple(continued), tokens

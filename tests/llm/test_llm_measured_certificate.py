@@ -1,0 +1,95 @@
+"""The language-model sampler's held-out groups: no update reads them, the next draw continues
+them from the updated agent's first turn, and their pairs measure the update (teamtr.measured)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import llm
+from llm.problems.task import Dialogue, FormatBonus, Task, TaskError
+from llm.problems.tasks import Problem
+from llm.sampling.held_out import check_in_range, group_differences
+from llm.training.records import StageMetrics
+from llm.training.train import certificate_parts
+from teamtr import StageConfig, run_stage
+
+TINY = {
+    "source": "tiny",
+    "n_agents": 2,
+    "prompts_per_batch": 2,
+    "group_size": 2,
+    "turns": 2,
+    "max_new_tokens": 4,
+    "learning_rate": 1e-2,
+    "threads": 1,
+}
+PROBLEMS = [Problem("1 + 1?", "2"), Problem("2 + 2?", "4")]
+
+
+def length_mod_three(dialogue: Dialogue) -> float:
+    """A reward a random tiny model earns unevenly: the final message's length mod 3, halved."""
+    return (len(dialogue.final) % 3) / 2.0
+
+
+def test_held_out_groups_pair_an_update_with_their_continuation() -> None:
+    task = Task(PROBLEMS, reward=length_mod_three)
+    team, sampler, updater, _ = llm.build_team(task=task, **TINY)
+    held = sampler.with_held_out(3)
+    first = held.sample(team)
+    assert first.held_out is not None and first.pairs is None
+    assert len(first.held_out.episodes) == 3 * 2 and len(first.episodes) == 2 * 2
+    # The updater reads only ``episodes``; the held-out dialogues are others.
+    assert not {id(e) for e in first.held_out.episodes} & {id(e) for e in first.episodes}
+    update = updater.update(team, 0, first, 0.05)
+    assert update.accepted
+    new_team = team.with_agent(0, update.policy)
+    second = held.sample(new_team, previous=first, updated_agent=0)
+    pairs = second.pairs
+    assert pairs is not None and pairs.updated_agent == 0 and pairs.reward_width == 1.0
+    continued = second.held_out.continued
+    for old, new in zip(first.held_out.episodes, continued, strict=True):
+        cut = old.first_turn_of(0, sampler.chat.policy_of)
+        kept = len(old.turns) if cut is None else cut
+        assert new.turns[:kept] == old.turns[:kept] and len(new.turns) == len(old.turns)
+        assert new.problem == old.problem
+    new_rewards = np.array([task.training_reward(sampler.dialogue(e)) for e in continued])
+    expected = group_differences(new_rewards, first.held_out.rewards, 2)
+    np.testing.assert_allclose(pairs.differences, expected, rtol=0, atol=1e-12)
+    assert pairs.differences.size == 3
+    # Fresh groups of the new team are held out again: the next update's pairs.
+    assert len(second.held_out.episodes) == 6
+    assert not {id(e) for e in second.held_out.episodes} & {id(e) for e in continued}
+
+
+def test_a_stage_records_the_measured_certificate_of_every_kept_update() -> None:
+    task = Task(PROBLEMS, reward=length_mod_three)
+    team, sampler, updater, penalty = llm.build_team(task=task, **TINY)
+    config = StageConfig(radius=0.05, certificate_groups=2, certificate_level=0.9)
+    report, _ = run_stage(team, sampler, updater, config, penalty)
+    for record in report.records:
+        if record.kept:
+            assert record.measured is not None and record.measured.n == 2
+            assert record.measured.level == 0.9
+            assert record.measured.bound >= -1.0
+        else:
+            assert record.measured is None
+    metrics = StageMetrics.of(0, report, 1.0, 1.0)
+    assert [u.measured is not None for u in metrics.updates] == [r.kept for r in report.records]
+    assert metrics.held_out_tokens > 0
+    assert StageMetrics.from_json(metrics.as_json()) == metrics
+    if all(r.kept for r in report.records):
+        assert report.measured is not None and report.records[-1].resample is None
+        assert metrics.measured == report.measured.as_dict()
+        line = f"measured: improvement >= {report.measured.bound:+.3g} with 90% confidence"
+        assert f"{line} (n = 4 pairs)" in certificate_parts(report)
+
+
+def test_the_reward_range_is_declared_checked_and_widened_by_a_format_bonus() -> None:
+    assert Task(PROBLEMS).training_range == (0.0, 1.0)
+    assert Task(PROBLEMS, bonus=FormatBonus(0.2)).training_range == (0.0, 1.2)
+    assert Task(PROBLEMS, bonus=length_mod_three).training_range is None
+    with pytest.raises(TaskError, match="reward_range"):
+        Task(PROBLEMS, reward_range=(1.0, 1.0))
+    with pytest.raises(ValueError, match="outside the task's reward range"):
+        check_in_range(np.array([0.2, 1.5]), (0.0, 1.0))
