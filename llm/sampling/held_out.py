@@ -88,11 +88,9 @@ def draw_held_out(
     training rewards have no declared range (``training_range`` None)."""
     fresh, tokens = player.play(team, player.new_episodes(groups))
     _, rewards = player.graded(fresh)
-    pairs, continued, more = None, (), 0
-    if previous is not None and updated_agent is not None:
-        pairs, continued, more = continue_groups(
-            player, team, previous, updated_agent, training_range
-        )
+    if previous is None or updated_agent is None:
+        return HeldOut(tuple(fresh), rewards, group_size, tokens)
+    pairs, continued, more = continue_groups(player, team, previous, updated_agent, training_range)
     return HeldOut(tuple(fresh), rewards, group_size, tokens + more, pairs, continued)
 
 
