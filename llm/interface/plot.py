@@ -3,7 +3,8 @@
 Two panels over the stages (numbered from 1, as the console and the checkpoints number them):
 the training reward of each stage's first sampling and, where the run measured it
 (``[run] eval_every``), the held-out accuracy or score with its standard error; below, each
-stage's certificate. It reads only ``metrics.jsonl``: no model loads, and a run still in
+stage's certificate (Thm 3.6) and, where the run held out groups (``[stage]
+certificate_groups``), the measured bound on its improvement (``teamtr.measured``). It reads only ``metrics.jsonl``: no model loads, and a run still in
 progress can be drawn. TensorBoard shows the same scalars (``tensorboard --logdir runs``);
 ``teamtr compare-report`` draws several runs against each other.
 """
@@ -75,6 +76,14 @@ def _measure_of(evaluation: dict[str, float]) -> str:
     return f"{name} {evaluation[name]:.3f}"
 
 
+def measured_bounds(records: list[dict[str, Any]]) -> tuple[list[int], list[float], float | None]:
+    """The stages (numbered from 1) whose improvement was measured, their bounds, and the
+    level (None where no stage was measured)."""
+    measured = [r for r in records if r.get("measured") is not None]
+    level = float(measured[0]["measured"]["level"]) if measured else None
+    return [r["stage"] + 1 for r in measured], [r["measured"]["bound"] for r in measured], level
+
+
 def draw(records: list[dict[str, Any]], out: Path, title: str) -> None:
     """The two panels of the module's docstring, written to ``out``."""
     import matplotlib
@@ -106,7 +115,12 @@ def draw(records: list[dict[str, Any]], out: Path, title: str) -> None:
     top.set_title(title)
     top.legend(loc="best", fontsize="small")
     top.grid(alpha=0.3)
-    bottom.bar(stages, [r["certificate"] for r in records], color="tab:gray")
+    bottom.bar(stages, [r["certificate"] for r in records], color="tab:gray", label="Thm 3.6")
+    bounded, bounds, level = measured_bounds(records)
+    if level is not None:
+        label = f"measured, {100 * level:g}% confidence"
+        bottom.plot(bounded, bounds, "D-", color="tab:green", label=label)
+        bottom.legend(loc="best", fontsize="small")
     bottom.axhline(0.0, color="black", linewidth=0.8)
     bottom.set_ylabel("certificate")
     bottom.set_xlabel("stage")

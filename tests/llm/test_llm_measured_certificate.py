@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import llm
+from llm.interface.plot import draw, measured_bounds
 from llm.problems.task import Dialogue, FormatBonus, Task, TaskError
 from llm.problems.tasks import Problem
 from llm.sampling.held_out import check_in_range, group_differences
@@ -93,3 +94,20 @@ def test_the_reward_range_is_declared_checked_and_widened_by_a_format_bonus() ->
         Task(PROBLEMS, reward_range=(1.0, 1.0))
     with pytest.raises(ValueError, match="outside the task's reward range"):
         check_in_range(np.array([0.2, 1.5]), (0.0, 1.0))
+
+
+def test_plot_draws_the_measured_bound_of_the_stages_that_have_one(tmp_path) -> None:
+    records = [
+        {"stage": 0, "train_reward": 0.1, "certificate": -0.5, "measured": None},
+        {
+            "stage": 1,
+            "train_reward": 0.2,
+            "certificate": -0.4,
+            "measured": {"n": 64, "mean": 0.2, "bound": 0.12, "level": 0.95},
+        },
+    ]
+    assert measured_bounds(records) == ([2], [0.12], 0.95)
+    assert measured_bounds(records[:1]) == ([], [], None)
+    out = tmp_path / "curves.png"
+    draw(records, out, "run")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
