@@ -187,6 +187,8 @@ class VLLMEngine:
             socket_path=str(self._socket_folder / "engine.sock"),
             key=secrets.token_urlsafe(32),
             extra_arguments=tuple(shlex.split(self.settings.engine_args)),
+            # A vLLM general plugin's settings (variables it reads in the server's processes)
+            # belong in ``extra_environment``: rendered with the command's own environment.
         )
         env = dict(os.environ)
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", KV_CACHE_GIB)
