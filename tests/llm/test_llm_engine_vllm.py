@@ -2,10 +2,13 @@
 
 A tiny Llama whose heads vLLM's CPU attention supports (``tiny:128x2``: 4 heads of 32), saved as
 a folder and served by the engine's own environment. What is checked: the engine's log-probs
-agree with the trainer's float32 forward pass, adapter versions are served exactly (and the
-pitfall that the new name per version avoids is real), every update's mismatch stays within
-the float32 tolerance, a replayed draw is the same tokens, and the server goes away on every
-way teamtr can end (done, SIGTERM, Ctrl-C, kill -9), with faults said in one ``error:`` line.
+agree with the trainer's float32 forward pass, adapter versions are served exactly, also on
+prompts whose cached key/value blocks an earlier version computed (and the pitfall that the new
+name per version avoids is real), every update's mismatch stays within the float32 tolerance,
+a replayed draw is the same tokens, the run's server refuses requests without the run's key,
+dialogues are checked against the context the server serves, and a request the server refuses
+mid-run is the engine fault that keeps the checkpoint. The server's lifecycle and the probe of
+a server at ``engine_url`` are in tests/llm/test_llm_engine_vllm_lifecycle.py.
 """
 
 from __future__ import annotations
