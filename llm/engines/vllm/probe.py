@@ -94,6 +94,7 @@ def check_served_policy(
         "top_p": 1.0,
         "top_k": -1,
         "min_p": 0.0,
+        "repetition_penalty": 1.0,
         "seed": 0,
         "ignore_eos": True,
         "return_token_ids": True,
