@@ -31,7 +31,7 @@ from sim.rollouts import SampledSampler
 from sim.team import as_fitting_team, uniform_team
 from sim.updates import ExactUpdater
 from teamtr.config import StageConfig
-from teamtr.measured import lower_bound
+from teamtr.measured import lower_bound, pairs_to_certify
 from teamtr.protocols import TeamPolicy
 from teamtr.stage import run_stages
 
@@ -66,6 +66,9 @@ class MeasuredUpdate:
     """Each of ``BOUND_NAMES``: a lower bound on ``gain`` at the run's level."""
     held_out_mean: float
     training_mean: float
+    held_out_sd: float
+    """The standard deviation of the held-out pairs."""
+    reward_width: float
 
 
 @dataclass(frozen=True)
@@ -125,7 +128,14 @@ def measured_updates(settings: Settings) -> Iterator[MeasuredUpdate]:
                     "training": lower_bound(training, width, alpha, "betting"),
                     "normal": float(tiny.mean() - z * tiny.std(ddof=1) / np.sqrt(tiny.size)),
                 }
-                yield MeasuredUpdate(gain, bounds, measured.mean, float(training.mean()))
+                yield MeasuredUpdate(
+                    gain,
+                    bounds,
+                    measured.mean,
+                    float(training.mean()),
+                    float(held.std(ddof=1)),
+                    width,
+                )
 
 
 def tolerance(alpha: float, n: int, z: float = 3.0) -> float:
@@ -137,11 +147,15 @@ def tolerance(alpha: float, n: int, z: float = 3.0) -> float:
 
 
 def summary(updates: list[MeasuredUpdate]) -> dict[str, float]:
-    """The share of updates whose bound exceeds the gain, per bound, and the mean pair mean
-    minus gain (held-out, training) with its standard error."""
+    """The share of updates whose bound exceeds the gain, per bound, the mean pair mean minus
+    gain (held-out, training) with its standard error, and the pairs an update of the mean
+    gain would need to be certified (``teamtr.measured.pairs_to_certify``)."""
     gain = np.array([u.gain for u in updates])
     n = gain.size
     held = np.array([u.held_out_mean for u in updates]) - gain
+    # An update of the mean size, with the pairs' typical spread, on the mean return range.
+    sd = float(np.sqrt(np.mean([u.held_out_sd**2 for u in updates])))
+    width = float(np.mean([u.reward_width for u in updates]))
     trained = np.array([u.training_mean for u in updates]) - gain
     shares = {
         name: float(np.mean(np.array([u.bounds[name] for u in updates]) > gain))
@@ -157,6 +171,7 @@ def summary(updates: list[MeasuredUpdate]) -> dict[str, float]:
         "training_bias": float(trained.mean()),
         "training_bias_se": float(trained.std(ddof=1) / np.sqrt(n)),
         "mean_gain": float(gain.mean()),
+        "pairs_to_certify": float(pairs_to_certify(float(gain.mean()), sd, width) or np.nan),
     }
 
 
@@ -171,9 +186,9 @@ def main(argv: list[str] | None = None) -> int:
     print(
         "| family | n | updates | betting | bernstein | training twin | normal n=2 "
         "| held-out mean - gain | training mean - gain | mean gain | mean betting bound "
-        "| certified > 0 |"
+        "| certified > 0 | pairs to certify the mean gain (Bernstein) |"
     )
-    print("|" + " --- |" * 12)
+    print("|" + " --- |" * 13)
     for family in FAMILIES:
         for n_agents in (2, 3, 4):
             settings = Settings(family, n_agents, args.seeds, args.held_out, radius=args.radius)
@@ -184,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"| {row['held_out_bias']:+.4f} ± {row['held_out_bias_se']:.4f} "
                 f"| {row['training_bias']:+.4f} ± {row['training_bias_se']:.4f} "
                 f"| {row['mean_gain']:+.4f} | {row['mean_bound']:+.4f} "
-                f"| {row['certified']:.2f} |"
+                f"| {row['certified']:.2f} | {row['pairs_to_certify']:.0f} |"
             )
     return 0
 

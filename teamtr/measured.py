@@ -166,6 +166,31 @@ def betting_lower_bound(
     return max(2 * reward_width * lower_x - reward_width, -reward_width)
 
 
+def pairs_to_certify(
+    mean: float, sd: float, reward_width: float, level: float = DEFAULT_LEVEL, limit: int = 10**7
+) -> int | None:
+    """The fewest pairs whose Maurer & Pontil bound (``bernstein_lower_bound``) is > 0 when
+    their mean and standard deviation are ``mean`` and ``sd``: what sample size certifies an
+    update of that size (the betting bound, adaptive, usually needs fewer). None when the
+    mean is not positive or more than ``limit`` pairs would be needed."""
+    if mean <= 0:
+        return None
+    alpha = 1.0 - level
+    log_term = math.log(2.0 / alpha)
+
+    def certifies(n: int) -> bool:
+        spread = math.sqrt(2.0 * sd**2 * log_term / n)
+        return mean - spread - 7.0 * (2 * reward_width) * log_term / (3.0 * (n - 1)) > 0
+
+    if not certifies(limit):
+        return None
+    low, high = 1, limit  # certifies(high); the bound grows with n, so bisect
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (low, middle) if certifies(middle) else (middle, high)
+    return high
+
+
 def lower_bound(
     differences: ArrayLike, reward_width: float, alpha: float, method: str = "bernstein"
 ) -> float:

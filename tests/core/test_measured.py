@@ -18,6 +18,7 @@ from teamtr.measured import (
     betting_lower_bound,
     lower_bound,
     measure,
+    pairs_to_certify,
     stage_measured,
 )
 from tests.core.toy_backend import ToyGame, ToyRollouts, ToySampler, ToyUpdater, toy_game
@@ -286,3 +287,21 @@ def test_every_kept_update_is_measured_from_the_draw_that_continues_its_held_out
         assert all(r.resample is not None for r in inner) and last.resample is None
     counted = [id(r) for report, _ in stages for r in report.sampled_rollouts]
     assert counted == [id(r) for r in sampler.calls]
+
+
+def sample_with(mean: float, sd: float, n: int) -> np.ndarray:
+    """n values with exactly this sample mean and standard deviation (ddof=1)."""
+    offset = sd * math.sqrt((n - 1) / (2 * (n // 2)))
+    values = np.array([mean + offset, mean - offset] * (n // 2) + [mean] * (n % 2))
+    return values
+
+
+def test_pairs_to_certify_is_the_first_n_whose_bernstein_bound_is_positive() -> None:
+    for mean, sd in ((0.12, 0.4), (0.3, 0.1), (0.05, 0.3)):
+        n = pairs_to_certify(mean, sd, 1.0, 0.95)
+        assert n is not None
+        for size, positive in ((n, True), (n - 1, False)):
+            sample = sample_with(mean, sd, size)
+            assert sample.std(ddof=1) == pytest.approx(sd, rel=1e-12)
+            assert (bernstein_lower_bound(sample, 1.0, 0.05) > 0) == positive
+    assert pairs_to_certify(-0.1, 0.2, 1.0) is None
