@@ -151,6 +151,13 @@ class SamplerSettings:
     engine_args: str = ""
     """With engine "vllm": further arguments for the server teamtr starts (on a GPU shared
     with training, ``--gpu-memory-utilization 0.3``)."""
+    engine_lora_sum: Literal["stochastic", "vllm"] = "stochastic"
+    """With engine "vllm" in half precision: how the server's adapted layers add the LoRA
+    branch to the base product's output. "stochastic": in float32, the sum rounded to the
+    model's dtype stochastically (teamtr's vLLM plugin, ``vllm_plugin/``; unbiased, so the
+    served policy keeps each update: 0.97 to 1.00 of float32's change against vLLM's 0.25 to
+    0.63, docs/scaling_out.md); "vllm": vLLM's own sum, rounded to nearest, which loses an
+    update's small first steps. A float32 server is the same either way."""
     seed: int = 0
 
     def __post_init__(self) -> None:

@@ -24,7 +24,8 @@ from llm.conversation.dialogue import ChatFormat
 from llm.engines.context_cache import ContextCaches
 from llm.engines.messages import generate_messages
 from llm.engines.protocol import Drawn, TurnRequest
-from llm.models.agents import LoraTeam, is_half_precision
+from llm.models.agents import LoraBackbone, LoraTeam, is_half_precision, weights_dtype
+from llm.models.lora_sum import lora_sum_of
 
 
 class HFEngine:
@@ -91,6 +92,15 @@ class HFEngine:
         finally:
             self._keeping = False
             self.context_caches.end_draw()
+
+    def drawn_by(self, team: LoraTeam) -> str:
+        backbone = team.backbone
+        # The model itself, not training_model(), which would switch the active adapter.
+        model = backbone.model if isinstance(backbone, LoraBackbone) else backbone.models[0]
+        dtype = str(weights_dtype(model)).removeprefix("torch.")
+        if not team.backbone.half_precision:
+            return f"hf, {dtype}"
+        return f"hf, {dtype}, LoRA sum {lora_sum_of(model)}"
 
     def keep_log_in(self, run_dir: Path) -> None:
         pass  # in process: its messages are the run's own

@@ -90,6 +90,13 @@ class Engine(Protocol):
         """Write the engine's log into the run directory from now on (where it has one)."""
         ...
 
+    def drawn_by(self, team: LoraTeam) -> str:
+        """What draws ``team``'s messages, as each update's record names it: the engine, the
+        precision and how its adapted layers add the LoRA branch (e.g. "vllm, bfloat16, LoRA
+        sum stochastic"), the sum whose rounding decides whether the policy that samples
+        carries an update's small first steps."""
+        ...
+
     def close(self) -> None: ...
 
 

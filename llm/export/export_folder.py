@@ -35,12 +35,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
 from transformers import PreTrainedModel
 
 import teamtr
 from llm.common.config import ConfigError, RunConfig
 from llm.common.progress import library_bars
 from llm.engines.vllm.command import ServeCommand
+from llm.engines.vllm.lora_sum import ENVIRONMENT as LORA_SUM_ENVIRONMENT
+from llm.engines.vllm.lora_sum import plugin_environment
 from llm.export.trained_team import (
     BASE_FOLDER,
     RUN_CONFIG_FILE,
@@ -356,6 +359,9 @@ def vllm_commands(trained: TrainedTeam, base: BaseModel, dtype: str) -> dict[str
         lora_rank=trained.config.lora.rank,
         max_loras=policies,
         lora_modules=tuple((adapter_folder(p), f"./{adapter_folder(p)}") for p in range(policies)),
+        # In half precision, teamtr's vLLM plugin adds each branch without losing it (the
+        # card's "In half precision" says what vLLM's own sum drops).
+        extra_environment=plugin_environment(getattr(torch, dtype), "stochastic"),
     )
     return {"module": command.module_line(VLLM_CPU_KV_CACHE), "serve": command.serve_line()}
 
@@ -494,8 +500,22 @@ or with the `vllm` package's own command:
 
 Each agent is the served model named by its adapter (`"model": "agent0"` in a request to
 `/v1/completions`); the turn-taking stays the client's (`play_with_vllm.py` in the same
-examples folder plays one dialogue through the server).{_missing_base(team)}
+examples folder plays one dialogue through the server).{_half_precision(team)}{_missing_base(team)}
 """
+
+
+def _half_precision(team: dict[str, Any]) -> str:
+    if LORA_SUM_ENVIRONMENT not in team["vllm"]:
+        return ""
+    return (
+        "\n\nIn half precision vLLM adds each adapter's branch into the base product's rounded"
+        " output, where an update's small steps round away (the served policy kept 0.25 and 0.58"
+        " of the trained change on the default relay's first updates). The lines above set"
+        f" `{LORA_SUM_ENVIRONMENT}=stochastic` for teamtr's vLLM plugin, which adds the branch in"
+        " float32 and rounds the sum without bias (0.96 to 1.00 kept): install it into the"
+        " server's environment with `pip install ./vllm_plugin` from teamtr's source (`make"
+        " vllm` does); without it the variable is ignored and vLLM's own sum serves."
+    )
 
 
 def _missing_base(team: dict[str, Any]) -> str:

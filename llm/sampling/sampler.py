@@ -177,6 +177,8 @@ class DialogueRollouts:
     """With dynamic sampling: every group played for these rollouts, kept or not, in the
     order played (G contiguous episodes a group): exact samples of ``behaviour`` whose
     prefixes the next team's resample may reuse (see the module's docstring)."""
+    drawn_by: str = ""
+    """What drew the messages (``Engine.drawn_by``): engine, precision, LoRA sum."""
     held_out: HeldOut | None = None
     """Groups played beside these that no update reads, and the pairs of this draw's
     continuation of the previous draw's (``llm.sampling.held_out``); None without any."""
@@ -500,6 +502,7 @@ class DialogueSampler:
             groups_drawn=draws[0],
             groups_with_signal=draws[1],
             pool=tuple(pool),
+            drawn_by=self.engine.drawn_by(team),
         )
 
     # -- the Sampler protocol -----------------------------------------------------------------

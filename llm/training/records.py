@@ -44,6 +44,10 @@ class UpdateMetrics:
     their mean, the bound, its level); None where not measured."""
     undone: bool = False
     """Inside its radius but undone by ``[stage] accept = "measured"``."""
+    drawn_by: str | None = None
+    """What drew the batch the update trained on and whose log-probs the mismatch record
+    compares (``Engine.drawn_by``: engine, precision, LoRA sum); None for rollouts of another
+    backend."""
 
     @classmethod
     def of(cls, record: UpdateRecord) -> UpdateMetrics:
@@ -63,6 +67,7 @@ class UpdateMetrics:
             mismatch=None if update.mismatch is None else update.mismatch.as_dict(),
             measured=None if record.measured is None else record.measured.as_dict(),
             undone=record.undone,
+            drawn_by=getattr(record.rollouts, "drawn_by", None) or None,
         )
 
 

@@ -26,7 +26,7 @@ from llm_test_support import with_rewards
 
 from llm.common.config import ConfigError, load_config, parse_override
 from llm.conversation.dialogue import Episode
-from llm.engines.protocol import EngineFailed
+from llm.engines.protocol import EngineFailed, EngineUnavailable
 from llm.engines.vllm.client import ENGINE_POSITIONS, VLLMEngine
 from llm.engines.vllm.server import ServerRefused, served_models
 from llm.models.adapter_folder import write_adapter
@@ -296,6 +296,22 @@ def test_in_bfloat16_the_engines_log_probs_are_checked_and_corrected_as_the_samp
     assert mismatch is not None and mismatch.tokens > 0
     assert 0 < mismatch.kl <= mismatch.kl_tolerance < math.inf
     assert mismatch.max_gap > 0  # bfloat16 rounds: the engine and the trainer differ
+    # The batch names what drew it: the server's sum is teamtr's plugin's, which its log shows
+    # ran in the server's processes (the engine refuses a server whose log does not).
+    assert rollouts.drawn_by == "vllm, bfloat16, LoRA sum stochastic"
+    server = parts.sampler.engine.server
+    assert "teamtr_vllm_plugin: LoRA sum 'stochastic' in process" in server.log.read_text()
+
+
+def test_a_bfloat16_server_whose_vllm_lacks_the_plugin_is_refused(tmp_path, monkeypatch):
+    """vLLM loads only the general plugins ``VLLM_PLUGINS`` names: a server told to load
+    another one runs without teamtr's, as a vLLM without it installed would; the engine sees
+    that in the server's log and refuses it, rather than sample a policy that lags each
+    update (``llm.engines.vllm.lora_sum.require_plugin``)."""
+    monkeypatch.setenv("VLLM_PLUGINS", "lora_filesystem_resolver")
+    config = load_config(write_config(tmp_path), [parse_override("run.dtype=bfloat16")])
+    with pytest.raises(EngineUnavailable, match="no teamtr plugin"):
+        build(config, progress=False)
 
 
 def test_a_draw_replayed_with_its_seed_is_the_same_tokens(served):

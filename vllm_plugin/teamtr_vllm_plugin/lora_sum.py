@@ -5,15 +5,12 @@ from __future__ import annotations
 
 import functools
 import importlib
-import logging
 import os
 from typing import Any
 
 import torch
 
 from teamtr_vllm_plugin.rounding import HALF_DTYPES, stochastic_round
-
-logger = logging.getLogger("teamtr_vllm_plugin")
 
 WRAPPERS = (
     ("vllm.lora.punica_wrapper.punica_cpu", "PunicaWrapperCPU"),
@@ -53,8 +50,8 @@ def stochastic_add_expand(original: Any) -> Any:
 
 
 def install() -> list[str]:
-    """Patch every punica wrapper this vLLM has; returns the ones patched (and logs them, so
-    that a server's log shows the plugin ran in each of its processes)."""
+    """Patch every punica wrapper this vLLM has; returns the ones patched now (and prints them,
+    so that a server's log shows the plugin ran in each of its processes)."""
     patched = []
     for module_name, class_name in WRAPPERS:
         try:
@@ -66,9 +63,10 @@ def install() -> list[str]:
             continue
         cls.add_expand = stochastic_add_expand(cls.add_expand)
         patched.append(class_name)
-    print(
-        f"teamtr_vllm_plugin: LoRA sum 'stochastic' in process {os.getpid()} "
-        f"({', '.join(patched) or 'already patched'})",
-        flush=True,
-    )
+    if patched:  # the line teamtr's engine looks for in the server's log
+        print(
+            f"teamtr_vllm_plugin: LoRA sum 'stochastic' in process {os.getpid()} "
+            f"({', '.join(patched)})",
+            flush=True,
+        )
     return patched

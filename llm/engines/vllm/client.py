@@ -58,6 +58,7 @@ from llm.engines.protocol import (
     TurnRequest,
 )
 from llm.engines.vllm.command import ServeCommand
+from llm.engines.vllm.lora_sum import plugin_environment, require_plugin, sum_of
 from llm.engines.vllm.probe import check_served_policy, engine_key
 from llm.engines.vllm.server import (
     KV_CACHE_GIB,
@@ -76,6 +77,7 @@ from llm.engines.vllm.server import (
 from llm.models.adapter_folder import write_adapter
 from llm.models.agents import LoraBackbone, LoraTeam, slot_name, weights_dtype
 from llm.models.base_folder import base_folder
+from llm.models.precision import HALF_DTYPES
 
 SERVED_BASE = "base"
 """The base model's name on a server the engine starts."""
@@ -172,9 +174,10 @@ class VLLMEngine:
         self._socket_folder = Path(tempfile.mkdtemp(prefix="teamtr-engine-socket-"))
         self.base = base_folder(self._model, tokenizer)
         base = str(self.base)
+        dtype = weights_dtype(self._model)
         command = ServeCommand(
             model=base,
-            dtype=str(weights_dtype(self._model)).removeprefix("torch."),
+            dtype=str(dtype).removeprefix("torch."),
             lora_rank=int(lora.r),
             # One adapter per policy in a batch, and one more as room while versions change.
             max_loras=policies + 1,
@@ -187,8 +190,8 @@ class VLLMEngine:
             socket_path=str(self._socket_folder / "engine.sock"),
             key=secrets.token_urlsafe(32),
             extra_arguments=tuple(shlex.split(self.settings.engine_args)),
-            # A vLLM general plugin's settings (variables it reads in the server's processes)
-            # belong in ``extra_environment``: rendered with the command's own environment.
+            # teamtr's vLLM plugin reads its sum from the server's environment.
+            extra_environment=plugin_environment(dtype, self.settings.engine_lora_sum),
         )
         env = dict(os.environ)
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", KV_CACHE_GIB)
@@ -208,6 +211,18 @@ class VLLMEngine:
             float(os.environ.get(START_TIMEOUT_ENVIRONMENT, START_TIMEOUT)), base
         )
         self.address = address
+        require_plugin(self.server.log, dtype, self.settings.engine_lora_sum)
+
+    def drawn_by(self, team: LoraTeam) -> str:
+        assert self._model is not None, "drawn_by before start"
+        dtype = weights_dtype(self._model)
+        name = str(dtype).removeprefix("torch.")
+        if self.settings.engine_url:  # a server of its own: teamtr cannot see how it sums
+            if dtype not in HALF_DTYPES:
+                return f"vllm at engine_url, {name}"
+            return f"vllm at engine_url, {name}, LoRA sum as that server runs it"
+        lora_sum = sum_of(dtype, self.settings.engine_lora_sum)
+        return f"vllm, {name}" if lora_sum == "float32" else f"vllm, {name}, LoRA sum {lora_sum}"
 
     def keep_log_in(self, run_dir: Path) -> None:
         """Move the server's log into the run directory, once that exists."""

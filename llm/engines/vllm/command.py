@@ -135,4 +135,5 @@ class ServeCommand:
 
     def serve_line(self) -> str:
         """One shell line with the ``vllm`` package's own command (no key in it)."""
-        return shlex.join(["vllm", "serve", self.model, *self.arguments()])
+        prefix = [f"{name}={shlex.quote(value)}" for name, value in self.extra_environment]
+        return " ".join([*prefix, shlex.join(["vllm", "serve", self.model, *self.arguments()])])

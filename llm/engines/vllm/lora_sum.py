@@ -1,0 +1,57 @@
+"""How a vLLM server teamtr starts adds each LoRA branch in half precision (``[sampler]
+engine_lora_sum``), through teamtr's vLLM plugin (``vllm_plugin/``, installed into vLLM's
+environment by ``make vllm``; never imported here, since it lives in vLLM's environment).
+
+vLLM adds the branch into the base product's half-precision output, rounded to nearest: an
+update's small first steps round away (the served policy kept 0.25 and 0.58 of float32's change
+on the default relay's first updates, docs/scaling_out.md, "vLLM in bfloat16"). The plugin adds
+it in float32 and rounds the sum stochastically, unbiased. The server is told by one variable
+in its environment, and says in its log, from each process it patched, that the plugin ran:
+a server whose vLLM lacks the plugin is refused rather than left to serve a lagging policy.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import torch
+
+from llm.engines.protocol import EngineUnavailable
+from llm.models.precision import HALF_DTYPES
+
+ENVIRONMENT = "TEAMTR_VLLM_LORA_SUM"
+"""The plugin's variable (``teamtr_vllm_plugin.ENVIRONMENT``; a test holds the two equal)."""
+RAN = re.compile(r"teamtr_vllm_plugin: LoRA sum '(\w+)' in process (\d+)")
+"""The line the plugin prints in every server process it patched."""
+
+
+def sum_of(dtype: torch.dtype, choice: str) -> str:
+    """The sum a server of ``dtype`` runs: ``choice`` in half precision; float32 sums exactly
+    whatever is chosen (the plugin leaves it untouched)."""
+    return choice if dtype in HALF_DTYPES else "float32"
+
+
+def plugin_environment(dtype: torch.dtype, choice: str) -> tuple[tuple[str, str], ...]:
+    """The server's variable for ``choice`` (none where vLLM's own sum is asked for)."""
+    return ((ENVIRONMENT, choice),) if sum_of(dtype, choice) == "stochastic" else ()
+
+
+def require_plugin(log: Path, dtype: torch.dtype, choice: str) -> None:
+    """After the server is ready: where the stochastic sum is asked for, its log must show the
+    plugin patched at least one process (``EngineUnavailable`` otherwise, saying how to
+    install it)."""
+    if sum_of(dtype, choice) != "stochastic":
+        return
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        text = ""
+    if any(found[0] == "stochastic" for found in RAN.findall(text)):
+        return
+    raise EngineUnavailable(
+        '[sampler] engine_lora_sum = "stochastic": the server\'s vLLM has no teamtr plugin '
+        "(its log never says it ran): `make vllm` installs it into .venv-vllm, `pip install "
+        './vllm_plugin` into another environment; engine_lora_sum = "vllm" serves with '
+        f"vLLM's own sum, which loses most of an update's first steps; the log: {log}"
+    )
