@@ -577,12 +577,14 @@ class StagePartReports:
         self.run.position.updates_done = record.position + 1
         self.done = record.position + 1
         update = UpdateMetrics.of(record)
-        verdict = "kept" if record.kept else "rejected"
+        verdict = "undone" if record.undone else "kept" if record.kept else "rejected"
         backtracks = f"{update.backtracks} backtrack{'s' * (update.backtracks != 1)}"
+        measured = record.measured
         self.step(
             f"agent {record.agent} update {self.done}/{self.updates} {verdict}: KL "
             f"{update.kl:.3g} of radius {record.radius:g}, {backtracks}, surrogate gain "
             f"{update.surrogate:+.3g}, penalty {update.penalty:.3g}"
+            + (f", measured >= {measured.bound:+.3g} (n = {measured.n})" if measured else "")
         )
 
 
@@ -598,6 +600,11 @@ class _ReportingSampler:
         rollouts = self._inner.sample(team, **kwargs)
         self._on_sample(rollouts)
         return rollouts
+
+    def with_held_out(self, groups: int) -> _ReportingSampler:
+        """The inner sampler holding out ``groups`` groups per draw, still reporting
+        (``teamtr.protocols.PairingSampler``)."""
+        return _ReportingSampler(self._inner.with_held_out(groups), self._on_sample)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)

@@ -111,3 +111,17 @@ def test_plot_draws_the_measured_bound_of_the_stages_that_have_one(tmp_path) -> 
     out = tmp_path / "curves.png"
     draw(records, out, "run")
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_runs_reporting_sampler_still_reports_when_it_holds_groups_out() -> None:
+    """The run wraps its sampler to report every draw; the held-out copy the stage loop asks
+    for must be wrapped too, or its draws would go unreported."""
+    from llm.training.train import _ReportingSampler
+
+    task = Task(PROBLEMS, reward=length_mod_three)
+    team, sampler, _, _ = llm.build_team(task=task, **TINY)
+    seen: list = []
+    held = _ReportingSampler(sampler, seen.append).with_held_out(2)
+    rollouts = held.sample(team)
+    assert seen == [rollouts] and rollouts.held_out is not None
+    assert len(rollouts.held_out.episodes) == 2 * 2
