@@ -44,6 +44,7 @@ from llm.common.progress import library_bars
 from llm.engines.vllm.command import ServeCommand
 from llm.engines.vllm.lora_sum import ENVIRONMENT as LORA_SUM_ENVIRONMENT
 from llm.engines.vllm.lora_sum import plugin_environment
+from llm.export.chat_messages import chat_card, chat_description
 from llm.export.trained_team import (
     BASE_FOLDER,
     RUN_CONFIG_FILE,
@@ -69,6 +70,9 @@ FORMAT_VERSION = 1
 SMOLLM2_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
 """The model the shipped SmolLM2 GGUF file quantises (what an adapter's base is called)."""
 MERGED_FOLDER = "merged"
+SERVED_CLIENT = "play_with_vllm.py"
+"""The completions client every export carries (``llm/export/play_with_vllm.py``, standard
+library and tokenizer only)."""
 WEIGHTS_DIGEST = "weights: each tensor's name, dtype, shape and bytes, in name order"
 
 
@@ -179,6 +183,8 @@ def _fill_export(
     run_config = portable(trained.config.to_dict())
     (folder / RUN_CONFIG_FILE).write_text(json.dumps(run_config, indent=2) + "\n")
     (folder / "README.md").write_text(model_card(description))
+    # The client whose route (token ids to /v1/completions) plays every dialogue as teamtr does.
+    shutil.copyfile(Path(__file__).with_name(SERVED_CLIENT), folder / SERVED_CLIENT)
 
 
 def _write_adapters(
@@ -377,26 +383,25 @@ def team_description(
     checkpoint = Path(trained.checkpoint).name
     stage = int(checkpoint.removeprefix("stage_")) if checkpoint.startswith("stage_") else None
     serving = vllm_commands(trained, base, dtype)
+    agents = [
+        {
+            "speaker": k,
+            "adapter": adapter_folder(chat.policy(k)),
+            "merged": f"{MERGED_FOLDER}/{adapter_folder(chat.policy(k))}" if merged else None,
+            "role_prompt": team.role_prompts[k] if team.role_prompts else "",
+            "max_new_tokens": sampler.max_tokens_of(k),
+        }
+        for k in speakers
+    ]
+    order = list(team.speaking_order or speakers)
     # The run's name and checkpoint, not where the run lay on the exporting machine.
     where = Path(trained.checkpoint).parts[-3:] if stage is not None else (trained.checkpoint,)
     return {
         "format": "teamtr-team",
         "format_version": FORMAT_VERSION,
         "system_prompt": team.system_prompt,
-        "agents": [
-            {
-                "speaker": k,
-                "adapter": adapter_folder(chat.policy(k)),
-                "merged": f"{MERGED_FOLDER}/{adapter_folder(chat.policy(k))}" if merged else None,
-                "role_prompt": team.role_prompts[k] if team.role_prompts else "",
-                "max_new_tokens": sampler.max_tokens_of(k),
-            }
-            for k in speakers
-        ],
-        "router": {
-            "kind": team.router,
-            "speaking_order": list(team.speaking_order or speakers),
-        },
+        "agents": agents,
+        "router": {"kind": team.router, "speaking_order": order},
         "turns": sampler.turns,
         "generation": {
             "temperature": sampler.temperature,
@@ -410,6 +415,9 @@ def team_description(
             "header + message + closing, header = chat_template([system: note + '\\n' + "
             "role_prompt]) (either part left out when empty) + the assistant generation prompt; "
             "a speaker's note appears only in its own headers, in its own view"
+        ),
+        "chat": chat_description(
+            chat, trained.tokenizer, team.system_prompt, team.role_prompts, agents, order
         ),
         "tokenizer": "tokenizer",
         "lora": {
@@ -498,10 +506,13 @@ or with the `vllm` package's own command:
 
     {team["vllm_serve"]}
 
-Each agent is the served model named by its adapter (`"model": "agent0"` in a request to
-`/v1/completions`); the turn-taking stays the client's (`play_with_vllm.py` in the same
-examples folder plays one dialogue through the server).{_half_precision(team)}{_missing_base(team)}
-"""
+Each agent is the served model named by its adapter (`"model": "agent0"` in a request); the
+turn-taking stays the client's. `python play_with_vllm.py . http://127.0.0.1:8000 "question"
+[NOTE ...]` (this folder's copy: the standard library and the tokenizer) plays one greedy
+dialogue through the server as teamtr renders it, token ids to `/v1/completions`; `teamtr chat
+--run THIS_FOLDER --url http://127.0.0.1:8000 --question "..."` plays it with teamtr.{_half_precision(team)}{_missing_base(team)}
+
+{chat_card(team)}"""
 
 
 def _half_precision(team: dict[str, Any]) -> str:

@@ -14,6 +14,7 @@ adapters of a run are read through ``llm.training.checkpoint`` (the format's one
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 from collections.abc import Mapping, Sequence
@@ -29,6 +30,7 @@ from transformers import PreTrainedTokenizerBase
 from llm.common.config import ConfigError, Override, RunConfig, load_config
 from llm.conversation.dialogue import ChatFormat, Episode
 from llm.conversation.router import make_router
+from llm.engines.vllm.client import VLLMEngine
 from llm.models.adapter_folder import ADAPTER_FILE
 from llm.models.agents import AdapterWeights, LoraTeam
 from llm.problems.task import Dialogue, Task, TaskError
@@ -122,13 +124,23 @@ def _exported_team(path: Path, step: int | None, overrides: Sequence[Override]) 
     return TeamSource(config, tuple(policies), checkpoint, base if base.is_dir() else None)
 
 
-def load_team(path: str | Path, step: int | None = None, *, device: str | None = None):
+def load_team(
+    path: str | Path,
+    step: int | None = None,
+    *,
+    device: str | None = None,
+    url: str | None = None,
+    key_variable: str = "",
+):
     """The trained team of a run directory or an export, ready to ``play``.
 
     ``step``: the checkpoint ``stage_N`` of a run (default: its latest usable one); ``device``:
-    where the models go (default: the run's ``[run] device``, "auto").
+    where the models go (default: the run's ``[run] device``, "auto"); ``url``: play through
+    the server there, which serves the team's adapters under the export's names
+    (``TrainedTeam.served_at``; its key in the environment variable ``key_variable``).
     """
-    return locate_team(path, step).load(device)
+    team = locate_team(path, step).load(device)
+    return team.served_at(url, key_variable) if url else team
 
 
 def _never_trains(rng: np.random.Generator, count: int) -> list[Problem]:
@@ -184,6 +196,33 @@ class TrainedTeam:
         in_process = dataclasses.replace(config.sampler, engine="hf", engine_url="", engine_args="")
         sampler = DialogueSampler(chat, router, task, in_process)
         return cls(config, team, sampler, checkpoint, tokenizer)
+
+    def served_at(self, url: str, key_variable: str = "") -> TrainedTeam:
+        """This team playing through the OpenAI-compatible (vLLM) server at ``url``, which serves
+        policy k's adapter under the export's name ``agent{k}`` (the export's vLLM line serves
+        them so): every message is drawn there by the vLLM engine's client (token ids as teamtr
+        renders them, to ``/v1/completions``), after its probe has found the server's agent 0 to
+        be this team's policy (``llm.engines.vllm.probe``: 8 drawn tokens' log-probs against
+        this process's own). The key, where the server wants one, is read from the environment
+        variable ``key_variable``, never given as text. ``close`` lets the server go."""
+        settings = dataclasses.replace(
+            self.config.sampler,
+            engine="vllm",
+            engine_url=url,
+            engine_key_variable=key_variable,
+            engine_args="",
+        )
+        names = [adapter_folder(policy) for policy in range(self.team.n_agents)]
+        engine = VLLMEngine(self.chat, settings, served=names)
+        # Positions and threads size a server the engine starts; one at a URL runs as it is.
+        engine.start(self.team, self.tokenizer, positions=0, threads=0)
+        sampler = copy.copy(self.sampler)  # its chat, router and lengths; the server draws
+        sampler.engine = engine
+        return dataclasses.replace(self, sampler=sampler)
+
+    def close(self) -> None:
+        """Let the engine go (a served team's connection pool; nothing for one in process)."""
+        self.sampler.close()
 
     @property
     def chat(self) -> ChatFormat:

@@ -6,21 +6,30 @@ questions from the terminal, one a line, until an empty line or end of input. ``
 writes every dialogue played with each message's token ids and their log-probabilities under
 the speaker's policy (what ``docs/examples/exported_team/play_with_peft.py`` is checked
 against). ``--set SECTION.KEY=VALUE`` changes a key of the run's config for the dialogues
-(``--set sampler.max_new_tokens=64``), checked as ``train`` checks it. The run, the step, the notes and the ``--json`` path are checked before the model
-loads; a bad one is one ``error:`` line and exit code 2 (``llm.interface.cli``).
+(``--set sampler.max_new_tokens=64``), checked as ``train`` checks it. ``--url URL`` plays
+through an OpenAI-compatible (vLLM) server that serves the team's adapters under the export's
+names (``TrainedTeam.served_at``), its key, if any, in the environment variable
+``--key-variable`` names. The run, the step, the notes, the ``--json`` path, the URL and the key
+are checked before the model loads; a bad one is one ``error:`` line and exit code 2
+(``llm.interface.cli``), as is a server that does not serve the team's policy.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import urllib.parse
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llm.common.config import ConfigError
 from llm.interface.cli_args import add_set_option, integer_at_least
+
+if TYPE_CHECKING:
+    from llm.export.trained_team import TrainedTeam
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -44,6 +53,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--seed", type=integer_at_least(0), default=0, help="routes and samples")
     parser.add_argument("--device", help='where the models go, e.g. "cpu" (default: the run\'s)')
+    parser.add_argument(
+        "--url",
+        help="play through the OpenAI-compatible (vLLM) server at URL that serves the team's "
+        "adapters under the export's names (agent0, ...)",
+    )
+    parser.add_argument(
+        "--key-variable",
+        default="",
+        metavar="NAME",
+        help="with --url: the environment variable that holds the server's key",
+    )
     add_set_option(parser, example="sampler.max_new_tokens=64")
 
 
@@ -62,7 +82,34 @@ def run_chat(args: argparse.Namespace) -> int:
     destination = Path(args.json) if args.json else None
     if destination is not None:
         require_writable_file(destination, "--json")
+    _check_server_arguments(args.url, args.key_variable)
     trained = source.load(args.device)
+    if args.url:
+        trained = trained.served_at(args.url, args.key_variable)
+    try:
+        _chat(args, trained, destination)
+    finally:
+        trained.close()
+    return 0
+
+
+def _check_server_arguments(url: str | None, key_variable: str) -> None:
+    """``--url`` and ``--key-variable``, before any model loads."""
+    if key_variable and not url:
+        raise ConfigError("--key-variable: only with --url (the key of the server there)")
+    if not url:
+        return
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"--url: {url!r} is not an http://host:port address")
+    if key_variable and not os.environ.get(key_variable):
+        raise ConfigError(
+            f"--key-variable {key_variable}: the environment has no {key_variable} (the key of "
+            "the server at --url; it is read from there, never given on the command line)"
+        )
+
+
+def _chat(args: argparse.Namespace, trained: TrainedTeam, destination: Path | None) -> None:
     played: list[dict[str, Any]] = []
     questions = [args.question] if args.question is not None else _typed_questions()
     for question in questions:
@@ -87,7 +134,6 @@ def run_chat(args: argparse.Namespace) -> int:
         played.append(record)
         if destination is not None:
             _write_dialogues(destination, trained.checkpoint, played)
-    return 0
 
 
 def _typed_questions() -> Iterator[str]:

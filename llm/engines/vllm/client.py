@@ -40,7 +40,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -54,6 +54,7 @@ from llm.conversation.dialogue import ChatFormat
 from llm.engines.protocol import (
     Drawn,
     EngineFailed,
+    EngineStartFailed,
     EngineUnavailable,
     TurnRequest,
 )
@@ -72,6 +73,7 @@ from llm.engines.vllm.server import (
     is_cpu_build,
     last_error_line,
     require_servable_heads,
+    served_models,
     vllm_python,
 )
 from llm.models.adapter_folder import write_adapter
@@ -91,9 +93,15 @@ class VLLMEngine:
 
     name = "vllm"
 
-    def __init__(self, chat: ChatFormat, settings: SamplerSettings) -> None:
+    def __init__(
+        self, chat: ChatFormat, settings: SamplerSettings, served: Sequence[str] = ()
+    ) -> None:
         self.chat = chat
         self.settings = settings
+        self.served = tuple(served)
+        """With ``engine_url``: the names the server already serves each policy's adapter under
+        (an export's ``agent0``, ...), drawn from as they are, never loaded nor unloaded; empty:
+        the engine loads each version of the team's adapters itself."""
         self.server: EngineServer | None = None
         self.address: ServerAddress | None = None
         """Where the server listens and its key: set by ``start``."""
@@ -146,6 +154,8 @@ class VLLMEngine:
                 lora = self._model.peft_config[slot_name(0)]
                 assert isinstance(lora, LoraConfig)  # every slot is a LoRA adapter
                 load = functools.partial(self._adapter_name, team, 0)
+                if self.served:
+                    load = functools.partial(self._served_name, team.n_agents)
                 check_served_policy(self.address, load, team, self.chat, self.settings, lora.r)
             else:
                 self._start_server(team, tokenizer, positions, threads, log)
@@ -303,6 +313,8 @@ class VLLMEngine:
         flight). Each version has a name (and folder) of its own: the server keys its prefix
         cache by an adapter's name and folder, so keys and values computed by an earlier
         version are never read for a later one (vLLM #42125)."""
+        if self.served:
+            return self.served[policy]
         weights = team.agent(policy)
         with self._lock:
             loaded = self._loaded.get(policy)
@@ -319,6 +331,22 @@ class VLLMEngine:
             self._post("/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(folder)})
             self._loaded[policy] = (weights.version, name)
             return name
+
+    def _served_name(self, policies: int) -> str:
+        """Policy 0's served name (what the probe draws from), once the server lists every
+        policy's: ``EngineStartFailed`` names the ones it does not serve."""
+        assert self.address is not None
+        listed = [
+            name for name, _ in served_models(self.address.request("GET", "/v1/models", timeout=60))
+        ]
+        missing = [name for name in self.served[:policies] if name not in listed]
+        if len(self.served) < policies or missing:
+            raise EngineStartFailed(
+                f"[sampler] engine_url = {self.address.url!r}: the server serves {listed}, not "
+                f"the team's adapters {list(self.served)} (serve them under these names: the "
+                "export's vLLM line does)"
+            )
+        return self.served[0]
 
     def _post(self, path: str, body: dict[str, Any]) -> Any:
         """The server's answer to ``body`` at ``path``. A server that refuses the request
