@@ -585,3 +585,36 @@ def test_the_diagnosis_numbers_are_the_committed_measurements():
         f"{peft[2]} and {float32_sum[2]})"
     ) in results
     assert f"{peft[0]} → {float32_sum[0]}" in results
+
+
+def test_the_amx_stage_profile_is_the_committed_measurement():
+    """docs/stage_cost.md's bfloat16 stage, part by part (measured on AMX), and its ratios, as
+    ``bench/precision_stage.py`` computes them from ``results/precision_stage_amx.json``: every
+    part's median CPU-s, every stage's, and the median (range) of the ratios to float32."""
+    import statistics
+    import sys
+
+    sys.path.insert(0, str(ROOT))
+    from bench.precision_stage import sections_table
+
+    result = json.loads((RESULTS / "precision_stage_amx.json").read_text())
+    page = (ROOT / "docs" / "stage_cost.md").read_text()
+    names = list(result["rounds"][0])
+    assert result["amx_bf16"] and len(result["rounds"]) == 2
+    tables = {n: [sections_table(r[n]["sections"]) for r in result["rounds"]] for n in names}
+    for part in tables["float32"][0]:
+        cells = " | ".join(f"{statistics.median([t[part] for t in tables[n]]):.2f}" for n in names)
+        assert f"| {part} | {cells} |" in page, part
+    stages = " | ".join(
+        f"**{statistics.median([r[n]['cpu_seconds'] for r in result['rounds']]):.1f}**"
+        for n in names
+    )
+    assert f"| **stage** | {stages} |" in page
+    for key in ("stage_cpu", "generation_speed"):
+        for name in names[1:]:
+            values = [r[name]["ratio_to_float32"][key] for r in result["rounds"]]
+            median, spread = (
+                f"{statistics.median(values):.3f}",
+                f"({min(values):.3f}-{max(values):.3f})",
+            )
+            assert f"{median} {spread}" in page or f"**{median}** {spread}" in page, (name, key)
