@@ -201,10 +201,11 @@ class TrainedTeam:
         """This team playing through the OpenAI-compatible (vLLM) server at ``url``, which serves
         policy k's adapter under the export's name ``agent{k}`` (the export's vLLM line serves
         them so): every message is drawn there by the vLLM engine's client (token ids as teamtr
-        renders them, to ``/v1/completions``), after its probe has found the server's agent 0 to
-        be this team's policy (``llm.engines.vllm.probe``: 8 drawn tokens' log-probs against
-        this process's own). The key, where the server wants one, is read from the environment
-        variable ``key_variable``, never given as text. ``close`` lets the server go."""
+        renders them, to ``/v1/completions``), once the server lists every name and answers
+        a probe question under each greedily as this process's policy does
+        (``VLLMEngine._check_served``). The key, where the server wants one, is read from the
+        environment variable ``key_variable``, never given as text. ``close`` lets the server
+        go."""
         settings = dataclasses.replace(
             self.config.sampler,
             engine="vllm",

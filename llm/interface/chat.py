@@ -11,7 +11,7 @@ through an OpenAI-compatible (vLLM) server that serves the team's adapters under
 names (``TrainedTeam.served_at``), its key, if any, in the environment variable
 ``--key-variable`` names. The run, the step, the notes, the ``--json`` path, the URL and the key
 are checked before the model loads; a bad one is one ``error:`` line and exit code 2
-(``llm.interface.cli``), as is a server that does not serve the team's policy.
+(``llm.interface.cli``), as is a server that does not answer as the team's policy.
 """
 
 from __future__ import annotations

