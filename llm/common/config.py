@@ -232,7 +232,7 @@ class RunSettings:
     """Where the models run: "auto" (CUDA when available, else the CPU), "cpu", "cuda",
     "cuda:N" or "mps" (``llm.common.devices``); a device that is absent is an error."""
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
-    """Base-model weight precision: "auto" is bfloat16 on CUDA and float32 elsewhere. Adapters,
+    """Base-model weight precision: "auto" is bfloat16 on CUDA and on a CPU with AMX, float32 elsewhere. Adapters,
     their optimiser state, log-softmax and KL stay in float32."""
     placement: Literal["together", "spread"] = "together"
     """Where the agents' models go: "together" on ``device``; "spread" (with ``[model] sources``,
