@@ -72,7 +72,7 @@ def main(folder, url, question, *notes):
         return tokens[: tokens.index(stop) + 1] if stop in tokens else tokens
 
     prompt = encode(render([system, {"role": "user", "content": question}]))
-    turns = []
+    turns: list[tuple[int, list[int]]] = []
     for t in range(team["turns"]):
         order = team["router"]["speaking_order"]
         k = order[t % len(order)]
