@@ -38,6 +38,7 @@ from llm.problems.tasks import Problem
 from llm.sampling.sampler import DialogueSampler
 from llm.training.builder import build_backbone
 from llm.training.checkpoint import RunDirectoryError, find_policies, on_backbone_device
+from llm.training.rundir import EVENTS
 
 TEAM_FILE = "team.json"
 """An export's description of its team (``llm.export.export_folder``), read by teamtr and by the
@@ -95,9 +96,34 @@ def locate_team(
         raise RunDirectoryError(
             f"{path}: neither a run directory (no config.json) nor an export (no {TEAM_FILE})"
         )
-    config = load_config(path / "config.json", overrides)
+    config = with_trained_dtype(load_config(path / "config.json", overrides), path)
     found = find_policies(path, step, config.team.n_policies)
     return TeamSource(config, found.policies, str(found.directory))
+
+
+def with_trained_dtype(config: RunConfig, run_dir: Path) -> RunConfig:
+    """``config`` with ``dtype = "auto"`` pinned to the precision the run last trained in (its
+    ``started`` or ``resumed`` event in ``events.jsonl``): "auto" resolves by the machine
+    (bfloat16 on a CPU with AMX, float32 on another), and a team played, evaluated or exported
+    on another machine than it trained on must keep its own. A dtype the config or ``--set``
+    names is kept; a run that recorded none (older ones) keeps "auto"."""
+    if config.run.dtype != "auto":
+        return config
+    trained = None
+    try:
+        lines = (run_dir / EVENTS).read_text().splitlines()
+    except OSError:
+        lines = []
+    for line in lines:
+        try:
+            event = json.loads(line)
+        except ValueError:  # a line cut short by a crash
+            continue
+        if isinstance(event, dict) and event.get("event") in ("started", "resumed"):
+            trained = event.get("dtype", trained)
+    if trained not in ("float32", "bfloat16", "float16"):
+        return config
+    return dataclasses.replace(config, run=dataclasses.replace(config.run, dtype=trained))
 
 
 def _exported_team(path: Path, step: int | None, overrides: Sequence[Override]) -> TeamSource:
