@@ -155,8 +155,8 @@ class SamplerSettings:
     """With engine "vllm" in half precision: how the server's adapted layers add the LoRA
     branch to the base product's output. "stochastic": in float32, the sum rounded to the
     model's dtype stochastically (teamtr's vLLM plugin, ``vllm_plugin/``; unbiased, so the
-    served policy keeps each update: 0.97 to 1.00 of float32's change against vLLM's 0.25 to
-    0.63, docs/scaling_out.md); "vllm": vLLM's own sum, rounded to nearest, which loses an
+    served policy keeps each update: 0.97 to 1.03 of float32's change against vLLM's 0.25 to
+    0.59, docs/scaling_out.md); "vllm": vLLM's own sum, rounded to nearest, which loses an
     update's small first steps. A float32 server is the same either way."""
     seed: int = 0
 

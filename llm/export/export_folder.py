@@ -523,7 +523,7 @@ def _half_precision(team: dict[str, Any]) -> str:
         " output, where an update's small steps round away (the served policy kept 0.25 and 0.58"
         " of the trained change on the default relay's first updates). The lines above set"
         f" `{LORA_SUM_ENVIRONMENT}=stochastic` for teamtr's vLLM plugin, which adds the branch in"
-        " float32 and rounds the sum without bias (0.96 to 1.00 kept): install it into the"
+        " float32 and rounds the sum without bias (0.97 to 1.03 kept): install it into the"
         " server's environment with `pip install ./vllm_plugin` from teamtr's source (`make"
         " vllm` does); without it the variable is ignored and vLLM's own sum serves."
     )
