@@ -34,6 +34,25 @@ needs_trackio = pytest.mark.skipif(
 )
 
 
+def resume_and_read(run_dir, environment) -> tuple[list, list]:
+    """``teamtr train --resume`` of ``run_dir`` to its end, then trackio's store read back:
+    (the runs it holds, the rows of the run)."""
+    resumed = subprocess.run(
+        [str(TEAMTR), "train", "--resume", str(run_dir), "--no-progress"],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    read = subprocess.run(
+        [sys.executable, "-c", READ], env=environment, capture_output=True, text=True, timeout=120
+    )
+    assert read.returncode == 0, read.stderr
+    runs, rows = json.loads(read.stdout)
+    return runs, rows
+
+
 @needs_trackio
 @pytest.mark.parametrize(
     ("stop", "code"),
@@ -75,19 +94,7 @@ def test_trackio_and_tensorboard_get_the_same_keys_and_a_resumed_run_goes_on(tmp
     _, err = process.communicate(timeout=300)
     assert process.returncode == code, err
     assert not (run_dir / "checkpoints" / "stage_2").exists(), "interrupted too late"
-    resumed = subprocess.run(
-        [str(TEAMTR), "train", "--resume", str(run_dir), "--no-progress"],
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert resumed.returncode == 0, resumed.stderr
-    read = subprocess.run(
-        [sys.executable, "-c", READ], env=environment, capture_output=True, text=True, timeout=120
-    )
-    assert read.returncode == 0, read.stderr
-    runs, rows = json.loads(read.stdout)
+    runs, rows = resume_and_read(run_dir, environment)
     assert runs == ["tracked"]  # the resumed run went on in the same trackio run
     assert [row["step"] for row in rows] == [1, 2]  # one row per stage, numbered as printed
     board = EventAccumulator(str(run_dir / "tensorboard"))
@@ -170,19 +177,7 @@ def test_a_stages_scalars_are_stored_before_its_checkpoint_and_a_resume_logs_non
     assert on_disk["trackio"] == 1, "stage 1's row was not handed to trackio before its checkpoint"
     assert {"stage/train_reward", "agent0/kl", "eval/accuracy"} <= set(on_disk["tensorboard"])
     resumed_at = datetime.now(UTC)
-    resumed = subprocess.run(
-        [str(TEAMTR), "train", "--resume", str(run_dir), "--no-progress"],
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert resumed.returncode == 0, resumed.stderr
-    read = subprocess.run(
-        [sys.executable, "-c", READ], env=environment, capture_output=True, text=True, timeout=120
-    )
-    assert read.returncode == 0, read.stderr
-    _, rows = json.loads(read.stdout)
+    _, rows = resume_and_read(run_dir, environment)
     assert [row["step"] for row in rows] == [1, 2]
     first_logged = datetime.fromisoformat(rows[0]["timestamp"])
     assert first_logged < resumed_at, "the resumed run logged stage 1 again"
