@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from llm_test_support import TEAMTR
@@ -32,6 +33,20 @@ needs_trackio = pytest.mark.skipif(
     importlib.util.find_spec("trackio") is None,
     reason="trackio is not installed (pip install 'teamtr[trackio]')",
 )
+
+
+def tracked_run(tmp_path) -> tuple[dict[str, str], Path, list[str]]:
+    """The smoke run both trackers follow, in ``tmp_path``: its environment (trackio's store
+    there too), its run directory and ``teamtr``'s arguments for it."""
+    environment = {**os.environ, "OMP_NUM_THREADS": "1", "TRACKIO_DIR": str(tmp_path / "tk")}
+    arguments = [
+        "train", "--config", "smoke",
+        "--set", 'run.report_to=["tensorboard", "trackio"]',
+        "--set", f"run.output_dir={json.dumps(str(tmp_path))}",
+        "--name", "tracked",
+        "--no-progress",
+    ]  # fmt: skip
+    return environment, tmp_path / "tracked", arguments
 
 
 def resume_and_read(run_dir, environment) -> tuple[list, list]:
@@ -67,15 +82,7 @@ def test_trackio_and_tensorboard_get_the_same_keys_and_a_resumed_run_goes_on(tmp
     row still reaches both, whether it was stored before the kill or logged again by the
     resumed run (this test does not tell which: the next one holds the scalars on disk before
     the checkpoint is written)."""
-    environment = {**os.environ, "OMP_NUM_THREADS": "1", "TRACKIO_DIR": str(tmp_path / "tk")}
-    run_dir = tmp_path / "tracked"
-    arguments = [
-        "train", "--config", "smoke",
-        "--set", 'run.report_to=["tensorboard", "trackio"]',
-        "--set", f"run.output_dir={json.dumps(str(tmp_path))}",
-        "--name", "tracked",
-        "--no-progress",
-    ]  # fmt: skip
+    environment, run_dir, arguments = tracked_run(tmp_path)
     process = subprocess.Popen(
         [str(TEAMTR), *arguments],
         env=environment,
@@ -155,15 +162,7 @@ def test_a_stages_scalars_are_stored_before_its_checkpoint_and_a_resume_logs_non
     kill) and TensorBoard's points of step 1 are those on disk at the checkpoint."""
     from datetime import UTC, datetime
 
-    environment = {**os.environ, "OMP_NUM_THREADS": "1", "TRACKIO_DIR": str(tmp_path / "tk")}
-    run_dir = tmp_path / "tracked"
-    arguments = [
-        "train", "--config", "smoke",
-        "--set", 'run.report_to=["tensorboard", "trackio"]',
-        "--set", f"run.output_dir={json.dumps(str(tmp_path))}",
-        "--name", "tracked",
-        "--no-progress",
-    ]  # fmt: skip
+    environment, run_dir, arguments = tracked_run(tmp_path)
     killed = subprocess.run(
         [sys.executable, "-c", KILLED_AFTER_ITS_CHECKPOINT, *arguments],
         env=environment,
