@@ -156,6 +156,7 @@ KEY_RULES: dict[tuple[str, str], Rule] = {
     ("task", "metric"): function_name("a function scoring a held-out llm.Dialogue"),
     ("sampler", "prompts_per_batch"): at_least(1),
     ("sampler", "group_size"): at_least(2, "G: GRPO needs a baseline within each group"),
+    ("sampler", "held_out_group_size"): at_least(1, "dialogues per held-out problem"),
     ("sampler", "turns"): at_least(1, "H, turns per dialogue"),
     ("sampler", "max_new_tokens"): Rule(
         lambda v: bool(_lengths(v)) and all(1 <= x <= MAX_POSITIONS for x in _lengths(v)),

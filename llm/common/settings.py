@@ -106,6 +106,12 @@ class SamplerSettings:
     max_draws: int = 16
     """With ``signal_groups`` > 0: the most groups a batch may draw beyond its
     ``prompts_per_batch`` (each a new problem played G times); every generated token counts."""
+    held_out_group_size: int = 1
+    """With ``[stage] certificate_groups`` > 0: dialogues per held-out problem, one pair of the
+    measured certificate a problem (its dialogues' mean new reward minus mean old). 1: every
+    held-out dialogue a problem of its own, the most pairs per generated token; the bounds'
+    range term falls as 1/n, while a larger group narrows only their variance term
+    (docs/measured_certificate.md)."""
     merged_generation: bool = True
     """Generate with the speaker's adapter merged into a plain copy of the base model
     (``llm.models.generation``): the same policy up to float rounding, at the bare model's speed, for

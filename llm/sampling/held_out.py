@@ -1,14 +1,17 @@
 """Held-out groups: dialogues no update sees, continued by the next team to measure an update.
 
 Each draw of a sampler with held-out groups (``DialogueSampler.with_held_out``) also plays
-``groups`` fresh GRPO groups of the same team that the updater never reads (they are not in
-``DialogueRollouts.episodes``: not in the gradient, nor in the KL). The next draw, after agent
+``groups`` fresh problems of the same team, ``[sampler] held_out_group_size`` dialogues each
+(by default 1), that the updater never reads (they are not in ``DialogueRollouts.episodes``:
+not in the gradient, nor in the KL). The next draw, after agent
 k's update, cuts each of them before the first turn spoken for k (the same cut as prefix reuse:
 the kept turns were drawn by agents the update did not change, so they are distributed alike
 under both teams, Lemma 3.1's setting) and plays the rest with the new team. Per group, the
 mean new training reward minus the mean old has expectation J(new) - J(old); the groups were
 held out and their problems drawn independently, so the differences of one update are i.i.d.
-given it: the pairs of ``teamtr.measured`` (one per group, so n = groups).
+given it: the pairs of ``teamtr.measured`` (one per group, so n = groups). One dialogue a
+problem gives the most pairs for the tokens: the finite-n bounds pay for the reward's range
+as 1/n, and a group's mean narrows only the variance.
 """
 
 from __future__ import annotations
@@ -27,7 +30,9 @@ from teamtr.measured import PairedDifferences
 class Player(Protocol):
     """What of the sampler the held-out groups need (``DialogueSampler`` has it)."""
 
-    def new_episodes(self, count: int | None = None) -> list[Episode]: ...
+    def new_episodes(
+        self, count: int | None = None, group_size: int | None = None
+    ) -> list[Episode]: ...
 
     def play(self, team: Any, episodes: list[Episode]) -> tuple[list[Episode], int]: ...
 
@@ -43,7 +48,7 @@ class HeldOut:
     """One draw's held-out groups, and its continuation of the previous draw's."""
 
     episodes: tuple[Episode, ...]
-    """G contiguous dialogues a group, played fresh by the draw's team."""
+    """``group_size`` contiguous dialogues a group, played fresh by the draw's team."""
     rewards: np.ndarray
     """Their training rewards."""
     group_size: int
@@ -86,7 +91,7 @@ def draw_held_out(
     ``updated_agent`` are given (and ``team`` differs from ``previous``'s team in that agent
     alone, which the caller checks), the pairs of its continuation. No pairs where the task's
     training rewards have no declared range (``training_range`` None)."""
-    fresh, tokens = player.play(team, player.new_episodes(groups))
+    fresh, tokens = player.play(team, player.new_episodes(groups, group_size))
     _, rewards = player.graded(fresh)
     if previous is None or updated_agent is None:
         return HeldOut(tuple(fresh), rewards, group_size, tokens)

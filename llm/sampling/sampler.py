@@ -322,15 +322,15 @@ class DialogueSampler:
         self.engine.close()
 
     # -- generation ---------------------------------------------------------------------------
-    def new_episodes(self, count: int | None = None) -> list[Episode]:
-        """Fresh problems (``count``, by default ``prompts_per_batch``, each repeated G times,
-        contiguously) and routing seeds."""
+    def new_episodes(self, count: int | None = None, group_size: int | None = None) -> list[Episode]:
+        """Fresh problems (``count``, by default ``prompts_per_batch``, each repeated
+        ``group_size`` times, by default G, contiguously) and routing seeds."""
         s = self.settings
         problems = self.task.draw(self.rng, s.prompts_per_batch if count is None else count)
         episodes = []
         for problem in problems:
             prompt = tuple(self.chat.encode_prompt(problem.question))
-            for _ in range(s.group_size):
+            for _ in range(s.group_size if group_size is None else group_size):
                 route_seed = int(self.rng.integers(2**31))
                 episodes.append(Episode(problem, prompt, route_seed))
         return episodes
@@ -525,7 +525,7 @@ class DialogueSampler:
                 self,
                 team,
                 self.held_out_groups,
-                self.settings.group_size,
+                self.settings.held_out_group_size,
                 self.task.training_range,
                 previous.held_out if reusable and previous is not None else None,
                 updated_agent,

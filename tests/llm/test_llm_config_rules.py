@@ -31,6 +31,7 @@ BAD_VALUES: dict[tuple[str, str], str] = {
     ("task", "metric"): '"a:b:c"',
     ("sampler", "prompts_per_batch"): "0",
     ("sampler", "group_size"): "1",
+    ("sampler", "held_out_group_size"): "0",
     ("sampler", "turns"): "0",
     ("sampler", "max_new_tokens"): "0",
     ("sampler", "temperature"): "0.0",

@@ -35,7 +35,7 @@ def length_mod_three(dialogue: Dialogue) -> float:
 
 def test_held_out_groups_pair_an_update_with_their_continuation() -> None:
     task = Task(PROBLEMS, reward=length_mod_three)
-    team, sampler, updater, _ = llm.build_team(task=task, **TINY)
+    team, sampler, updater, _ = llm.build_team(task=task, **TINY, held_out_group_size=2)
     held = sampler.with_held_out(3)
     first = held.sample(team)
     assert first.held_out is not None and first.pairs is None
@@ -61,6 +61,24 @@ def test_held_out_groups_pair_an_update_with_their_continuation() -> None:
     # Fresh groups of the new team are held out again: the next update's pairs.
     assert len(second.held_out.episodes) == 6
     assert not {id(e) for e in second.held_out.episodes} & {id(e) for e in continued}
+
+
+def test_by_default_every_held_out_dialogue_is_a_problem_and_a_pair_of_its_own() -> None:
+    task = Task(PROBLEMS, reward=length_mod_three)
+    team, sampler, updater, _ = llm.build_team(task=task, **TINY)
+    held = sampler.with_held_out(5)
+    first = held.sample(team)
+    assert first.held_out is not None and first.held_out.group_size == 1
+    assert len(first.held_out.episodes) == 5 and len(first.episodes) == 2 * 2
+    update = updater.update(team, 1, first, 0.05)
+    second = held.sample(team.with_agent(1, update.policy), previous=first, updated_agent=1)
+    assert second.pairs is not None
+    new_rewards = np.array(
+        [task.training_reward(sampler.dialogue(e)) for e in second.held_out.continued]
+    )
+    np.testing.assert_allclose(
+        second.pairs.differences, new_rewards - first.held_out.rewards, rtol=0, atol=1e-12
+    )
 
 
 def test_a_stage_records_the_measured_certificate_of_every_kept_update() -> None:
@@ -124,4 +142,4 @@ def test_a_runs_reporting_sampler_still_reports_when_it_holds_groups_out() -> No
     held = _ReportingSampler(sampler, seen.append).with_held_out(2)
     rollouts = held.sample(team)
     assert seen == [rollouts] and rollouts.held_out is not None
-    assert len(rollouts.held_out.episodes) == 2 * 2
+    assert len(rollouts.held_out.episodes) == 2
