@@ -26,6 +26,7 @@ from llm.common.rules import (
     KEY_RULES,
     MAX_BUILTIN_TEST_SET,
     MAX_POSITIONS,
+    READY_MADE_REWARDS,
     SettingError,
     check_section,
 )
@@ -174,6 +175,12 @@ class TaskSettings:
     an unevaluated expression such as "89 + 25" earns nothing). It changes the objective: a
     well-formed wrong answer now scores above an unparsable one (a correct answer earns
     1 + format_reward). Evaluation accuracy ignores it. 0: off."""
+    reward_range: tuple[float, ...] = ()
+    """[low, high]: where every return of the reward lies, which the measured certificate
+    needs (``[stage] certificate_groups``; a difference of two returns spans twice the width).
+    () = known where it can be: [0, 1] for the task's own reward, the weighted sum of the
+    ready-made rewards' ranges for a list of them, the factory's ``llm.Task.reward_range``;
+    a reward of one's own ("module:function") must declare it to be measured."""
     eval_size: int = 200
     """Held-out questions in the periodic evaluation (first N of the test split)."""
     eval_seed: int = 1234
@@ -616,6 +623,22 @@ def update_order_names_adapters(config: RunConfig) -> None:
         )
 
 
+def a_measured_reward_has_a_range(config: RunConfig) -> None:
+    """The measured certificate bounds differences of returns in a known interval: a reward of
+    one's own must declare where it lies before a run that measures starts."""
+    task = config.task
+    names = (task.reward,) if isinstance(task.reward, str) else task.reward
+    own = [name for name in names if name and name not in READY_MADE_REWARDS]
+    if config.stage.certificate_groups and own and not task.reward_range:
+        raise SettingError(
+            "reward_range",
+            f"[stage] certificate_groups = {config.stage.certificate_groups} measures each "
+            f"update from returns in a declared interval, and the reward {own[0]} has none: "
+            "set reward_range = [low, high]",
+            "task",
+        )
+
+
 def penalty_form_is_measured(config: RunConfig) -> None:
     if config.stage.penalty_form == "tv":
         raise SettingError(
@@ -642,6 +665,7 @@ CROSS_SECTION_RULES: tuple[Callable[[RunConfig], None], ...] = (
     one_radius_per_adapter,
     update_order_names_adapters,
     penalty_form_is_measured,
+    a_measured_reward_has_a_range,
 )
 """What no section can check alone: keys that must agree across sections."""
 

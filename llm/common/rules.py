@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import re
 import typing
 from collections.abc import Callable
@@ -154,6 +155,10 @@ KEY_RULES: dict[tuple[str, str], Rule] = {
         '"module:function" (a function scoring an llm.Dialogue), a list of them, or empty',
     ),
     ("task", "metric"): function_name("a function scoring a held-out llm.Dialogue"),
+    ("task", "reward_range"): Rule(
+        lambda v: v == () or (len(v) == 2 and all(map(math.isfinite, v)) and v[0] < v[1]),
+        "must be [low, high], two finite numbers low < high, or empty (the reward's own)",
+    ),
     ("sampler", "prompts_per_batch"): at_least(1),
     ("sampler", "group_size"): at_least(2, "G: GRPO needs a baseline within each group"),
     ("sampler", "held_out_group_size"): at_least(1, "dialogues per held-out problem"),

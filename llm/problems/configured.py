@@ -37,7 +37,7 @@ from llm.common.config import ConfigError, TaskSettings
 from llm.problems.builtin import arithmetic_task, jsonl_task, private_notes_task
 from llm.problems.task import Task, TaskError, first_line, name_of, reference_parses, reported
 from llm.problems.tasks import Problem, TaskDataError
-from llm.rewards.named import GRADING, REWARDS, Weighted, reward_named
+from llm.rewards.named import GRADING, REWARDS, Weighted, reward_named, weighted_range
 
 FUNCTION_NAME = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
 DATA_FORMATS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
@@ -69,10 +69,13 @@ def build_task(settings: TaskSettings, n_agents: int = 2) -> Task:
     changes: dict[str, Any] = {}
     if reward_names(settings):
         changes["reward"], grading = configured_reward(settings)
+        changes["reward_range"] = weighted_range(reward_names(settings), settings.reward_weights)
         if grading is not None and not settings.metric:
             changes["metric"] = grading  # the held-out score: is the answer right?
     if settings.metric:
         changes["metric"] = load_function(settings.metric, settings.directory, "[task] metric")
+    if settings.reward_range:
+        changes["reward_range"] = tuple(settings.reward_range)
     if settings.format_reward:
         from llm.problems.task import FormatBonus
 

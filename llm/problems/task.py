@@ -187,19 +187,15 @@ class Task:
     """identity (``llm.problems.tasks.identity_of``) -> "train" or "test", where declared."""
     grading: bool | None = None
     """Whether ``metric`` grades answers right or wrong (None: ``measure`` decides)."""
-    reward_range: tuple[float, float] = (0.0, 1.0)
+    reward_range: tuple[float, float] | None = (0.0, 1.0)
     """Where every return of ``reward`` lies (one float, or the mean of the per-turn ones):
     the bounds the measured certificate needs (``teamtr.measured``). The default fits the
-    final-answer reward, the ready-made ones and the chain's share of turns, each in [0, 1]."""
+    final-answer reward, the grading ones of ``llm.rewards`` and the chain's share of turns,
+    each in [0, 1]; None: not declared, and the measured certificate says "not measured"."""
 
     def __post_init__(self) -> None:
-        low, high = (float(v) for v in self.reward_range)
-        if not (math.isfinite(low) and math.isfinite(high) and low < high):
-            raise TaskError(
-                f"task {self.name!r}: reward_range must be two finite floats low < high, "
-                f"got {self.reward_range!r}"
-            )
-        object.__setattr__(self, "reward_range", (low, high))
+        if self.reward_range is not None:
+            object.__setattr__(self, "reward_range", checked_range(self.reward_range, self.name))
         if not callable(self.train):
             problems = tuple(self.train)
             if not problems:
@@ -263,7 +259,9 @@ class Task:
     @property
     def training_range(self) -> tuple[float, float] | None:
         """Where every ``training_reward`` lies: ``reward_range`` widened by a format bonus's
-        weight; None where a bonus of one's own has no declared range."""
+        weight; None where the reward's range or a bonus of one's own's is not declared."""
+        if self.reward_range is None:
+            return None
         low, high = self.reward_range
         if self.bonus is None:
             return low, high
@@ -307,6 +305,20 @@ class Task:
                 "metric, or a reward in [0, 1])"
             )
         return value
+
+
+def checked_range(reward_range: Sequence[float], name: str = "task") -> tuple[float, float]:
+    """``reward_range`` as two finite floats low < high, or ``TaskError``."""
+    try:
+        low, high = (float(v) for v in reward_range)
+    except (TypeError, ValueError):
+        low = high = math.nan
+    if not (math.isfinite(low) and math.isfinite(high) and low < high):
+        raise TaskError(
+            f"task {name!r}: reward_range must be two finite floats low < high, "
+            f"got {reward_range!r}"
+        )
+    return low, high
 
 
 def _with_origins(problems: tuple[Problem, ...], split: str) -> tuple[Problem, ...]:

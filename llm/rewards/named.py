@@ -30,6 +30,14 @@ REWARDS: dict[str, RewardFunction | type] = {
 }
 """Name -> the reward, or the class whose instance is the reward (built with the name's
 ``[task] reward_args``)."""
+RANGES: dict[str, tuple[float, float]] = {
+    "exact_match": (0.0, 1.0),
+    "contains_answer": (0.0, 1.0),
+    "math_verify": (0.0, 1.0),
+    "format_regex": (0.0, 1.0),
+    "length_penalty": (-1.0, 0.0),
+}
+"""Where each ready-made reward lies, per turn and so also as a dialogue's mean over turns."""
 GRADING = frozenset({"exact_match", "contains_answer", "math_verify"})
 """The rewards that grade an answer right (1) or wrong (0): their mean is an accuracy, so a
 task scored by one reports ``accuracy``; any other reward's mean is a ``score``."""
@@ -56,6 +64,21 @@ def reward_named(name: str, arguments: Mapping[str, Any] | None = None) -> Rewar
     if arguments:
         raise ValueError(f"{name} takes no arguments, got {dict(arguments)!r}")
     return reward
+
+
+def weighted_range(
+    names: Sequence[str], weights: Sequence[float] = ()
+) -> tuple[float, float] | None:
+    """Where the weighted sum of the rewards ``names`` lies (``weights`` () = 1 each): each
+    weight times its reward's range, summed; None if any of them is a function of one's own,
+    whose range nobody declared."""
+    if any(name not in RANGES for name in names):
+        return None
+    low = high = 0.0
+    for name, weight in zip(names, weights or (1.0,) * len(names), strict=True):
+        ends = (weight * RANGES[name][0], weight * RANGES[name][1])
+        low, high = low + min(ends), high + max(ends)
+    return low, high
 
 
 @dataclass(frozen=True)

@@ -322,7 +322,9 @@ class DialogueSampler:
         self.engine.close()
 
     # -- generation ---------------------------------------------------------------------------
-    def new_episodes(self, count: int | None = None, group_size: int | None = None) -> list[Episode]:
+    def new_episodes(
+        self, count: int | None = None, group_size: int | None = None
+    ) -> list[Episode]:
         """Fresh problems (``count``, by default ``prompts_per_batch``, each repeated
         ``group_size`` times, by default G, contiguously) and routing seeds."""
         s = self.settings

@@ -29,6 +29,7 @@ BAD_VALUES: dict[tuple[str, str], str] = {
     ("task", "factory"): '"no_colon"',
     ("task", "reward"): '"rewards.score"',
     ("task", "metric"): '"a:b:c"',
+    ("task", "reward_range"): "[1.0, 0.0]",
     ("sampler", "prompts_per_batch"): "0",
     ("sampler", "group_size"): "1",
     ("sampler", "held_out_group_size"): "0",
@@ -121,6 +122,11 @@ CROSS_BREAKS: dict[str, tuple[str, str, str]] = {
     "one_radius_per_adapter": ("[stage]\nradius = [0.1, 0.1, 0.1]\n", "stage", "radius"),
     "update_order_names_adapters": ("[stage]\norder = [0, 3]\n", "stage", "order"),
     "penalty_form_is_measured": ('[stage]\npenalty_form = "tv"\n', "stage", "penalty_form"),
+    "a_measured_reward_has_a_range": (
+        '[task]\nreward = "my_reward:score"\n[stage]\ncertificate_groups = 4\n',
+        "task",
+        "reward_range",
+    ),
 }
 
 

@@ -3,6 +3,8 @@ them from the updated agent's first turn, and their pairs measure the update (te
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -112,6 +114,32 @@ def test_the_reward_range_is_declared_checked_and_widened_by_a_format_bonus() ->
         Task(PROBLEMS, reward_range=(1.0, 1.0))
     with pytest.raises(ValueError, match="outside the task's reward range"):
         check_in_range(np.array([0.2, 1.5]), (0.0, 1.0))
+
+
+def test_a_configured_reward_knows_its_range_or_declares_it(tmp_path) -> None:
+    """The ready-made rewards' ranges add up with their weights (length_penalty lies in
+    [-1, 0]); a function of one's own has none until [task] reward_range declares it, and a
+    run that measures with it is refused before it starts."""
+    from llm.common.config import ConfigError, TaskSettings, load_config
+    from llm.problems.configured import build_task
+    from llm.rewards.named import weighted_range
+
+    assert weighted_range(["math_verify", "length_penalty"], [1.0, 0.5]) == (-0.5, 1.0)
+    assert weighted_range(["exact_match", "format_regex"], [2.0, -1.0]) == (-1.0, 2.0)
+    assert weighted_range(["exact_match", "mine:score"]) is None
+    listed = TaskSettings(reward=("exact_match", "length_penalty"), reward_weights=(1.0, 0.2))
+    assert build_task(listed).training_range == (-0.2, 1.0)
+    (tmp_path / "mine.py").write_text("def score(dialogue):\n    return 3.0\n")
+    own = TaskSettings(reward="mine:score", directory=str(tmp_path))
+    assert build_task(own).training_range is None
+    declared = dataclasses.replace(own, reward_range=(0.0, 3.0))
+    assert build_task(declared).training_range == (0.0, 3.0)
+    config = tmp_path / "measured.toml"
+    config.write_text('[task]\nreward = "mine:score"\n[stage]\ncertificate_groups = 4\n')
+    with pytest.raises(ConfigError, match="reward_range = \\[low, high\\]"):
+        load_config(config)
+    config.write_text(config.read_text().replace("[stage]", "reward_range = [0.0, 3.0]\n[stage]"))
+    assert load_config(config).task.reward_range == (0.0, 3.0)
 
 
 def test_plot_draws_the_measured_bound_of_the_stages_that_have_one(tmp_path) -> None:
