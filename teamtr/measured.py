@@ -88,6 +88,9 @@ class MeasuredCertificate:
     reward_width: float
     differences: NDArray[np.float64] | None = field(default=None, compare=False, repr=False)
     """The pairs themselves (None for a stage)."""
+    sd: float | None = None
+    """Their sample standard deviation (ddof 1; None for a stage and below 2 pairs): with
+    ``mean``, what ``pairs_to_certify`` needs to say how many pairs an update like it takes."""
 
     @property
     def certified(self) -> bool:
@@ -96,7 +99,7 @@ class MeasuredCertificate:
 
     def as_dict(self) -> dict[str, float | int | str]:
         """The certificate without its pairs, for records and logs."""
-        return {
+        record: dict[str, float | int | str] = {
             "n": self.n,
             "mean": self.mean,
             "bound": self.bound,
@@ -104,6 +107,9 @@ class MeasuredCertificate:
             "method": self.method,
             "reward_width": self.reward_width,
         }
+        if self.sd is not None:
+            record["sd"] = self.sd
+        return record
 
     def line(self) -> str:
         """'improvement >= +0.12 with 95% confidence (n = 64 pairs)'."""
@@ -215,6 +221,7 @@ def measure(
         method=method,
         reward_width=pairs.reward_width,
         differences=values,
+        sd=float(values.std(ddof=1)) if values.size >= 2 else None,
     )
 
 

@@ -157,6 +157,16 @@ def test_stage_bound_splits_alpha_over_the_order_and_sums_the_kept_updates() -> 
     assert stage_measured([first, None], [True, False], 0.9, "betting") is not None
 
 
+def test_an_update_records_the_spread_of_its_pairs_and_a_stage_none() -> None:
+    differences = np.array([0.5, -0.25, 0.0, 1.0])
+    certificate = measure(PairedDifferences(differences, 1.0), 0.95, "betting")
+    assert certificate.sd == pytest.approx(float(np.std(differences, ddof=1)), abs=1e-12)
+    assert certificate.as_dict()["sd"] == certificate.sd
+    assert measure(PairedDifferences(np.array([0.5]), 1.0)).sd is None
+    stage = stage_measured([certificate], [True], 0.95, "betting")
+    assert stage is not None and stage.sd is None and "sd" not in stage.as_dict()
+
+
 def test_the_console_line_names_bound_level_and_pairs() -> None:
     certificate = MeasuredCertificate(64, 0.2, 0.1234, 0.95, "betting", 1.0)
     assert certificate.line() == "improvement >= +0.123 with 95% confidence (n = 64 pairs)"
