@@ -67,8 +67,8 @@ def checkpoint_rows(
         if "eval" not in stage:
             continue
         interval = stages[since : index + 1]
-        measured = [s.get("measured") for s in interval]
-        complete = all(m is not None for m in measured)
+        measured = [s["measured"] for s in interval if s.get("measured") is not None]
+        complete = len(measured) == len(interval)
         accuracy = held_out(stage["eval"])
         rows.append(
             {
