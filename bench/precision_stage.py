@@ -120,7 +120,8 @@ def stage_sections(model: torch.nn.Module) -> Iterator[None]:
     casts = (lora_sum.to_product_dtype, lora_sum.to_float32)
     draw = (torch.multinomial, torch.nn.functional.softmax)
     linear = torch.nn.functional.linear
-    torch.nn.functional.linear = _base_products(linear, base.lm_head.weight)  # type: ignore[assignment]
+    vocabulary = base.lm_head.weight.shape[0]
+    torch.nn.functional.linear = _base_products(linear, vocabulary)  # type: ignore[assignment]
     for name, function in saved.items():
         ALL_ATTENTION_FUNCTIONS[name] = _timed("attention", function)
     lora_sum.to_product_dtype = _timed("casts of the float32 sum", casts[0])  # type: ignore[assignment]
@@ -144,13 +145,15 @@ LORA_RANK_CEILING = 64
 """A product whose weight has a side this narrow is a LoRA branch's (A or B), not the base's."""
 
 
-def _base_products(linear: Callable[..., Any], head_weight: torch.Tensor) -> Callable[..., Any]:
+def _base_products(linear: Callable[..., Any], vocabulary: int) -> Callable[..., Any]:
     """``torch.nn.functional.linear`` charging the decoder's base-weight products to their own
-    part (the head's product stays the head's; a LoRA branch's stays in the decoder's rest)."""
+    part. The head's product (a weight of ``vocabulary`` rows, whichever copy: the merged
+    generation model's, a float32 one) stays the head's; a LoRA branch's stays in the decoder's
+    rest."""
     timed = _timed(DECODER_PRODUCTS, linear)
 
     def dispatch(x: torch.Tensor, weight: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-        if weight is head_weight or min(weight.shape) <= LORA_RANK_CEILING:
+        if weight.shape[0] == vocabulary or min(weight.shape) <= LORA_RANK_CEILING:
             return linear(x, weight, *args, **kwargs)
         return timed(x, weight, *args, **kwargs)
 
