@@ -29,6 +29,7 @@ from llm.common.rules import (
     READY_MADE_REWARDS,
     SettingError,
     check_section,
+    reward_names,
 )
 from llm.common.settings import (
     DEFAULT_MESSAGE_TOKENS,
@@ -627,8 +628,7 @@ def a_measured_reward_has_a_range(config: RunConfig) -> None:
     """The measured certificate bounds differences of returns in a known interval: a reward of
     one's own must declare where it lies before a run that measures starts."""
     task = config.task
-    names = (task.reward,) if isinstance(task.reward, str) else task.reward
-    own = [name for name in names if name and name not in READY_MADE_REWARDS]
+    own = [name for name in reward_names(task) if name not in READY_MADE_REWARDS]
     if config.stage.certificate_groups and own and not task.reward_range:
         raise SettingError(
             "reward_range",

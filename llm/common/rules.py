@@ -111,6 +111,11 @@ def _as_tuple(value: str | tuple[str, ...]) -> tuple[str, ...]:
     return value if isinstance(value, tuple) else (value,)
 
 
+def reward_names(task: Any) -> tuple[str, ...]:
+    """The rewards ``[task] reward`` names, one or a list ("" = none: the task's own)."""
+    return tuple(name for name in _as_tuple(task.reward) if name)
+
+
 def _is_reward_name(name: str) -> bool:
     return name in READY_MADE_REWARDS or FUNCTION_SPEC.fullmatch(name) is not None
 
@@ -254,7 +259,7 @@ def _args_only_for_a_factory(task: Any) -> str | None:
 
 
 def _one_weight_per_reward(task: Any) -> str | None:
-    rewards = tuple(name for name in _as_tuple(task.reward) if name)
+    rewards = reward_names(task)
     if task.reward_weights and len(task.reward_weights) != len(rewards):
         return (
             f"needs one weight per reward ({len(rewards)}: {list(rewards)}), got "

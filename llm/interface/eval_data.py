@@ -16,7 +16,8 @@ import dataclasses
 from pathlib import Path
 
 from llm.common.config import ConfigError, RunConfig, TaskSettings
-from llm.problems.configured import read_problems, reward_names
+from llm.common.rules import reward_names
+from llm.problems.configured import read_problems
 from llm.problems.task import reference_parses
 from llm.problems.tasks import Problem, TaskDataError
 

@@ -34,6 +34,7 @@ from types import ModuleType
 from typing import Any
 
 from llm.common.config import ConfigError, TaskSettings
+from llm.common.rules import reward_names
 from llm.problems.builtin import arithmetic_task, jsonl_task, private_notes_task
 from llm.problems.task import Task, TaskError, first_line, name_of, reference_parses, reported
 from llm.problems.tasks import Problem, TaskDataError
@@ -67,9 +68,9 @@ def build_task(settings: TaskSettings, n_agents: int = 2) -> Task:
             settings.difficulty, settings.phrasing, settings.eval_size, settings.eval_seed
         )
     changes: dict[str, Any] = {}
-    if reward_names(settings):
+    if names := reward_names(settings):
         changes["reward"], grading = configured_reward(settings)
-        changes["reward_range"] = weighted_range(reward_names(settings), settings.reward_weights)
+        changes["reward_range"] = weighted_range(names, settings.reward_weights)
         if grading is not None and not settings.metric:
             changes["metric"] = grading  # the held-out score: is the answer right?
     if settings.metric:
@@ -84,10 +85,6 @@ def build_task(settings: TaskSettings, n_agents: int = 2) -> Task:
 
 
 # -- rewards -------------------------------------------------------------------------------------
-def reward_names(settings: TaskSettings) -> tuple[str, ...]:
-    """The rewards ``[task] reward`` names, one or a list ("" = none: the task's own)."""
-    names = (settings.reward,) if isinstance(settings.reward, str) else settings.reward
-    return tuple(name for name in names if name)
 
 
 def configured_reward(

@@ -27,6 +27,7 @@ from llm.rewards import (
     normalised,
     reward_named,
 )
+from llm.rewards.named import RANGES
 
 
 def said(answer: str, *messages: str) -> Dialogue:
@@ -37,6 +38,8 @@ def said(answer: str, *messages: str) -> Dialogue:
 
 def test_the_names_a_config_checks_are_the_rewards_there_are():
     assert tuple(REWARDS) == READY_MADE_REWARDS
+    # Every ready-made reward declares its range, or a measured certificate would lack one.
+    assert tuple(RANGES) == READY_MADE_REWARDS
 
 
 @pytest.mark.parametrize(
