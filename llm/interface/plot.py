@@ -29,6 +29,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def read_records(metrics: Path) -> list[dict[str, Any]]:
+    """The records of a ``metrics.jsonl`` file; a ``ConfigError`` naming a line that is not
+    JSON."""
+    records = []
+    for number, line in enumerate(metrics.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except ValueError:
+            raise ConfigError(f"{metrics}:{number}: not a JSON line") from None
+    return records
+
+
 def stage_records(run_dir: Path) -> list[dict[str, Any]]:
     """The run's stage records; a ``ConfigError`` naming the file when there are none."""
     metrics = run_dir / "metrics.jsonl"
@@ -38,14 +52,7 @@ def stage_records(run_dir: Path) -> list[dict[str, Any]]:
         raise ConfigError(
             f"--run {run_dir}: no metrics.jsonl (not a run directory of `teamtr train`)"
         )
-    records = []
-    for number, line in enumerate(metrics.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            records.append(json.loads(line))
-        except ValueError:
-            raise ConfigError(f"{metrics}:{number}: not a JSON line") from None
+    records = read_records(metrics)
     if not records:
         raise ConfigError(f"--run {run_dir}: metrics.jsonl holds no stage yet")
     return records

@@ -32,14 +32,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from llm.common.config import ConfigError
+from llm.interface.plot import read_records
 from studies.llm.run_records import held_out
 from teamtr.measured import pairs_to_certify
 
 
 def read_stages(run_dir: Path) -> list[dict[str, Any]]:
     """The stage records of a run directory (or of a ``metrics.jsonl`` file)."""
-    path = run_dir / "metrics.jsonl" if run_dir.is_dir() else run_dir
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return read_records(run_dir / "metrics.jsonl" if run_dir.is_dir() else run_dir)
 
 
 def measured_updates(stages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -194,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             stages = read_stages(run_dir)
             untrained = held_out(json.loads(untrained_eval.read_text())) if untrained_eval else None
-        except (OSError, json.JSONDecodeError, KeyError) as error:
+        except (OSError, ConfigError, json.JSONDecodeError, KeyError) as error:
             parser.error(f"--run {name}: cannot read {run_dir} ({error})")
         if not measured_updates(stages):
             parser.error(f"--run {name}: no update measured ([stage] certificate_groups = 0?)")
