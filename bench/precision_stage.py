@@ -13,8 +13,8 @@ The stage is also cut into the parts that half precision treats differently
 float32 LoRA sum and each half-precision product, the decoder's products with the base
 weights (``torch.nn.functional.linear`` on a weight wider than a LoRA rank: the part AMX
 speeds up), the rest of the decoder (norms, element-wise work, residual adds, the LoRA
-branches: what stays float32 around the products), the draw of each token (softmax and multinomial), generation's own loop,
-and the same parts in the training passes (scoring) and their backward pass, each in sampling
+branches: what stays float32 around the products), the draw of each token (softmax and
+multinomial), generation's own loop, and the same parts in the training passes (scoring) and their backward pass, each in sampling
 and in training. ``--repeat R`` runs the precisions R times, alternating, and gives each ratio's
 median and range over the R rounds.
 
@@ -168,6 +168,11 @@ PARTS = (
     DECODER_REST,
     "draw (softmax, multinomial)",
 )
+LEGACY_PARTS = tuple(
+    LEGACY_DECODER if p == DECODER_PRODUCTS else p for p in PARTS if p != DECODER_REST
+)
+"""The parts of a profile recorded before the decoder's products had a part of their own
+(results/precision_stage_amx.json): one decoder part."""
 
 
 def sections_table(seconds: dict[str, float]) -> dict[str, float]:
@@ -180,12 +185,9 @@ def sections_table(seconds: dict[str, float]) -> dict[str, float]:
         folded[key] = folded.get(key, 0.0) + value
     seconds = folded
     rows: dict[str, float] = {}
-    # A profile recorded before the decoder's products had a part of their own has the one
-    # decoder part (results/precision_stage_amx.json): its table keeps that row.
     legacy = any(name.endswith(LEGACY_DECODER) for name in seconds)
-    parts = [LEGACY_DECODER if p == DECODER_PRODUCTS else p for p in PARTS if p != DECODER_REST]
     for phase in ("sampling", "training"):
-        for part in parts if legacy else PARTS:
+        for part in LEGACY_PARTS if legacy else PARTS:
             rows[f"{phase}: {part}"] = seconds.get(f"{phase}: {part}", 0.0)
     rows["sampling: generate loop and sampler"] = sum(
         s for name, s in seconds.items() if name.startswith(SAMPLING)
