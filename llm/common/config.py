@@ -101,23 +101,37 @@ class TeamSettings:
         check_section(self, "team")
 
 
-TASK_KINDS = ("arithmetic", "jsonl", "private_notes", "dataset", "python")
+TASK_KINDS = ("arithmetic", "jsonl", "private_notes", "dataset", "python", "environment")
 
 
 @dataclass(frozen=True)
 class TaskSettings:
-    kind: Literal["arithmetic", "jsonl", "private_notes", "dataset", "python"] = "arithmetic"
+    kind: Literal["arithmetic", "jsonl", "private_notes", "dataset", "python", "environment"] = (
+        "arithmetic"
+    )
     """The built-in procedural arithmetic suite, a JSONL file of {"question", "answer"}, the
     private-notes task (``llm.problems.private_notes``: each of the ``[team] n_agents`` agents
     sees a private number of its own, and the last speaker must state their sum), a local data
     file of one's own ("dataset": JSON, JSONL, CSV or Parquet through Hugging Face datasets),
-    or a task built by one's own code ("python": ``factory``). ``llm.problems.configured``."""
+    or a task built by one's own code ("python": ``factory``), or the games of an environment
+    ("environment": each problem one game's seed, the environment's rewards the reward, a won
+    game the held-out accuracy; ``environment`` names it). ``llm.problems.configured``."""
     factory: str = ""
     """For kind = "python": "module:function" returning an ``llm.Task``, called with the
     ``[task.args]`` table as keyword arguments; the module is looked up in ``directory``
     (the config file's folder), then on sys.path."""
     args: dict[str, Any] = field(default_factory=dict)
     """For kind = "python": the factory's keyword arguments (a ``[task.args]`` table)."""
+    environment: str = ""
+    """The world the team acts in, on any kind (``llm.problems.environment``): "calculator"
+    (the built-in tool: agent 0's expression is answered with its value), "textarena:<game id>"
+    (TextArena's games, e.g. "textarena:GuessTheNumber-v0"; ``pip install 'teamtr[games]'``),
+    or "module:function" returning an environment (one per dialogue). "" = none: the context
+    is the question and the agents' messages."""
+    environment_args: dict[str, Any] = field(default_factory=dict)
+    """The environment's keyword arguments (a ``[task.environment_args]`` table): for
+    TextArena, ``players`` (1: the team plays one player; n_agents: an agent a player),
+    ``acting`` (the agents whose messages are moves) and ``options`` (the game's own)."""
     reward: str | tuple[str, ...] = ""
     """A ready-made reward of ``llm.rewards`` ("exact_match", "contains_answer",
     "math_verify", "format_regex", "length_penalty") or "module:function" scoring a finished
@@ -780,8 +794,9 @@ def _parent_config(path: Path, parent: str) -> Path:
 
 def _reads_files(task: dict[str, Any]) -> bool:
     """Whether a ``[task]`` table names code or data files of its own folder."""
+    environment = str(task.get("environment", ""))
     return task.get("kind") in ("python", "dataset") or bool(
-        task.get("reward") or task.get("metric")
+        task.get("reward") or task.get("metric") or ":" in environment
     )
 
 

@@ -299,6 +299,21 @@ def _a_key_variable_needs_an_engine_url(sampler: Any) -> str | None:
     return None
 
 
+def _an_environment_task_names_its_environment(task: Any) -> str | None:
+    if task.kind == "environment" and not task.environment:
+        return (
+            'kind = "environment" plays an environment\'s games: name it ("calculator", '
+            '"textarena:<game id>" or "module:function")'
+        )
+    return None
+
+
+def _environment_args_need_an_environment(task: Any) -> str | None:
+    if task.environment_args and not task.environment:
+        return "are the keyword arguments of [task] environment, which is not set"
+    return None
+
+
 SECTION_RULES: tuple[SectionRule, ...] = (
     SectionRule("sampler", "signal_groups", _signal_groups_fit_the_batch),
     SectionRule("sampler", "engine_key_variable", _a_key_variable_needs_an_engine_url),
@@ -309,6 +324,8 @@ SECTION_RULES: tuple[SectionRule, ...] = (
     SectionRule("task", "args", _args_only_for_a_factory),
     SectionRule("task", "reward_weights", _one_weight_per_reward),
     SectionRule("task", "reward_args", _arguments_name_a_ready_made_reward),
+    SectionRule("task", "environment", _an_environment_task_names_its_environment),
+    SectionRule("task", "environment_args", _environment_args_need_an_environment),
 )
 
 

@@ -12,6 +12,14 @@ sees agent k's turns under its public header. Sampling, scoring and prefix reuse
 message in its speaker's own view, so no agent's policy ever conditions on another's note.
 Without notes every view is the same transcript.
 
+Environment text. With an environment (``llm.problems.environment``), the text it adds after a
+message (``Turn.replies``) and its private opening lines (``Episode.opening``) are rendered as
+user messages of the chat template, tokenised once when they arrive (``ChatFormat.environment``)
+and kept as those token ids: every engine, the scorer and an exported team's play see the same
+tokens. A reply meant for one agent appears in that agent's view only. Environment tokens lie
+outside every message span of ``assemble``: no loss, log-probability, KL or certificate term
+reads them, and no engine samples them.
+
 Speakers and policies. ``Turn.agent`` is the speaker (its role: header, note, message length).
 Which adapter speaks for a speaker is ``ChatFormat.policy_of``: the identity for a team, all
 zeros for one shared adapter that plays every role of the same dialogue.
@@ -30,8 +38,23 @@ from llm.problems.tasks import Problem
 
 
 @dataclass(frozen=True)
+class EnvironmentText:
+    """Text an environment added to the context: as written, and as the token ids that render
+    it (a user message of the chat template, ``ChatFormat.environment``)."""
+
+    text: str
+    tokens: tuple[int, ...]
+    audience: int | None = None
+    """None: every agent sees it; k: agent k only."""
+
+    def seen_by(self, viewer: int | None) -> bool:
+        return self.audience is None or self.audience == viewer
+
+
+@dataclass(frozen=True)
 class Turn:
-    """One message: who spoke and the token ids they sampled (with the stop token if any)."""
+    """One message: who spoke and the token ids they sampled (with the stop token if any),
+    then what the environment, if any, did after it."""
 
     agent: int
     message: tuple[int, ...]
@@ -40,6 +63,14 @@ class Turn:
     as the generating model computed it (``[sampler] behaviour_logps = "sampled"``); None when
     not recorded. Not part of the turn's identity: a turn is its speaker and its tokens. It
     travels with the turn, so reused prefixes and kept groups carry their own."""
+    replies: tuple[EnvironmentText, ...] = ()
+    """The environment's text after this message (shared or private), in order."""
+    reward: float = 0.0
+    """The environment's reward for this turn (0 without an environment)."""
+    ends: bool = False
+    """Whether the environment ended the dialogue after this message."""
+    next_speaker: int | None = None
+    """Who the environment named to speak next (None: the router decides)."""
 
 
 @dataclass(frozen=True)
@@ -52,6 +83,23 @@ class Episode:
     route_seed: int
     """The seed the router may use (random order per episode); independent of every policy."""
     turns: tuple[Turn, ...] = ()
+    opening: tuple[EnvironmentText, ...] = ()
+    """An environment's private opening lines, rendered after the prompt in their audience's
+    view (its shared opening is the prompt itself)."""
+    first_speaker: int | None = None
+    """Who the environment named to speak first (None: the router decides)."""
+
+    @property
+    def ended(self) -> bool:
+        """Whether the environment ended the dialogue (a turn cap ends it too, in the sampler)."""
+        return bool(self.turns) and self.turns[-1].ends
+
+    def holds_private_text(self, speaker: int) -> bool:
+        """Whether anything of this episode is shown to ``speaker`` alone (then its messages
+        are rendered in a view of its own)."""
+        return any(text.audience == speaker for text in self.opening) or any(
+            reply.audience == speaker for turn in self.turns for reply in turn.replies
+        )
 
     def first_turn_of(self, agent: int, policy_of: Sequence[int] = ()) -> int | None:
         """Index of the first turn spoken for policy ``agent`` (by a speaker that
@@ -71,7 +119,14 @@ class Episode:
         return notes[speaker] if speaker < len(notes) else ""
 
     def with_turns(self, turns: Sequence[Turn]) -> Episode:
-        return Episode(self.problem, self.prompt, self.route_seed, tuple(turns))
+        return Episode(
+            self.problem,
+            self.prompt,
+            self.route_seed,
+            tuple(turns),
+            self.opening,
+            self.first_speaker,
+        )
 
 
 @dataclass(frozen=True)
@@ -92,6 +147,9 @@ class ChatFormat:
     format has no notes."""
     policy_of: tuple[int, ...] = ()
     """Speaker -> the policy (adapter) that speaks for it; () = the identity."""
+    encode_environment: Callable[[str], tuple[int, ...]] | None = None
+    """Environment text -> the token ids of it as a user message; None: the format renders
+    none (a format built without a tokenizer)."""
     _note_headers: dict[tuple[int, str], tuple[int, ...]] = field(
         default_factory=dict, compare=False, repr=False
     )
@@ -152,6 +210,20 @@ class ChatFormat:
         def decode(ids: Sequence[int]) -> str:
             return str(tokenizer.decode(list(ids), skip_special_tokens=True))
 
+        # An environment's text is a user message. Rendered after a system message and cut
+        # from its end, so that a template that opens a conversation without a system
+        # message with a default one (SmolLM2's) does not add it to every reply.
+        system_only = render([{"role": "system", "content": system_prompt}], False)
+
+        def encode_environment(text: str) -> tuple[int, ...]:
+            both = render(
+                [{"role": "system", "content": system_prompt}, {"role": "user", "content": text}],
+                False,
+            )
+            if not both.startswith(system_only):
+                raise ValueError("the chat template renders a user message unlike its prefix")
+            return tuple(encode(both[len(system_only) :]))
+
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else closing_ids[0]
         return cls(
             headers=tuple(headers),
@@ -162,6 +234,7 @@ class ChatFormat:
             pad_id=int(pad),
             encode_note_header=header,
             policy_of=tuple(policy_of),
+            encode_environment=encode_environment,
         )
 
     # -- speakers and policies ----------------------------------------------------------------
@@ -175,9 +248,17 @@ class ChatFormat:
 
     # -- views --------------------------------------------------------------------------------
     def view_of(self, episode: Episode, speaker: int) -> int | None:
-        """The view ``speaker``'s messages are rendered in: its own when it holds a note in
-        this episode, else None (the public transcript, the same for every speaker)."""
-        return speaker if episode.note_of(speaker) else None
+        """The view ``speaker``'s messages are rendered in: its own when it holds a note or
+        private environment text in this episode, else None (the public transcript, the same
+        for every speaker)."""
+        private = episode.note_of(speaker) or episode.holds_private_text(speaker)
+        return speaker if private else None
+
+    def environment(self, text: str, audience: int | None = None) -> EnvironmentText:
+        """``text`` of an environment as it enters the context (tokenised once, here)."""
+        if self.encode_environment is None:
+            raise ValueError("this chat format cannot render environment text")
+        return EnvironmentText(text, self.encode_environment(text), audience)
 
     def header(self, episode: Episode, speaker: int, viewer: int | None) -> tuple[int, ...]:
         """``speaker``'s turn header as ``viewer`` sees it: with the note only in its own view."""
@@ -195,12 +276,17 @@ class ChatFormat:
         """A finished turn as it appears in ``viewer``'s view of ``episode``."""
         ended = bool(turn.message) and turn.message[-1] == self.stop_id
         tail = list(self.closing) if ended else [self.stop_id, *self.closing]
-        return [*self.header(episode, turn.agent, viewer), *turn.message, *tail]
+        replies = seen_tokens(turn.replies, viewer)
+        return [*self.header(episode, turn.agent, viewer), *turn.message, *tail, *replies]
+
+    def opening(self, episode: Episode, viewer: int | None) -> list[int]:
+        """The prompt and the environment's private opening lines ``viewer`` sees."""
+        return [*episode.prompt, *seen_tokens(episode.opening, viewer)]
 
     def context(self, episode: Episode, next_agent: int) -> list[int]:
         """What ``next_agent`` sees when it starts its turn (its own view)."""
-        ids = list(episode.prompt)
         viewer = self.view_of(episode, next_agent)
+        ids = self.opening(episode, viewer)
         for turn in episode.turns:
             ids.extend(self.turn_tokens(turn, episode, viewer))
         ids.extend(self.header(episode, next_agent, viewer))
@@ -219,7 +305,13 @@ class ChatFormat:
             ids.extend(turn.message)
             ended = bool(turn.message) and turn.message[-1] == self.stop_id
             ids.extend(self.closing if ended else [self.stop_id, *self.closing])
+            ids.extend(seen_tokens(turn.replies, viewer))
         return ids, spans
 
     def message_text(self, turn: Turn) -> str:
         return self.decode(turn.message)
+
+
+def seen_tokens(texts: Sequence[EnvironmentText], viewer: int | None) -> list[int]:
+    """The tokens of the environment ``texts`` that ``viewer``'s view shows, in order."""
+    return [token for text in texts if text.seen_by(viewer) for token in text.tokens]

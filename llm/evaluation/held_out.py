@@ -105,9 +105,7 @@ def _evaluate(
     # does), and the same team evaluated twice gets the same dialogues, sampled ones included.
     rng = np.random.default_rng(0)
     episodes = [
-        Episode(p, tuple(sampler.chat.encode_prompt(p.question)), int(rng.integers(2**31)))
-        for p in problems
-        for _ in range(samples)
+        sampler.open_episode(p, int(rng.integers(2**31))) for p in problems for _ in range(samples)
     ]
     seeds = [int(rng.integers(2**31)) for _ in range(0, len(episodes), batch_size)]
     # Progress is counted in messages, advanced after every generated batch of one turn: even

@@ -281,11 +281,7 @@ class TrainedTeam:
         """One finished dialogue per problem, as token ids: greedy (the run's evaluation), or
         sampled at the policy's temperature; ``seed`` fixes the routes and the samples."""
         rng = np.random.default_rng(seed)
-        chat = self.chat
-        started = [
-            Episode(p, tuple(chat.encode_prompt(p.question)), int(rng.integers(2**31)))
-            for p in problems
-        ]
+        started = [self.sampler.open_episode(p, int(rng.integers(2**31))) for p in problems]
         temperature = None if sample else 0.0
         done, _ = self.sampler.play(self.team, started, temperature=temperature, seed=seed)
         return done

@@ -246,11 +246,7 @@ def probe_dialogues(parts, team: LoraTeam, problems: list[Problem], seed: int) -
     """One dialogue per probe prompt, sampled by the current team at the policy's temperature:
     agent k's token contexts in them are states s ~ d_{π_cur} (THEORY.md, Stage-0)."""
     rng = np.random.default_rng(seed)
-    chat = parts.chat
-    episodes = [
-        Episode(p, tuple(chat.encode_prompt(p.question)), int(rng.integers(2**31)))
-        for p in problems
-    ]
+    episodes = [parts.sampler.open_episode(p, int(rng.integers(2**31))) for p in problems]
     played, _ = parts.sampler.play(team, episodes)
     return played
 

@@ -22,7 +22,9 @@ from __future__ import annotations
 import contextlib
 import csv
 import dataclasses
+import functools
 import importlib
+import inspect
 import io
 import os
 import re
@@ -33,10 +35,22 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import numpy as np
+
 from llm.common.config import ConfigError, TaskSettings
 from llm.common.rules import reward_names
 from llm.problems.builtin import arithmetic_task, jsonl_task, private_notes_task
-from llm.problems.task import Task, TaskError, first_line, name_of, reference_parses, reported
+from llm.problems.environment import EnvironmentFactory
+from llm.problems.task import (
+    Dialogue,
+    Task,
+    TaskError,
+    environment_return,
+    first_line,
+    name_of,
+    reference_parses,
+    reported,
+)
 from llm.problems.tasks import Problem, TaskDataError
 from llm.rewards.named import GRADING, REWARDS, Weighted, reward_named, weighted_range
 
@@ -48,7 +62,9 @@ DATA_FORMATS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "p
 def build_task(settings: TaskSettings, n_agents: int = 2) -> Task:
     """The ``Task`` of a ``[task]`` section; ``n_agents``: ``[team] n_agents`` (one private
     number per agent unless ``note_holders`` says otherwise)."""
-    if settings.kind == "python":
+    if settings.kind == "environment":
+        task = environment_games(settings, n_agents)
+    elif settings.kind == "python":
         task = _from_factory(settings)
     elif settings.kind == "dataset":
         task = _from_dataset(settings)
@@ -81,7 +97,82 @@ def build_task(settings: TaskSettings, n_agents: int = 2) -> Task:
         from llm.problems.task import FormatBonus
 
         changes["bonus"] = FormatBonus(settings.format_reward)
+    if settings.environment and settings.kind != "environment":
+        changes["environment"] = environment_factory(settings, n_agents)
     return dataclasses.replace(task, **changes) if changes else task
+
+
+# -- environments --------------------------------------------------------------------------------
+TEXTARENA = "textarena:"
+
+
+def environment_factory(settings: TaskSettings, n_agents: int) -> EnvironmentFactory:
+    """The factory ``[task] environment`` names, with ``[task.environment_args]`` bound: the
+    built-in "calculator", "textarena:<game id>", or "module:function" (called per dialogue)."""
+    spec, args = settings.environment, dict(settings.environment_args)
+    if spec == "calculator":
+        from llm.problems.calculator import Calculator
+
+        factory: Callable[..., Any] = Calculator
+        args.setdefault("n_agents", n_agents)
+    elif spec.startswith(TEXTARENA):
+        from llm.problems.textarena_games import TextArenaGame
+
+        factory = TextArenaGame
+        args = {"game": spec[len(TEXTARENA) :], "n_agents": n_agents, **args}
+        if "acting" in args:
+            args["acting"] = tuple(args["acting"])
+    else:
+        factory = load_function(spec, settings.directory, "[task] environment")
+    try:
+        inspect.signature(factory).bind(**args)
+    except TypeError as error:
+        raise ConfigError(
+            f"[task] environment_args: {spec} takes no such arguments: {error}"
+        ) from None
+    bound = functools.partial(factory, **args)
+    functools.update_wrapper(bound, factory)  # its name, in the messages of a failing call
+    return bound
+
+
+def environment_won(dialogue: Dialogue) -> float:
+    """1 when the environment's rewards add up to a won game's (TextArena's reward of a win)."""
+    from llm.problems.textarena_games import WIN_REWARD
+
+    return float(environment_return(dialogue) >= WIN_REWARD)
+
+
+environment_won.grading = True  # type: ignore[attr-defined]
+
+
+def environment_games(settings: TaskSettings, n_agents: int) -> Task:
+    """``kind = "environment"``: one problem per game seed, the environment's rewards the
+    reward (TextArena's lie in [-1, 1]), a won game the held-out accuracy. The held-out games
+    are seeds ``eval_seed`` .. ``eval_seed + eval_size - 1``; training draws any other seed."""
+    from llm.problems.textarena_games import game_problems
+
+    name = settings.environment.removeprefix(TEXTARENA)
+    held_out = range(settings.eval_seed, settings.eval_seed + settings.eval_size)
+
+    def draw(rng: np.random.Generator, count: int) -> list[Problem]:
+        seeds: list[int] = []
+        while len(seeds) < count:
+            seed = int(rng.integers(2**31))
+            if seed not in held_out:  # disjoint from the held-out games by construction
+                seeds.append(seed)
+        return game_problems(name, seeds)
+
+    return Task(
+        train=draw,
+        test=game_problems(name, list(held_out)),
+        reward=environment_return,
+        metric=environment_won,
+        name=name,
+        split=lambda question: "test" if int(question.rsplit("#", 1)[-1]) in held_out else "train",
+        grading=True,
+        reward_range=(-1.0, 1.0),
+        environment=environment_factory(settings, n_agents),
+    )
 
 
 # -- rewards -------------------------------------------------------------------------------------

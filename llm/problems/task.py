@@ -28,6 +28,9 @@ One interface for the built-in tasks (``llm.problems.builtin``) and a user's own
   never sees it;
 - ``roles``: the system prompt, per-agent role prompts and message lengths the task is
   written for (they replace the run's ``[team]`` and ``[sampler]`` values);
+- ``environment``: a factory of ``llm.problems.environment.Environment`` (one per dialogue):
+  the world whose text enters the context between turns, whose rewards
+  ``environment_return`` sums (the reward to give such a task unless it has its own);
 - ``split``: declares how problems are split (``identity -> "train" | "test"``), so that
   ``llm.check_task`` can check the training draws are disjoint from the test set.
 
@@ -48,6 +51,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from llm.problems.environment import EnvironmentFactory
 from llm.problems.tasks import Problem, TaskError
 from llm.rewards.answers import final_answer_reward
 from llm.rewards.grading import Grade, grade
@@ -69,6 +73,13 @@ class Dialogue:
     """Each turn's text, in order (decoded, the stop token left out)."""
     speakers: tuple[int, ...]
     """Who spoke each turn (agents 0..n-1)."""
+    observations: tuple[str, ...] = ()
+    """With an environment (``Task.environment``): the text it added after each turn, shared
+    and private alike ("" where none); () without one."""
+    environment_rewards: tuple[float, ...] = ()
+    """With an environment: its reward for each turn; () without one."""
+    opening: str = ""
+    """With an environment: the opening text it showed (the problem's question otherwise)."""
 
     @property
     def final(self) -> str:
@@ -82,9 +93,12 @@ class Dialogue:
             text = repr(text)[1:-1]  # newlines and tabs written out: one line
             return text if len(text) <= width else text[: width - 3] + "..."
 
-        return " | ".join(
-            f"agent {s}: {cut(m)}" for s, m in zip(self.speakers, self.messages, strict=False)
-        )
+        parts = []
+        for t, (speaker, message) in enumerate(zip(self.speakers, self.messages, strict=False)):
+            parts.append(f"agent {speaker}: {cut(message)}")
+            if t < len(self.observations) and self.observations[t]:
+                parts.append(f"environment: {cut(self.observations[t])}")
+        return " | ".join(parts)
 
 
 RewardValue = float | Sequence[float]
@@ -115,6 +129,12 @@ def reference_parses(answer: str) -> bool:
         return bool(answer) and bool(parse(answer))
     except Exception:  # math-verify raises assorted errors (timeouts, sympy) on odd input
         return False
+
+
+def environment_return(dialogue: Dialogue) -> float:
+    """The environment's rewards of a dialogue, summed: the episodic return of THEORY.md §1's
+    MDP (undiscounted) when the environment's rewards are the task's."""
+    return math.fsum(dialogue.environment_rewards)
 
 
 def verdict_of(dialogue: Dialogue) -> Grade:
@@ -187,6 +207,9 @@ class Task:
     """identity (``llm.problems.tasks.identity_of``) -> "train" or "test", where declared."""
     grading: bool | None = None
     """Whether ``metric`` grades answers right or wrong (None: ``measure`` decides)."""
+    environment: EnvironmentFactory | None = None
+    """A function returning a fresh ``Environment`` per dialogue; None: the team talks to
+    itself (the context is the question and the agents' messages)."""
     reward_range: tuple[float, float] | None = (0.0, 1.0)
     """Where every return of ``reward`` lies (one float, or the mean of the per-turn ones):
     the bounds the measured certificate needs (``teamtr.measured``). The default fits the
@@ -209,7 +232,7 @@ class Task:
                     )
             object.__setattr__(self, "train", _with_origins(problems, "train"))
         object.__setattr__(self, "test", _with_origins(tuple(self.test), "test"))
-        for field_name in ("reward", "metric", "bonus", "split"):
+        for field_name in ("reward", "metric", "bonus", "split", "environment"):
             value = getattr(self, field_name)
             if value is not None and not callable(value):
                 raise TaskError(

@@ -70,6 +70,7 @@ from llm.common import profiling
 from llm.common.devices import seeded
 from llm.common.settings import SamplerSettings
 from llm.conversation.dialogue import ChatFormat, Episode, Turn
+from llm.conversation.environment_session import observation_text, open_episode, sessions_of
 from llm.conversation.router import Router
 from llm.engines.factory import make_engine
 from llm.engines.protocol import Engine, TurnRequest
@@ -78,6 +79,7 @@ from llm.logprobs.scoring import score_chunks
 from llm.models.agents import LoraTeam
 from llm.problems.rewards import Grade
 from llm.problems.task import Dialogue, ProblemSource, Task, verdict_of
+from llm.problems.tasks import Problem
 from llm.sampling.held_out import HeldOut, continue_groups, draw_held_out
 from teamtr.measured import PairedDifferences
 
@@ -243,6 +245,23 @@ class DialogueRollouts:
         return {(e, t): self.old_logps[e][t] for e, t, _ in turns}
 
 
+def dialogue_of(chat: ChatFormat, episode: Episode, environment: bool) -> Dialogue:
+    """``episode`` as a reward sees it; ``environment``: with the environment's text, rewards
+    and opening."""
+    messages = tuple(chat.message_text(turn) for turn in episode.turns)
+    speakers = tuple(turn.agent for turn in episode.turns)
+    if not environment:
+        return Dialogue(episode.problem, messages, speakers)
+    return Dialogue(
+        episode.problem,
+        messages,
+        speakers,
+        observations=tuple(observation_text(turn) for turn in episode.turns),
+        environment_rewards=tuple(turn.reward for turn in episode.turns),
+        opening=chat.decode(episode.prompt),
+    )
+
+
 def group_signal(rewards: np.ndarray, group_size: int) -> np.ndarray:
     """Per GRPO group (``group_size`` contiguous rewards): whether its rewards differ."""
     groups = np.asarray(rewards, dtype=float).reshape(-1, group_size)
@@ -331,15 +350,25 @@ class DialogueSampler:
         problems = self.task.draw(self.rng, s.prompts_per_batch if count is None else count)
         episodes = []
         for problem in problems:
-            prompt = tuple(self.chat.encode_prompt(problem.question))
             for _ in range(s.group_size if group_size is None else group_size):
                 route_seed = int(self.rng.integers(2**31))
-                episodes.append(Episode(problem, prompt, route_seed))
+                episodes.append(self.open_episode(problem, route_seed))
         return episodes
 
+    def open_episode(self, problem: Problem, route_seed: int) -> Episode:
+        """A new dialogue about ``problem`` with its seed (routing, and the task's environment:
+        ``llm.conversation.environment_session.open_episode``)."""
+        return open_episode(
+            self.chat, problem, route_seed, self.task.environment, len(self.chat.headers)
+        )
+
     def next_speaker(self, episode: Episode) -> int:
+        """Who speaks next: the one the environment named, else the router's choice."""
         turn = len(episode.turns)
         last = episode.turns[-1] if episode.turns else None
+        named = last.next_speaker if last is not None else episode.first_speaker
+        if named is not None:
+            return named
         return self.router.speaker(
             turn,
             episode.route_seed,
@@ -377,10 +406,13 @@ class DialogueSampler:
     ) -> tuple[list[Episode], int]:
         s = self.settings
         generated = 0
+        # Each dialogue's environment, replayed to its last kept turn (prefix reuse).
+        sessions = sessions_of(self.task.environment, self.chat, episodes, len(self.chat.headers))
         while True:
             pending: dict[int, list[int]] = {}
             for index, episode in enumerate(episodes):
-                if len(episode.turns) < s.turns:
+                # H = s.turns caps every dialogue, an environment's that never ends included.
+                if len(episode.turns) < s.turns and not episode.ended:
                     pending.setdefault(self.next_speaker(episode), []).append(index)
             if not pending:
                 return episodes, generated
@@ -405,7 +437,13 @@ class DialogueSampler:
                 messages, recorded = drawn.messages, drawn.logps
                 for k, (index, message) in enumerate(zip(indices, messages, strict=True)):
                     episode = episodes[index]
-                    turn = Turn(agent, message, None if recorded is None else recorded[k])
+                    logps = None if recorded is None else recorded[k]
+                    session = sessions[index]
+                    turn = (
+                        Turn(agent, message, logps)
+                        if session is None
+                        else session.turn(agent, message, logps)
+                    )
                     episodes[index] = episode.with_turns([*episode.turns, turn])
                     generated += len(message)
                 if on_messages is not None:
@@ -449,11 +487,7 @@ class DialogueSampler:
 
     def dialogue(self, episode: Episode) -> Dialogue:
         """A finished episode as its task's reward sees it: the problem and each turn's text."""
-        return Dialogue(
-            episode.problem,
-            tuple(self.chat.message_text(turn) for turn in episode.turns),
-            tuple(turn.agent for turn in episode.turns),
-        )
+        return dialogue_of(self.chat, episode, self.task.environment is not None)
 
     def graded(self, episodes: Sequence[Episode]) -> tuple[list[Grade], np.ndarray]:
         """Each finished episode's final-answer grade and training reward (the task's

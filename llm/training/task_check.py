@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from llm.common.config import RunConfig
-from llm.conversation.dialogue import ChatFormat, Episode
+from llm.conversation.dialogue import ChatFormat
 from llm.models.loading import tiny_char_tokenizer
 from llm.problems.answer_check import AnswerScores, try_answers
 from llm.problems.task import Dialogue, RewardError, Task, TaskError, reported
@@ -248,7 +248,7 @@ def _played(
     probe = dataclasses.replace(task, train=tuple(train or test), test=tuple(test))
     parts = build(tiny, progress=False, task=probe)
     started = [
-        Episode(problem, tuple(parts.chat.encode_prompt(problem.question)), route_seed)
+        parts.sampler.open_episode(problem, route_seed)
         for problem in (*train, *test)
         for route_seed in range(dialogues)
     ]
