@@ -98,11 +98,12 @@ def _add_scaled_product(
     """``result + B(down) * scaling`` as one ``addmm`` into ``result`` (a float32 tensor this
     layer made, read by nothing else yet): no float32 tensor of the output's size for the
     product, the scaled product and the sum, where a whole-transcript pass spends most of a
-    layer's time (docs/stage_cost.md). A scaling that is a power of two (the default: alpha
-    32 / rank 16) multiplies exactly, so the fused ``scaling * (down B^T) + result`` rounds
-    once, as the separate sum does: the same bits (test). Another scaling differs by float32's
-    rounding of the sum at most (the fused multiply-add rounds once where the separate
-    product and sum round twice)."""
+    layer's time (docs/stage_cost.md). It computes the separate sum's value to float32's
+    rounding, not its bits: the BLAS library picks the rank-r sum's order and where the
+    scaling and ``result`` enter it (MKL on AMD scales B before the products), so each term
+    passes through at most r + 2 roundings on either side (r + 1 when the scaling is a power
+    of two, exact: the default alpha 32 / rank 16); tests bound the difference by that count
+    (docs/float_tolerances.md)."""
     if lora_b.bias is not None or not result.is_contiguous():
         return result + lora_b(down) * scaling
     width = result.shape[-1]

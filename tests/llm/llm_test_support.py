@@ -144,6 +144,22 @@ class AlternatingRewards:
 FLOAT32_EPSILON = 2.0**-23
 """The spacing of float32 numbers at 1 (``torch.finfo(torch.float32).eps``)."""
 
+FLOAT32_U = 2.0**-24
+"""float32's unit roundoff: a rounding to nearest moves a value by at most this, relatively."""
+
+
+def gamma(k: int, u: float = FLOAT32_U) -> float:
+    """Higham's ``gamma_k = k u / (1 - k u)``: a computation in which every term passes through
+    at most ``k`` roundings (the inner product of length ``k``: ``k - 1`` additions and the
+    product's own, in ANY order or tree, with or without fused multiply-adds) is off its exact
+    value by at most ``gamma_k`` times the sum of its terms' absolute values (Higham, Accuracy
+    and Stability of Numerical Algorithms, Lemma 3.1 and (3.5)). The bound for tests that
+    compare two kernels: a BLAS library promises no summation order, only the count.
+    ``gamma_j + gamma_k + gamma_j gamma_k <= gamma_{j+k}`` (Lemma 3.3) composes stages."""
+    if not k * u < 1:
+        raise ValueError(f"gamma_{k} is undefined for u = {u}")
+    return k * u / (1 - k * u)
+
 
 def forward_sum_terms(config, positions: int, adapter_rank: int = 0) -> int:
     """How many float32 terms a Llama logit sums along its longest chain of sums.
