@@ -249,3 +249,56 @@ def sessions_of(
 def observation_text(turn: Turn) -> str:
     """Everything the environment said after ``turn``, shared and private, one line each."""
     return "\n".join(reply.text for reply in turn.replies)
+
+
+CHECK_MESSAGES = ("", "0", "[5]", "1 + 2", "up", "[A C]", "x" * 300)
+"""Messages ``check_environment`` steps with, beside random text: empty, numbers, moves in
+brackets, an expression, a word, a long message."""
+
+
+def check_environment(
+    environment: EnvironmentFactory,
+    chat: ChatFormat,
+    problems: Sequence[Problem],
+    n_agents: int,
+    turns: int,
+    seed: int = 0,
+) -> int:
+    """Play ``environment`` on each of ``problems`` for up to ``turns`` messages (the check's
+    own, then random text), twice from the same seed: an ``EnvironmentFault`` where it raises,
+    returns something that is not an ``Opening``/``Reply``, a reward that is not finite, or
+    other text, rewards or ends the second time. Returns the steps checked."""
+    rng = np.random.default_rng(seed)
+    alphabet = list("abcdefghijklmnopqrstuvwxyz0123456789 []+-*/.,")
+    steps = 0
+    for index, problem in enumerate(problems):
+        texts = [
+            CHECK_MESSAGES[(t + index) % len(CHECK_MESSAGES)]
+            if t < len(CHECK_MESSAGES)
+            else "".join(rng.choice(alphabet, size=int(rng.integers(1, 40))))
+            for t in range(turns)
+        ]
+        plays = []
+        for _ in range(2):
+            session = Session(environment, chat, problem, seed + index, n_agents)
+            opening = session.reset()
+            speaker = 0 if opening.first_speaker is None else opening.first_speaker
+            play: list[object] = [opening]
+            for text in texts:
+                reply = session.step(speaker, text)
+                play.append(reply)
+                if reply.done:
+                    break
+                speaker = (
+                    reply.next_speaker
+                    if reply.next_speaker is not None
+                    else (speaker + 1) % n_agents
+                )
+            plays.append(play)
+        if plays[0] != plays[1]:
+            raise session.fault(
+                "gave other text, rewards or ends for the same seed and messages (not "
+                "reproducible: draw random numbers from the seed reset receives)"
+            )
+        steps += len(plays[0]) - 1
+    return steps

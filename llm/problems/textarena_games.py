@@ -91,9 +91,9 @@ class TextArenaGame:
                 f"TextArena has no game {self.game!r}"
                 + (f"; did you mean {close}?" if close else "")
             )
-        self.env = ta.make(f"{self.game}-raw", **dict(self.options))
         game_seed = int(problem.metadata.get("seed", seed))
         try:
+            self.env = ta.make(f"{self.game}-raw", **dict(self.options))
             self.env.reset(num_players=self.players, seed=game_seed)
         except LookupError as error:  # nltk: a corpus it would download now
             resource = str(error).split("Resource")[-1].split("not found")[0].strip(" '\n*")

@@ -32,6 +32,7 @@ import numpy as np
 
 from llm.common.config import RunConfig
 from llm.conversation.dialogue import ChatFormat
+from llm.conversation.environment_session import check_environment
 from llm.models.loading import tiny_char_tokenizer
 from llm.problems.answer_check import AnswerScores, try_answers
 from llm.problems.task import Dialogue, RewardError, Task, TaskError, reported
@@ -66,6 +67,8 @@ class TaskCheck:
     """Training and test problems whose reward (metric) was called on a dialogue of theirs."""
     answers: AnswerScores | None = None
     """The reward of the task's own answers (``llm.problems.answer_check``)."""
+    environment_steps: int = 0
+    """Steps of the task's environment tried (each twice, from one seed); 0: none."""
 
     def lines(self) -> list[str]:
         low, high = self.reward_range
@@ -89,6 +92,11 @@ class TaskCheck:
             f"reward called on a dialogue of {train_rows} training problems and metric on "
             f"{test_rows} held out (at most {CHECKED_ROWS} each, {CHECK_SECONDS:g} s)"
         )
+        if self.environment_steps:
+            lines.append(
+                f"environment stepped {self.environment_steps} times on odd and random messages, "
+                "twice from the same seeds: the same text, rewards and ends"
+            )
         if self.answers is not None:
             lines.append(self.answers.line())
         return lines + [f"warning: {w}" for w in self.warnings]
@@ -118,6 +126,11 @@ def check_task(
         warnings.append("no test problems: runs train without a held-out evaluation")
     tiny = _tiny_team(team, dialogues)
     chat = _chat(tiny)
+    environment_steps = 0
+    if task.environment is not None:
+        environment_steps = check_environment(
+            task.environment, chat, [*train[:2], *test[:2]], tiny.team.n_agents, tiny.sampler.turns
+        )
     train_played = _fitting(tiny, chat, train, "training", warnings)[:1]
     test_played = _fitting(tiny, chat, test, "test", warnings)[:1]
     if not train_played + test_played:
@@ -158,6 +171,7 @@ def check_task(
         train_problems=train_problems,
         rows_scored=rows_scored,
         answers=answers,
+        environment_steps=environment_steps,
     )
 
 
@@ -226,6 +240,7 @@ def _tiny_team(config: RunConfig, dialogues: int) -> RunConfig:
             "engine": "hf",
             "engine_url": "",
             "engine_args": "",
+            "engine_key_variable": "",
             "max_new_tokens": CHECK_MESSAGE_TOKENS,
             "prompts_per_batch": 1,
             "group_size": max(2, dialogues),

@@ -128,9 +128,12 @@ def check_training(
 
 
 def user_code(config: RunConfig) -> bool:
-    """Whether the run's task is one's own (a factory, a data file, a reward or metric)."""
+    """Whether the run's task is one's own (a factory, a data file, a reward or metric) or acts
+    in an environment (whose code is as much one's own: the check tries it)."""
     task = config.task
-    return task.kind in ("python", "dataset") or bool(task.reward or task.metric)
+    return task.kind in ("python", "dataset", "environment") or bool(
+        task.reward or task.metric or task.environment
+    )
 
 
 def train(
