@@ -14,6 +14,7 @@ import math
 
 import pytest
 import torch
+from llm_test_support import gamma
 from peft import LoraConfig, get_peft_model
 from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -27,9 +28,6 @@ from llm.models.lora_sum import (
     lora_sum_of,
 )
 from llm.models.precision import install_float32_attention, install_float32_head
-
-FLOAT32_U = 2.0**-24
-"""float32's unit roundoff."""
 
 
 class OneLayer(torch.nn.Module):
@@ -102,18 +100,33 @@ def test_peft_sum_rounds_a_small_branch_away_entirely():
 
 
 def test_float32_sum_adds_the_branch_exactly():
-    """Output = float32(bfloat16 product) + s B A x, kept in float32: its difference from the
-    plain product is the branch to float32's rounding of one sum (|y| u32 per element, with
-    the branch computed in another order: a few units more)."""
+    """Output = float32(bfloat16 product) + s B A x, kept in float32: it is the plain product
+    ``c`` (the same bfloat16 kernel's bits, upcast exactly) plus the exact branch
+    ``e = s sum_k b_k d_k``, ``d = A x``, to float32's rounding counted whatever the order
+    (``llm_test_support.gamma``): the down projection's ``n``-term sums are off by at most
+    ``gamma_n D_k`` (``D_k = sum_i |x_i A_ki|``); the rank-r sum, its exact scaling by 2 and
+    the add of ``c`` pass every term through at most r + 1 roundings more, so
+    ``|y - c - e| <= gamma_{r+1} |c| + gamma_{n+r+1} s sum_k |b_k| D_k`` (Higham's Lemma 3.3
+    composes the two stages). ``|branch|`` alone (the former ``70 u |branch|``) misses the
+    cancellation inside the sums."""
     peft_model, layer, x = adapted_layer("float32")
     adapted, plain = outputs_with_and_without(peft_model, layer, x)
     assert adapted.dtype == torch.float32
-    branch = branch_of(layer, x)
-    assert branch.abs().max() > 0
-    # The sum rounds once (|y| u32) and the two branch computations differ by their own
-    # float32 rounding over rank-4 and width-64 sums (<= 70 |branch| u32 each).
-    tolerance = 4 * FLOAT32_U * adapted.abs() + 2 * 70 * FLOAT32_U * branch.abs()
-    assert ((adapted - plain.float()) - branch).abs().le(tolerance).all()
+    weight = layer.get_base_layer().weight
+    assert torch.equal(plain, torch.nn.functional.linear(x, weight))  # c: one kernel's bits
+    scaling, rank = layer.scaling["default"], layer.r["default"]
+    assert scaling == 2.0  # a power of two: the scaling rounds nothing
+    a = layer.lora_A["default"].weight.detach().double()
+    b = layer.lora_B["default"].weight.detach().double()
+    exact = scaling * (x.double() @ a.T @ b.T)  # float64: every product exact, sums to 2^-53
+    width = x.shape[-1]
+    terms = scaling * (x.double().abs() @ a.abs().T @ b.abs().T)  # s sum_k |b_k| D_k
+    tolerance = gamma(rank + 1) * plain.double().abs() + gamma(width + rank + 1) * terms
+    assert exact.abs().max() > 0
+    assert ((adapted.double() - plain.double() - exact).abs() <= tolerance).all()
+    # The test's power: where the branch exceeds the tolerance (about half the outputs here),
+    # a sum that drops it (PEFT's rounding, or no branch) fails.
+    assert (exact.abs() > tolerance).any()
 
 
 def test_round_once_keeps_the_branch_in_expectation():
