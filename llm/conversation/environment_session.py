@@ -246,6 +246,12 @@ def sessions_of(
     return [Session.replayed(environment, chat, episode, n_agents) for episode in episodes]
 
 
+def environment_record(turn: Turn) -> list[dict[str, Any]]:
+    """What the environment said after ``turn``, for transcripts: its text and who saw it
+    (``to``: an agent, or None for every agent)."""
+    return [{"text": reply.text, "to": reply.audience} for reply in turn.replies]
+
+
 def observation_text(turn: Turn) -> str:
     """Everything the environment said after ``turn``, shared and private, one line each."""
     return "\n".join(reply.text for reply in turn.replies)

@@ -17,6 +17,7 @@ import numpy as np
 from llm.common.collective import Collective
 from llm.common.progress import CountProgress
 from llm.conversation.dialogue import Episode, Turn
+from llm.conversation.environment_session import environment_record
 from llm.models.agents import LoraTeam
 from llm.problems.phrasings import TEMPLATES
 from llm.problems.private_notes import CHAIN_TEMPLATES, NOTES_TEMPLATES, RELAY_TEMPLATES
@@ -294,9 +295,7 @@ def transcript_records(
                 "notes": list(problem.notes),
                 "template": problem.template,
                 "difficulty": problem.difficulty,
-                "turns": [
-                    {"agent": turn.agent, "text": message_text(turn)} for turn in episode.turns
-                ],
+                "turns": [transcript_turn(turn, message_text(turn)) for turn in episode.turns],
                 "parsed_answer": verdict.extracted,
                 "parsed": verdict.parsed,
                 "reward": reward,
@@ -305,6 +304,15 @@ def transcript_records(
             }
         )
     return records
+
+
+def transcript_turn(turn: Turn, text: str) -> dict[str, Any]:
+    """One turn of a transcript: the agent's message, and apart from it what the environment
+    said after it (``environment``: each text with whom it was shown to), where it said any."""
+    record: dict[str, Any] = {"agent": turn.agent, "text": text}
+    if turn.replies:
+        record["environment"] = environment_record(turn)
+    return record
 
 
 def _share_of(n: int, collective: Collective) -> tuple[int, int]:

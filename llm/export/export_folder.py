@@ -403,6 +403,7 @@ def team_description(
         "agents": agents,
         "router": {"kind": team.router, "speaking_order": order},
         "turns": sampler.turns,
+        **_environment_entry(config),
         "generation": {
             "temperature": sampler.temperature,
             "greedy": "teamtr chat and eval play greedily (argmax); log-probs are of "
@@ -510,9 +511,37 @@ Each agent is the served model named by its adapter (`"model": "agent0"` in a re
 turn-taking stays the client's. `python play_with_vllm.py . http://127.0.0.1:8000 "question"
 [NOTE ...]` (this folder's copy: the standard library and the tokenizer) plays one greedy
 dialogue through the server as teamtr renders it, token ids to `/v1/completions`; `teamtr chat
---run THIS_FOLDER --url http://127.0.0.1:8000 --question "..."` plays it with teamtr.{_half_precision(team)}{_missing_base(team)}
+--run THIS_FOLDER --url http://127.0.0.1:8000 --question "..."` plays it with teamtr.{_environment_card(team)}{_half_precision(team)}{_missing_base(team)}
 
 {chat_card(team)}"""
+
+
+def _environment_entry(config: RunConfig) -> dict[str, Any]:
+    """team.json's ``environment``: the world the team was trained to act in, where it had one."""
+    task = config.task
+    if not task.environment:
+        return {}
+    return {
+        "environment": {
+            "name": task.environment,
+            "args": dict(task.environment_args),
+            "rendering": "after a message, the environment's text is a user message of the chat "
+            "template (chat_template([user: text]) without the system message), shown to every "
+            "agent or, when private, in its addressee's view only; it is never sampled",
+        }
+    }
+
+
+def _environment_card(team: dict[str, Any]) -> str:
+    if "environment" not in team:
+        return ""
+    name = team["environment"]["name"]
+    return f"""
+
+The team was trained to act in an environment (`{name}`): its text enters the dialogue after
+the messages it answers. `teamtr chat` and `llm.load_team(...).play` play it with the
+environment (`--url` too: only the messages are drawn by the server); `play_with_vllm.py` and
+`play_with_peft.py` play the team alone, without the environment's text."""
 
 
 def _half_precision(team: dict[str, Any]) -> str:

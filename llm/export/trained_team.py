@@ -33,6 +33,7 @@ from llm.conversation.router import make_router
 from llm.engines.vllm.client import VLLMEngine
 from llm.models.adapter_folder import ADAPTER_FILE
 from llm.models.agents import AdapterWeights, LoraTeam
+from llm.problems.configured import environment_factory
 from llm.problems.task import Dialogue, Task, TaskError
 from llm.problems.tasks import Problem
 from llm.sampling.sampler import DialogueSampler
@@ -217,7 +218,11 @@ class TrainedTeam:
             settings.policy_of,
         )
         router = make_router(settings.router, settings.n_agents, settings.speaking_order)
-        task = Task(_never_trains, name="play")  # the sampler plays; it draws no problems
+        # The sampler plays; it draws no problems. It plays in the run's environment, if any.
+        environment = (
+            environment_factory(config.task, settings.n_agents) if config.task.environment else None
+        )
+        task = Task(_never_trains, name="play", environment=environment)
         # A trained team plays in process: a run's server engine was the run's.
         in_process = dataclasses.replace(config.sampler, engine="hf", engine_url="", engine_args="")
         sampler = DialogueSampler(chat, router, task, in_process)

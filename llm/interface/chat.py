@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from llm.common.config import ConfigError
+from llm.evaluation.held_out import transcript_turn
 from llm.interface.cli_args import add_set_option, integer_at_least
 
 if TYPE_CHECKING:
@@ -121,8 +122,7 @@ def _chat(args: argparse.Namespace, trained: TrainedTeam, destination: Path | No
             "notes": list(problem.notes),
             "turns": [
                 {
-                    "agent": turn.agent,
-                    "text": trained.chat.message_text(turn),
+                    **transcript_turn(turn, trained.chat.message_text(turn)),
                     "tokens": list(turn.message),
                     "logps": [float(x) for x in logps[t]],
                 }
@@ -131,6 +131,9 @@ def _chat(args: argparse.Namespace, trained: TrainedTeam, destination: Path | No
         }
         for turn in record["turns"]:
             print(f"agent {turn['agent']}: {turn['text']}", flush=True)
+            for said in turn.get("environment", ()):
+                to = "" if said["to"] is None else f" (to agent {said['to']})"
+                print(f"environment{to}: {said['text']}", flush=True)
         played.append(record)
         if destination is not None:
             _write_dialogues(destination, trained.checkpoint, played)

@@ -409,3 +409,41 @@ def test_a_textarena_task_trains_checks_and_keeps_held_out_games_apart(tmp_path)
     assert run.returncode == 0, run.stderr
     records = [json.loads(line) for line in (tmp_path / "game" / "metrics.jsonl").open()]
     assert records
+
+
+def test_a_run_with_the_calculator_plays_it_in_eval_chat_and_load_team(tmp_path):
+    """Every door of a trained team plays its environment: the held-out transcripts hold the
+    calculator's replies apart from the agents' messages, ``teamtr chat`` prints them,
+    ``load_team().play`` returns them to a reward, and the export's team.json names it."""
+    import llm
+
+    calculator = ["--set", 'task.environment="calculator"', "--set", "stage.stages=1"]
+    run = teamtr(
+        "train",
+        "--config",
+        str(SMOKE),
+        *calculator,
+        "--output-dir",
+        str(tmp_path),
+        "--name",
+        "tool",
+    )
+    assert run.returncode == 0, run.stderr
+    results = tmp_path / "eval.json"
+    evaluated = teamtr("eval", "--run", str(tmp_path / "tool"), "--json", str(results))
+    assert evaluated.returncode == 0, evaluated.stderr
+    records = [json.loads(line) for line in results.with_suffix(".transcripts.jsonl").open()]
+    first = records[0]["turns"][0]
+    assert first["agent"] == 0 and first["environment"][0]["text"].startswith("calculator: ")
+    assert first["environment"][0]["to"] is None
+    assert "environment" not in records[0]["turns"][1]  # the answerer's message ends it
+    chat = teamtr("chat", "--run", str(tmp_path / "tool"), "--question", "What is 2 + 3?")
+    assert chat.returncode == 0, chat.stderr
+    assert "\nenvironment: calculator: " in "\n" + chat.stdout
+    dialogue = llm.load_team(tmp_path / "tool").play("What is 12 + 30?")
+    assert dialogue.observations[0].startswith("calculator: ") and dialogue.observations[1] == ""
+    exported = teamtr("export", "--run", str(tmp_path / "tool"), "--out", str(tmp_path / "out"))
+    assert exported.returncode == 0, exported.stderr
+    team = json.loads((tmp_path / "out" / "team.json").read_text())
+    assert team["environment"]["name"] == "calculator"
+    assert "act in an environment (`calculator`)" in (tmp_path / "out" / "README.md").read_text()
