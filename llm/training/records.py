@@ -104,6 +104,11 @@ class StageMetrics:
     """Tokens generated for the held-out groups (the measured certificate's cost)."""
     eval: dict[str, float] | None = None
     """The held-out evaluation after the stage, where one ran."""
+    environment_texts: int = 0
+    """Texts an environment added to the stage's drawn dialogues (0 without one), apart from
+    the agents' messages."""
+    ended_by_environment: int = 0
+    """Drawn dialogues the environment ended before the turn cap."""
 
     @classmethod
     def of(
@@ -130,6 +135,10 @@ class StageMetrics:
             updates=[UpdateMetrics.of(r) for r in report.records],
             measured=None if report.measured is None else report.measured.as_dict(),
             held_out_tokens=sum(c.held_out.generated_tokens for c in calls if c.held_out),
+            environment_texts=sum(
+                len(turn.replies) for c in calls for e in c.episodes for turn in e.turns
+            ),
+            ended_by_environment=sum(e.ended for c in calls for e in c.episodes),
         )
 
     @classmethod

@@ -127,6 +127,17 @@ def check_training(
     return run_dir
 
 
+def environment_part(record: StageMetrics) -> str:
+    """A stage line's account of its environment, where it has one: the texts it added and the
+    dialogues it ended."""
+    if not record.environment_texts:
+        return ""
+    return (
+        f" (environment: {record.environment_texts} texts, "
+        f"{record.ended_by_environment} dialogues ended)"
+    )
+
+
 def user_code(config: RunConfig) -> bool:
     """Whether the run's task is one's own (a factory, a data file, a reward or metric) or acts
     in an environment (whose code is as much one's own: the check tries it)."""
@@ -492,7 +503,7 @@ class _Run:
                 record.wall_seconds,
                 reward,
                 report.certificate,
-                certificate_parts(report),
+                certificate_parts(report) + environment_part(record),
             )
         return team, last
 

@@ -364,3 +364,47 @@ def test_a_request_the_server_refuses_is_the_fault_that_keeps_the_checkpoint(ser
             engine.address.request("POST", "/v1/unload_lora_adapter", body, timeout=60)
     with pytest.raises(EngineFailed, match="refused /v1/completions: HTTP 404"):
         served.sampler.sample(team)
+
+
+class Notary:
+    """A deterministic environment: after each message it says what it heard (shared), and
+    after agent 0's tells agent 1 a private line."""
+
+    def reset(self, problem, seed):
+        from llm.problems.environment import Opening
+
+        return Opening(f"{problem.question} (the notary listens)", {1: "only you see this"})
+
+    def step(self, speaker, message):
+        from llm.problems.environment import Reply
+
+        private = {1: "psst, agent 1"} if speaker == 0 else {}
+        return Reply(text=f"noted {len(message)} characters", private=private)
+
+
+def test_environment_text_reaches_the_server_as_the_trainer_sees_it(served):
+    """Dialogues with environment turns (shared and private text between the messages): the
+    server's log-probs of every message are the trainer's within float32's tolerance, so the
+    engine was given the same tokens, the environment's included, as each speaker's view."""
+    import copy
+    import dataclasses
+
+    sampler = copy.copy(served.sampler)
+    sampler.task = dataclasses.replace(sampler.task, environment=Notary)
+    team = served.team
+    for policy in range(team.n_agents):
+        team = team.with_agent(policy, moved(team.agent(policy), seed=policy + 5))
+    episodes = [sampler.open_episode(Problem("Say two", "2"), seed) for seed in range(4)]
+    played, _ = sampler.play(team, episodes, seed=3)
+    assert all(turn.replies for episode in played for turn in episode.turns)
+    pairs = []
+    for agent in range(team.n_agents):
+        trainer = sampler.agent_logps(team, played, agent)
+        pairs += [
+            (turn.sampled_logps, trainer[(e, t)])
+            for e, episode in enumerate(played)
+            for t, turn in enumerate(episode.turns)
+            if turn.agent == agent and turn.message
+        ]
+    assert sum(len(a) for a, _ in pairs) >= 10
+    assert largest_gap(pairs) <= TOLERANCE

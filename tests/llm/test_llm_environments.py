@@ -408,7 +408,8 @@ def test_a_textarena_task_trains_checks_and_keeps_held_out_games_apart(tmp_path)
     )
     assert run.returncode == 0, run.stderr
     records = [json.loads(line) for line in (tmp_path / "game" / "metrics.jsonl").open()]
-    assert records
+    assert records[0]["environment_texts"] > 0  # the game's text, counted apart from messages
+    assert "texts, " in run.stderr and "dialogues ended)" in run.stderr
 
 
 def test_a_run_with_the_calculator_plays_it_in_eval_chat_and_load_team(tmp_path):
