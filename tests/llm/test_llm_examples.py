@@ -41,12 +41,13 @@ def tiny_config(tmp_path: Path, example: str) -> Path:
     return path
 
 
-@pytest.mark.parametrize("example", ["proposer_verifier", "per_turn"])
+@pytest.mark.parametrize("example", ["proposer_verifier", "per_turn", "calculator", "checker"])
 def test_the_example_checks_trains_and_evaluates_on_the_tiny_model(tmp_path, capsys, example):
     config = tiny_config(tmp_path, example)
     assert main(["train", "--config", str(config), "--check"]) == 0
     checked = capsys.readouterr().out
     assert "dialogues played on a tiny random model" in checked
+    assert ("environment stepped" in checked) == (example in ("calculator", "checker"))
     assert ("per-turn" in checked) == (example == "per_turn")
     assert main(["train", "--config", str(config), "--no-progress", "--name", "r"]) == 0
     record = json.loads((tmp_path / "runs" / "r" / "metrics.jsonl").read_text().splitlines()[-1])
