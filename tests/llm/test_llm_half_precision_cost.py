@@ -88,14 +88,15 @@ def rounding_bound(layer: LoraLinear, x: torch.Tensor, roundings: int) -> torch.
 def test_the_float32_sum_layer_is_peft_composition_forward_to_rounding_backward_bit_for_bit():
     """The forward pass: the fused ``addmm`` and PEFT's ``mm``, scaling and sum are two
     kernels, and the BLAS library promises neither's order (it may start the sum from the
-    addend ``c``, or block the rank-r sum otherwise; MKL on AVX-512 gives the same bits today,
-    which nothing promises). With ``s = 2`` (alpha 8 / rank 4, a power of two) the scaling is
-    exact wherever it is applied, so every term passes through at most r + 1 roundings (the
-    products and the sum, ``c``'s add included) on either side: within ``2 gamma_5`` of the
-    terms' absolute sum of each other (``rounding_bound``). The backward pass of a fixed
+    addend ``c``, or block the rank-r sum otherwise; MKL's paths on AMD EPYC and on AMX give
+    the same bits today, which nothing promises). With ``s = 2`` (alpha 8 / rank 4) the
+    scaling is exact wherever it is applied, so every term passes through at most r + 1
+    roundings (the products and the sum, ``c``'s add included) on either side: within
+    ``2 gamma_5`` of the terms' absolute sum of each other (``rounding_bound``). The backward pass of a fixed
     cotangent (a linear loss: the gradients do not read the forward's rounding) is the same
-    products in the same layouts on both sides (autograd's ``addmm`` backward is the ``mm``
-    backward of ``linear``, then a multiplication by 2: exact), bit for bit."""
+    products in the same layouts on both sides (``MKL_VERBOSE`` lists the same four GEMM calls,
+    shapes and transposes for both; the ``addmm``'s multiplies its products by 2 after them,
+    ``linear``'s before: exact either way), bit for bit."""
     model = adapted(torch.bfloat16)
     layer = model.base_model.model.k
     assert type(layer) is Float32SumLoraLinear and layer.get_base_layer().bias is not None
