@@ -289,3 +289,47 @@ def test_a_run_with_non_finite_steps_goes_on_and_logs_them(tmp_path):
         checkpoint = run_dir / "checkpoints" / f"stage_{STAGES}" / f"agent{agent}.safetensors"
         lora_b = [v for k, v in load_file(str(checkpoint)).items() if "lora_B" in k]
         assert lora_b and all(v.eq(0).all() for v in lora_b)
+
+
+DICE_WORLD = '''
+import random
+
+from llm.problems.environment import Opening, Reply
+
+
+class Dice:
+    """Rolls a die after every message with the global random module, says so, pays the roll,
+    ends the dialogue on a 1."""
+
+    def reset(self, problem, seed):
+        random.seed(seed)
+        return Opening(problem.question)
+
+    def step(self, speaker, message):
+        roll = random.randint(1, 6)
+        return Reply(text=f"rolled {roll}", reward=roll / 6, done=roll == 1)
+'''
+
+
+def test_a_run_in_a_stochastic_environment_killed_and_resumed_is_bit_identical(tmp_path):
+    """A stochastic environment drawing from the global ``random`` module: a run killed in its
+    second stage and resumed is the straight run, bit for bit (metrics and final weights)."""
+    base = write_config(tmp_path)
+    (tmp_path / "dice_world.py").write_text(DICE_WORLD)
+    config = tmp_path / "dice.toml"
+    config.write_text(f'extends = "{base}"\n[task]\nenvironment = "dice_world:Dice"\n')
+    code, err = finish(teamtr("train", "--config", str(config), "--name", "straight"))
+    assert code == 0, err
+    straight = tmp_path / "runs" / "straight"
+    records = [json.loads(line) for line in (straight / "metrics.jsonl").read_text().splitlines()]
+    assert all(r["environment_texts"] > 0 for r in records)
+    run_dir = tmp_path / "runs" / "killed"
+    process = teamtr("train", "--config", str(config), "--name", "killed")
+    wait_for(run_dir / "checkpoints" / "stage_1", process)
+    time.sleep(0.3)
+    process.send_signal(signal.SIGKILL)
+    process.communicate(timeout=60)
+    assert not (run_dir / "checkpoints" / f"stage_{STAGES}").exists(), "killed too late"
+    code, err = finish(teamtr("train", "--resume", str(run_dir)))
+    assert code == 0, err
+    assert_identical_runs(straight, run_dir)
