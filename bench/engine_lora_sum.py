@@ -18,6 +18,18 @@ Reported per variant and agent: the share of float32's change it keeps (the proj
 left is rounding noise, orthogonal to the change). The base alone is compared too (mean and
 largest |Δ log-prob| against float32's base).
 
+Each share comes with its standard error over the messages (``kept_se_messages``). A
+half-precision engine's change differs from float32's by rounding noise of a size of its own,
+not of the update's: on the tiny model, vLLM's bfloat16 with the plugin leaves a residual of
+0.9e-3 to 1.4e-3 nats a token for updates whose change ranges from 0.25e-3 to 20e-3 a token,
+and most of it is deterministic (the rounding of everything else the bfloat16 model computes,
+on a changed input), which repeated passes of the stochastic sum do not average away. The
+projection is unbiased (its denominator, float32's change, is exact), but its error is that
+noise's projection, large where the change is small. The error is estimated from the residual,
+message by message (a rounding carries to the message's later tokens through the cache): every
+error that is not the change counts, the stochastic sum's draws and the deterministic rounding
+alike. ``kept_se`` is the repeats' own standard error: the draws' part only.
+
 Usage (one thread; about 10 CPU-minutes a seed for the default relay on SmolLM2)::
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/engine_lora_sum.py --config default \\
@@ -87,16 +99,41 @@ def flat(values: dict[Ref, torch.Tensor] | dict[Ref, list[float]], refs: list[Re
     return torch.cat([torch.as_tensor(values[ref], dtype=torch.float64) for ref in refs])
 
 
-def share_kept(change: torch.Tensor, wanted: torch.Tensor) -> dict[str, float]:
+def share_kept(change: torch.Tensor, wanted: torch.Tensor, lengths: list[int]) -> dict[str, float]:
+    """The share of ``wanted`` (float32's change) that ``change`` keeps, its cosine, and the
+    share's standard error over the messages (``lengths``: each message's tokens, in order)."""
     if not float(wanted @ wanted) > 0:
         raise ValueError(
             "an agent's first update did not move its policy (no reward signal in the batch, or"
             " the update was rejected): nothing to keep; another seed or a larger batch"
         )
+    kept = float(change @ wanted) / float(wanted @ wanted)
     return {
-        "kept": float(change @ wanted) / float(wanted @ wanted),
+        "kept": kept,
+        "kept_se_messages": message_se(change - kept * wanted, wanted, lengths),
         "cosine": cosine(change, wanted),
     }
+
+
+def message_se(residual: torch.Tensor, wanted: torch.Tensor, lengths: list[int]) -> float:
+    """The standard error of the projection <change, wanted> / <wanted, wanted> from the
+    ``residual`` (change minus its fitted part), clustered by message: the rounding noise of one
+    token is carried to the message's later ones through the cache, so messages, not tokens, are
+    the independent draws. The sandwich estimate with the small-sample factor G / (G - 1) of G
+    messages; infinite with one message (no spread to measure)."""
+    messages = len(lengths)
+    if messages < 2:
+        return math.inf
+    terms = torch.stack(
+        [
+            w @ r
+            for w, r in zip(
+                torch.split(wanted, lengths), torch.split(residual, lengths), strict=True
+            )
+        ]
+    )
+    spread = float(terms.pow(2).sum()) * messages / (messages - 1)
+    return math.sqrt(spread) / float(wanted @ wanted)
 
 
 def vllm_prompts(
@@ -156,11 +193,15 @@ def engine_row(
     prompts: list[dict[str, Any]],
     answer: dict[str, Any],
     refs_of: dict[int, list[Ref]],
+    lengths: dict[int, list[int]],
     wanted: dict[int, torch.Tensor],
     float32_base: dict[int, torch.Tensor],
+    residuals: dict[int, torch.Tensor] | None = None,
 ) -> dict[str, Any]:
-    """Per agent: the share of float32's change kept (mean over the adapter's repeats, with its
-    standard error), its cosine, and the engine's base against float32's."""
+    """Per agent: the share of float32's change kept by the mean change over the adapter's
+    repeats (the mean of the repeats' shares), its standard error over the messages and over the
+    repeats, the repeats' mean cosine, and the engine's base against float32's. ``residuals``,
+    where given, receives each agent's mean change minus its fitted part (for ``paired``)."""
     values: dict[tuple[int, str | None, int], dict[Ref, list[float]]] = {}
     for prompt, logps in zip(prompts, answer["logprobs"], strict=True):
         key = (prompt["agent"], prompt["adapter"], prompt["copy"])
@@ -169,13 +210,18 @@ def engine_row(
     for agent, refs in refs_of.items():
         engine_base = flat(values[(agent, None, 0)], refs)
         repeats = [key for key in values if key[:2] == (agent, f"agent{agent}")]
-        shares = [
-            share_kept(flat(values[key], refs) - engine_base, wanted[agent]) for key in repeats
-        ]
+        changes = [flat(values[key], refs) - engine_base for key in repeats]
+        shares = [share_kept(change, wanted[agent], lengths[agent]) for change in changes]
         kept = [share["kept"] for share in shares]
+        mean_change = torch.stack(changes).mean(0)
+        mean = share_kept(mean_change, wanted[agent], lengths[agent])
+        if residuals is not None:
+            residuals[agent] = mean_change - mean["kept"] * wanted[agent]
         gap = (engine_base - float32_base[agent]).abs()
         row[str(agent)] = {
-            "kept": statistics.fmean(kept),
+            "kept": mean["kept"],
+            "kept_se_messages": mean["kept_se_messages"],
+            "messages": len(refs),
             "kept_se": statistics.stdev(kept) / math.sqrt(len(kept)) if len(kept) > 1 else 0.0,
             "kept_repeats": kept,
             "cosine": statistics.fmean(share["cosine"] for share in shares),
@@ -183,6 +229,30 @@ def engine_row(
             "base_gap_max": float(gap.max()),
         }
     return row
+
+
+def paired(
+    row: dict[str, Any],
+    residuals: dict[int, torch.Tensor],
+    other: dict[str, Any],
+    other_residuals: dict[int, torch.Tensor],
+    wanted: dict[int, torch.Tensor],
+    lengths: dict[int, list[int]],
+) -> dict[str, dict[str, float]]:
+    """Per agent: how much more of float32's change ``row``'s engine keeps than ``other``'s on
+    the same tokens, and that difference's standard error over the messages. Two engines of one
+    dtype round the same base activations, so much of their rounding noise is shared (the
+    plugin's residual and vLLM's sum's point the same way, cosine 0.4 to 0.7 on the tiny
+    model): the difference is measured more sharply than either share."""
+    return {
+        str(agent): {
+            "gain": row[str(agent)]["kept"] - other[str(agent)]["kept"],
+            "gain_se_messages": message_se(
+                residual - other_residuals[agent], wanted[agent], lengths[agent]
+            ),
+        }
+        for agent, residual in residuals.items()
+    }
 
 
 def first_updates(
@@ -227,10 +297,14 @@ def one_seed(base: RunConfig, seed: int, args: argparse.Namespace, log) -> dict[
         agent: flat(teacher_forced(parts, parts.team, episodes, agent), refs)
         for agent, refs in refs_of.items()
     }
+    lengths = {
+        agent: [len(episodes[e].turns[t].message) for e, t in refs]
+        for agent, refs in refs_of.items()
+    }
     rows: dict[str, dict[str, Any]] = {}
     for label, variant in HF_VARIANTS.items():
         got = changes(build_variant(base, variant, seed))
-        rows[label] = {str(a): share_kept(got[a], wanted[a]) for a in range(n_agents)}
+        rows[label] = {str(a): share_kept(got[a], wanted[a], lengths[a]) for a in range(n_agents)}
         log(f"  {label}: {describe(rows[label])}")
     with tempfile.TemporaryDirectory(prefix="teamtr-lora-sum-") as temporary:
         work = Path(temporary)
@@ -243,6 +317,7 @@ def one_seed(base: RunConfig, seed: int, args: argparse.Namespace, log) -> dict[
             write_adapter(Path(adapters[f"agent{agent}"]), model, agent, updated[agent])
         job = work / "job.json"
         answers: dict[tuple[str, str], dict[str, Any]] = {}
+        residuals: dict[str, dict[int, torch.Tensor]] = {}
         for dtype in args.vllm_dtypes:
             # float32: vLLM's sum is exact already; the plugin's is run too, to show it changes
             # nothing there (the float32 logprobs compared bit for bit).
@@ -262,12 +337,38 @@ def one_seed(base: RunConfig, seed: int, args: argparse.Namespace, log) -> dict[
                 answer = run_vllm(job, dtype, lora_sum, work)
                 answers[(dtype, lora_sum)] = answer
                 label = f"vllm {dtype}, {VLLM_SUMS[lora_sum]}"
+                residuals[lora_sum] = {}
                 rows[label] = {
-                    **engine_row(prompts, answer, refs_of, wanted, float32_base),
+                    **engine_row(
+                        prompts,
+                        answer,
+                        refs_of,
+                        lengths,
+                        wanted,
+                        float32_base,
+                        residuals[lora_sum],
+                    ),
                     "wall_seconds": answer["wall_seconds"],
                     "plugin_processes": answer["plugin_processes"],
                 }
                 log(f"  {label}: {describe(rows[label])} ({answer['wall_seconds']:.0f} s)")
+            # The plugin's share against vLLM's own sum's, paired on the same tokens.
+            plugin, plain = (f"vllm {dtype}, {VLLM_SUMS[s]}" for s in ("stochastic", "vllm"))
+            rows[plugin]["over_vllm_sum"] = paired(
+                rows[plugin],
+                residuals["stochastic"],
+                rows[plain],
+                residuals["vllm"],
+                wanted,
+                lengths,
+            )
+            gains = rows[plugin]["over_vllm_sum"].items()
+            log(
+                f"  vllm {dtype}, the plugin over vLLM's sum: "
+                + ", ".join(
+                    f"agent {a} {g['gain']:+.3f} ± {g['gain_se_messages']:.3f}" for a, g in gains
+                )
+            )
     float32_untouched = None
     if ("float32", "vllm") in answers and ("float32", "stochastic") in answers:
         float32_untouched = (
@@ -291,7 +392,7 @@ def one_seed(base: RunConfig, seed: int, args: argparse.Namespace, log) -> dict[
 
 def describe(row: dict[str, Any]) -> str:
     return ", ".join(
-        f"agent {a} kept {r['kept']:.3f} (cos {r['cosine']:.3f})"
+        f"agent {a} kept {r['kept']:.3f} ± {r['kept_se_messages']:.3f} (cos {r['cosine']:.3f})"
         for a, r in row.items()
         if a.isdigit()
     )
@@ -311,7 +412,10 @@ def markdown(seeds: list[dict[str, Any]]) -> str:
         for seed in seeds:
             row = seed["variants"].get(label, {})
             for agent in (a for a in row if a.isdigit()):
-                cells.append(f"{row[agent]['kept']:.2f} (cos {row[agent]['cosine']:.2f})")
+                r = row[agent]
+                # Older records (before the messages' standard error) give the share alone.
+                se = f" ± {r['kept_se_messages']:.2f}" if "kept_se_messages" in r else ""
+                cells.append(f"{r['kept']:.2f}{se} (cos {r['cosine']:.2f})")
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
