@@ -9,6 +9,14 @@ loses it (every sum keeps 1.00 of it); SmolLM2's first updates are small against
 outputs, where vLLM's sum loses most of them (0.25 and 0.58 kept on seed 0, docs/scaling_out.md).
 The update's B is scaled by ``SCALE`` to bring the tiny model's branch to that size: there
 PEFT's sum and vLLM's keep 0.2 to 0.4 of the change.
+
+At that size the change (about 1e-3 nats a token) is no larger than the rounding noise of the
+rest of a bfloat16 forward pass (about 1e-3 a token too, and mostly deterministic: more passes
+of the stochastic sum do not average it away), so a share is known only to within that noise's
+projection: 0.07 and 0.14 (one standard error) for the two agents on an AMD EPYC without AMX,
+where the plugin keeps 0.98 and 1.21. The tests compare every share with its own standard
+error over the batch's messages, measured in the same run, not with another engine's distance
+from 1 (teamtr's bfloat16 model rounds other values, its noise points elsewhere).
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from scipy.stats import t as student_t
 
 REPO = Path(__file__).resolve().parents[2]
 VLLM_PYTHON = Path(os.environ.get("TEAMTR_VLLM_PYTHON", REPO / ".venv-vllm" / "bin" / "python"))
@@ -55,17 +64,17 @@ def measured(tmp_path_factory) -> dict:
     return seed
 
 
-EXACT_SUMS = ("hf bfloat16, float32 sum (default)", "hf bfloat16, round once")
+PLUGIN = "vllm bfloat16, stochastic sum (teamtr's plugin)"
+VLLM_SUM = "vllm bfloat16, vLLM's sum"
+FALSE_ALARM = 1e-3
+"""The chance that an agent's check fails with a plugin that keeps the change on average."""
 
 
-def tolerance(rows: dict, agent: str) -> float:
-    """How far from 1 the stochastic sum's share kept may lie: five standard errors of its mean
-    over the repeated passes (its own rounding noise), plus the floor every unbiased sum shares,
-    the largest distance from 1 of teamtr's bfloat16 model with either exact sum on the same
-    tokens (the roundings of everything but the sum, attention and the residual stream, which
-    no sum removes)."""
-    floor = max(abs(rows[name][agent]["kept"] - 1) for name in EXACT_SUMS)
-    return 5 * rows["vllm bfloat16, stochastic sum (teamtr's plugin)"][agent]["kept_se"] + floor
+def standard_errors(messages: int) -> float:
+    """How many of its standard errors an unbiased share may lie from 1 (or a difference from
+    0): the estimate's error over its standard error, clustered by message, is t-distributed
+    with ``messages`` - 1 degrees of freedom; 4.07 for an agent's 16 messages here."""
+    return float(student_t.isf(FALSE_ALARM / 2, messages - 1))
 
 
 def test_the_plugin_runs_in_the_engine_process_only_where_asked(measured):
@@ -79,13 +88,21 @@ def test_the_plugin_runs_in_the_engine_process_only_where_asked(measured):
 
 def test_bfloat16_with_the_plugin_keeps_the_change_and_without_it_does_not(measured):
     rows = measured["variants"]
-    stochastic = rows["vllm bfloat16, stochastic sum (teamtr's plugin)"]
-    plain = rows["vllm bfloat16, vLLM's sum"]
+    stochastic, plain = rows[PLUGIN], rows[VLLM_SUM]
     for agent in ("0", "1"):
-        allowed = tolerance(rows, agent)
-        assert abs(stochastic[agent]["kept"] - 1) <= allowed, (agent, stochastic[agent], allowed)
-        # vLLM's own sum rounds the branch away: outside the same tolerance, below.
-        assert plain[agent]["kept"] < 1 - allowed, (agent, plain[agent], allowed)
+        kept = stochastic[agent]
+        bound = standard_errors(kept["messages"])
+        allowed = bound * kept["kept_se_messages"]
+        # The measurement tells keeping all of the change from keeping none of it ...
+        assert allowed < 1, (agent, kept, allowed)
+        # ... and the plugin keeps all of it, within its share's noise.
+        assert abs(kept["kept"] - 1) <= allowed, (agent, kept, allowed)
+        # vLLM's own sum rounds the branch away: it keeps less than the plugin on the same
+        # tokens, by more than the noise of that difference. Paired, because the two engines
+        # round the same base activations and share much of their noise (the difference's
+        # standard error is about half of either share's).
+        gain = stochastic["over_vllm_sum"][agent]
+        assert gain["gain"] > bound * gain["gain_se_messages"], (agent, gain, plain[agent])
 
 
 def test_float32_serving_is_untouched_bit_for_bit(measured):
