@@ -75,6 +75,8 @@ SECTION_BREAKS: dict[tuple[str, str], str] = {
     ("task", "args"): "[task]\neval_size = 5\n[task.args]\nn = 1\n",
     ("task", "reward_weights"): '[task]\nreward = ["exact_match"]\nreward_weights = [1.0, 2.0]\n',
     ("task", "reward_args"): '[task]\nreward = "exact_match"\n[task.reward_args.nonesuch]\nx = 1\n',
+    ("task", "environment"): '[task]\nkind = "environment"\n',
+    ("task", "environment_args"): "[task]\neval_size = 5\n[task.environment_args]\nn = 1\n",
 }
 
 CROSS_BREAKS: dict[str, tuple[str, str, str]] = {
