@@ -139,6 +139,21 @@ def assert_identical_runs(straight: Path, other: Path) -> None:
     assert all(torch.equal(expected[k], got[k]) for k in expected), "final states differ"
 
 
+def killed_in_second_stage_and_resumed(config: Path) -> Path:
+    """A run of ``config`` named "killed", killed (SIGKILL) in its second stage, then resumed
+    to its end; its directory."""
+    run_dir = config.parent / "runs" / "killed"
+    process = teamtr("train", "--config", str(config), "--name", "killed")
+    wait_for(run_dir / "checkpoints" / "stage_1", process)
+    time.sleep(0.3)  # into the second stage's sampling and updates
+    process.send_signal(signal.SIGKILL)
+    process.communicate(timeout=60)
+    assert not (run_dir / "checkpoints" / f"stage_{STAGES}").exists(), "killed too late"
+    code, err = finish(teamtr("train", "--resume", str(run_dir)))
+    assert code == 0, err
+    return run_dir
+
+
 @pytest.fixture(scope="module")
 def straight_run(tmp_path_factory) -> tuple[Path, Path]:
     directory = tmp_path_factory.mktemp("straight")
@@ -156,16 +171,7 @@ def straight_run(tmp_path_factory) -> tuple[Path, Path]:
 
 def test_sigkill_in_second_stage_then_resume_is_bit_identical(straight_run, tmp_path):
     config, straight = straight_run
-    run_dir = config.parent / "runs" / "killed"
-    process = teamtr("train", "--config", str(config), "--name", "killed")
-    wait_for(run_dir / "checkpoints" / "stage_1", process)
-    time.sleep(0.3)  # into the second stage's sampling and updates
-    process.send_signal(signal.SIGKILL)
-    process.communicate(timeout=60)
-    assert not (run_dir / "checkpoints" / f"stage_{STAGES}").exists(), "killed too late"
-
-    code, err = finish(teamtr("train", "--resume", str(run_dir)))
-    assert code == 0, err
+    run_dir = killed_in_second_stage_and_resumed(config)
     assert_identical_runs(straight, run_dir)
     events = [json.loads(x) for x in (run_dir / "events.jsonl").read_text().splitlines()]
     assert events[-2]["event"] == "resumed" and events[-2]["checkpoint"] == "stage_1"
@@ -323,13 +329,4 @@ def test_a_run_in_a_stochastic_environment_killed_and_resumed_is_bit_identical(t
     straight = tmp_path / "runs" / "straight"
     records = [json.loads(line) for line in (straight / "metrics.jsonl").read_text().splitlines()]
     assert all(r["environment_texts"] > 0 for r in records)
-    run_dir = tmp_path / "runs" / "killed"
-    process = teamtr("train", "--config", str(config), "--name", "killed")
-    wait_for(run_dir / "checkpoints" / "stage_1", process)
-    time.sleep(0.3)
-    process.send_signal(signal.SIGKILL)
-    process.communicate(timeout=60)
-    assert not (run_dir / "checkpoints" / f"stage_{STAGES}").exists(), "killed too late"
-    code, err = finish(teamtr("train", "--resume", str(run_dir)))
-    assert code == 0, err
-    assert_identical_runs(straight, run_dir)
+    assert_identical_runs(straight, killed_in_second_stage_and_resumed(config))
