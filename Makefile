@@ -35,11 +35,15 @@ demo: $(STAMP)
 	$(BIN)/python -m studies.llm.demo_summary --untrained runs/demo/$(DEMO_RUN).untrained.json \
 		--run runs/demo/$(DEMO_RUN) --json results/demo_llm.json
 
+# On TEST_WORKERS pytest-xdist workers (one torch thread each), the vLLM engine's tests on one of
+# them, and the tests of a file that builds a fixture once together (tests/conftest.py).
+TEST_WORKERS ?= 2
 test: $(STAMP)
 	@test -x .venv-vllm/bin/python || echo "make test: the vLLM engine's tests \
 	(tests/llm/test_llm_engine_vllm*.py, test_llm_export_vllm.py) are skipped: no .venv-vllm; \
 	\`make vllm\` builds it"
-	HYPOTHESIS_PROFILE=quick $(BIN)/python -m pytest -q -p no:cacheprovider
+	HYPOTHESIS_PROFILE=quick $(BIN)/python -m pytest -q -p no:cacheprovider \
+		-n $(TEST_WORKERS) --dist loadgroup
 
 prove: $(STAMP)
 	HYPOTHESIS_PROFILE=thorough $(BIN)/python -m pytest -q proofs_check

@@ -5,14 +5,126 @@
 comparisons are those of a run on any CPU, so every test, and every ``teamtr`` a test starts
 (it inherits the environment), sees float32 there; the tests of the choice itself lift the pin
 (``tests/llm/test_llm_auto_dtype.py``).
+
+Under ``pytest -n N`` (pytest-xdist, as ``make test`` runs the suite: one worker per core) each
+worker, and every process a test starts, computes on one torch thread: N workers with torch's
+default of one thread per core would run N times as many threads as there are cores. The vLLM
+engine's tests start servers that take every core and gigabytes of memory: they run on one
+worker, one after another, and first, since they take longest (``--dist loadgroup``, scheduled
+by ``work_unit`` below). A file that builds something once for its tests (a module-scoped
+fixture: a trained run, a server, a wheel) keeps its tests on one worker, so that it is built
+once; every other test goes to whichever worker is free.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import os
+import re
+import sys
+from pathlib import Path
+
+import pytest
 
 CPU_AUTO_DTYPE_VARIABLE = "TEAMTR_CPU_AUTO_DTYPE"
 """``llm.common.devices.CPU_AUTO_DTYPE_VARIABLE``, spelled out so that the core's tests do not
 import torch (``tests/llm/test_llm_auto_dtype.py`` checks that the two agree)."""
 
 os.environ[CPU_AUTO_DTYPE_VARIABLE] = "float32"
+
+XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+"""This process's pytest-xdist worker ("gw0", ...), or None without ``-n``."""
+if XDIST_WORKER:
+    os.environ["OMP_NUM_THREADS"] = "1"
+    os.environ["MKL_NUM_THREADS"] = "1"
+    if "torch" in sys.modules:  # imported before this file (a plugin): the variable came late
+        sys.modules["torch"].set_num_threads(1)
+
+VLLM_ENGINE_TESTS = frozenset(
+    {
+        "tests/llm/test_llm_engine_vllm.py",
+        "tests/llm/test_llm_engine_vllm_lifecycle.py",
+        "tests/llm/test_llm_export_vllm.py",
+        "tests/llm/test_llm_engine_lora_sum.py",
+    }
+)
+"""The test files that start vLLM servers (skipped without ``.venv-vllm``): one worker's."""
+
+BUILT_ONCE = re.compile(r"@pytest\.fixture\([^)]*scope\s*=\s*[\"'](module|package|session)[\"']")
+"""A fixture that a test file builds once for its tests."""
+
+
+def work_unit(nodeid: str, root: Path) -> str:
+    """The tests that one worker runs together, named: the vLLM engine's tests, the tests of a
+    file that builds a fixture once, and every other test on its own."""
+    group = nodeid.rpartition("@")[2] if nodeid.rfind("@") > nodeid.rfind("]") else None
+    if group:  # pytest.mark.xdist_group, where pytest-xdist can see it
+        return group
+    path = nodeid.partition("::")[0]
+    if path in VLLM_ENGINE_TESTS:
+        return "vllm"
+    if _builds_once(root / path):
+        return path
+    return nodeid
+
+
+@functools.cache
+def _builds_once(path: Path) -> bool:
+    try:
+        return BUILT_ONCE.search(path.read_text(encoding="utf-8")) is not None
+    except OSError:
+        return False
+
+
+if importlib.util.find_spec("xdist") is not None:
+    from xdist.scheduler import LoadScopeScheduling
+
+    class WorkUnitScheduling(LoadScopeScheduling):
+        """``--dist loadgroup`` by ``work_unit``, the vLLM engine's tests first, then the files
+        that build a fixture once (most tests first), then single tests in collection order.
+
+        pytest-xdist 3.8 marks an ``xdist_group`` test by appending ``@group`` to
+        ``item._nodeid``, which pytest 9.2's nodeid (``item._id``) no longer reads: its
+        loadgroup then schedules every test on its own. The units here come from the nodeid's
+        file instead."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid, self.config.rootpath)
+
+        def schedule(self) -> None:
+            """``LoadScopeScheduling.schedule`` (pytest-xdist 3.8) with the units in this order."""
+            assert self.collection_is_completed
+            if self.collection is not None:
+                for node in self.nodes:
+                    self._reschedule(node)
+                return
+            if not self._check_nodes_have_same_collection():
+                self.log("**Different tests collected, aborting run**")
+                return
+            self.collection = list(next(iter(self.registered_collections.values())))
+            if not self.collection:
+                return
+            units: dict[str, dict[str, bool]] = {}
+            for nodeid in self.collection:
+                units.setdefault(self._split_scope(nodeid), {})[nodeid] = False
+            for unit, nodeids in sorted(
+                units.items(), key=lambda item: (item[0] != "vllm", -len(item[1]))
+            ):
+                self.workqueue[unit] = nodeids
+            for _ in range(len(self.nodes) - len(self.workqueue)):
+                unused, _assigned = self.assigned_work.popitem()
+                unused.shutdown()
+            for node in self.nodes:
+                self._assign_work_unit(node)
+            for node in self.nodes:
+                self._reschedule(node)
+            if not self.workqueue:
+                for node in self.nodes:
+                    node.shutdown()
+
+    def pytest_xdist_make_scheduler(config: pytest.Config, log):
+        """The scheduler of ``--dist loadgroup`` (as ``make test`` runs the suite)."""
+        if config.getoption("dist") == "loadgroup":
+            return WorkUnitScheduling(config, log)
+        return None
