@@ -82,8 +82,8 @@ def copy_of_the_checkout(target: Path) -> Path:
 
     def ignored(folder: str, names: list[str]) -> set[str]:
         skipped = {n for n in names if n == "__pycache__" or n.endswith((".egg-info", "_cache"))}
-        if Path(folder) == ROOT:
-            skipped |= LEFT_OUT & set(names)
+        if Path(folder) == ROOT:  # .venv-vllm and .venv-peers too: gigabytes each
+            skipped |= {n for n in names if n in LEFT_OUT or n.startswith(".venv")}
         return skipped
 
     shutil.copytree(ROOT, target, symlinks=True, ignore=ignored)
