@@ -296,8 +296,9 @@ class ChatFormat:
         self, episode: Episode, viewer: int | None = None
     ) -> tuple[list[int], list[tuple[int, int]]]:
         """The whole transcript in ``viewer``'s view (None: the public one) and, per turn, the
-        [start, end) span of its message tokens."""
-        ids = list(episode.prompt)
+        [start, end) span of its message tokens (environment text lies outside every span:
+        nothing scores it)."""
+        ids = self.opening(episode, viewer)
         spans = []
         for turn in episode.turns:
             ids.extend(self.header(episode, turn.agent, viewer))

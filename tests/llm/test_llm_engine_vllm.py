@@ -349,23 +349,6 @@ def test_dialogues_are_checked_against_the_context_the_server_serves(tmp_path):
     build(in_process, progress=False)  # the model's own positions hold the dialogues
 
 
-def test_a_request_the_server_refuses_is_the_fault_that_keeps_the_checkpoint(served):
-    """HTTP 4xx mid-run (here the adapter the engine loaded, unloaded behind its back: 404) is
-    ``EngineFailed``, an ``OSError``: the run saves its checkpoint, exits 1 and ``--resume``
-    continues, as for a server that stopped (tests/llm/test_llm_engine_vllm_lifecycle.py).
-    Last in the module: it leaves the engine without the adapter it thinks it has."""
-    engine = served.sampler.engine
-    assert isinstance(engine, VLLMEngine) and engine.address is not None
-    team = served.team.with_agent(0, moved(served.team.agent(0), seed=31))
-    served.sampler.sample(team)
-    for name, _ in served_models(engine.address.request("GET", "/v1/models", timeout=60)):
-        if name != "base":
-            body = {"lora_name": name}
-            engine.address.request("POST", "/v1/unload_lora_adapter", body, timeout=60)
-    with pytest.raises(EngineFailed, match="refused /v1/completions: HTTP 404"):
-        served.sampler.sample(team)
-
-
 class Notary:
     """A deterministic environment: after each message it says what it heard (shared), and
     after agent 0's tells agent 1 a private line."""
@@ -408,3 +391,20 @@ def test_environment_text_reaches_the_server_as_the_trainer_sees_it(served):
         ]
     assert sum(len(a) for a, _ in pairs) >= 10
     assert largest_gap(pairs) <= TOLERANCE
+
+
+def test_a_request_the_server_refuses_is_the_fault_that_keeps_the_checkpoint(served):
+    """HTTP 4xx mid-run (here the adapter the engine loaded, unloaded behind its back: 404) is
+    ``EngineFailed``, an ``OSError``: the run saves its checkpoint, exits 1 and ``--resume``
+    continues, as for a server that stopped (tests/llm/test_llm_engine_vllm_lifecycle.py).
+    Last in the module: it leaves the engine without the adapter it thinks it has."""
+    engine = served.sampler.engine
+    assert isinstance(engine, VLLMEngine) and engine.address is not None
+    team = served.team.with_agent(0, moved(served.team.agent(0), seed=31))
+    served.sampler.sample(team)
+    for name, _ in served_models(engine.address.request("GET", "/v1/models", timeout=60)):
+        if name != "base":
+            body = {"lora_name": name}
+            engine.address.request("POST", "/v1/unload_lora_adapter", body, timeout=60)
+    with pytest.raises(EngineFailed, match="refused /v1/completions: HTTP 404"):
+        served.sampler.sample(team)

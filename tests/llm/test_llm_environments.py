@@ -183,6 +183,11 @@ def test_a_private_opening_is_in_its_holders_view_only(char_tokenizer):
     assert contains(chat.context(episode, 1), psst)
     assert not contains(chat.context(episode, 0), psst)
     assert chat.view_of(episode, 1) == 1 and chat.view_of(episode, 0) is None
+    # The scorer's transcript is the context the speaker was given: the private opening too.
+    for viewer in (0, 1):
+        scored, _ = chat.assemble(episode, viewer)
+        assert chat.context(episode, viewer)[: len(scored)] == scored
+    assert contains(chat.assemble(episode, 1)[0], psst)
 
 
 # -- bad input -------------------------------------------------------------------------------
