@@ -15,6 +15,7 @@ The tiny model is ``tiny:128x2`` (4 heads of 32 dimensions): vLLM's CPU attentio
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -98,6 +99,10 @@ def server(exported):
         yield url
     finally:
         os.killpg(process.pid, signal.SIGTERM)
+        # Reaped first: the group's leader (the shell) unreaped is a zombie, which keeps the
+        # group "alive" for wait_gone until its 60 s are up.
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=60)
         if not wait_gone(process.pid, 60):
             os.killpg(process.pid, signal.SIGKILL)
         process.wait(timeout=60)
