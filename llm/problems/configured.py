@@ -6,7 +6,8 @@
   ``question_column``, ``answer_column`` and ``notes_columns``; every other column goes into
   ``Problem.metadata``;
 - ``kind = "python"``: ``factory = "module:function"`` called with the ``[task.args]`` table as
-  keyword arguments, returning a ``Task``.
+  keyword arguments, returning a ``Task``;
+- ``kind = "reasoning_gym"``: reasoning-gym's generators (``llm.problems.reasoning_gym_task``).
 
 ``reward`` (a ready-made reward of ``llm.rewards`` by its name, ``"module:function"``, or a
 list of them summed with ``reward_weights``) and ``metric`` (``"module:function"``) replace the
@@ -64,6 +65,10 @@ def build_task(settings: TaskSettings, n_agents: int = 2) -> Task:
     number per agent unless ``note_holders`` says otherwise)."""
     if settings.kind == "environment":
         task = environment_games(settings, n_agents)
+    elif settings.kind == "reasoning_gym":
+        from llm.problems.reasoning_gym_task import reasoning_gym_task
+
+        task = reasoning_gym_task(settings)
     elif settings.kind == "python":
         task = _from_factory(settings)
     elif settings.kind == "dataset":
@@ -116,10 +121,22 @@ def environment_factory(settings: TaskSettings, n_agents: int) -> EnvironmentFac
         factory: Callable[..., Any] = Calculator
         args.setdefault("n_agents", n_agents)
     elif spec.startswith(TEXTARENA):
-        from llm.problems.textarena_games import TextArenaGame
+        from llm.problems.textarena_games import TextArenaGame, game_options
 
         factory = TextArenaGame
-        args = {"game": spec[len(TEXTARENA) :], "n_agents": n_agents, **args}
+        game = spec[len(TEXTARENA) :]
+        # The adapter's own keys; every other key is the game's (max_number = 10), checked
+        # against the game's constructor here rather than at its first reset.
+        adapter = {key: args.pop(key) for key in ("players", "acting", "options") if key in args}
+        options = {**adapter.pop("options", {}), **args}
+        known = game_options(game)
+        if known is not None and set(options) - known:
+            unknown = sorted(set(options) - known)
+            raise ConfigError(
+                f"[task] environment_args: TextArena's {game} takes no {unknown}; its options: "
+                f"{sorted(known)}, and the adapter's: players, acting"
+            )
+        args = {"game": game, "n_agents": n_agents, "options": options, **adapter}
         if "acting" in args:
             args["acting"] = tuple(args["acting"])
     else:

@@ -24,6 +24,7 @@ time (NLTK's corpora: Wordle, Hangman, Codenames, ...) is refused with one line 
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,6 +51,23 @@ def textarena() -> Any:
         ) from None
 
 
+def game_options(game: str) -> set[str] | None:
+    """The keyword arguments the game's class takes (its registry entry's defaults overridable),
+    or None where textarena or the game is missing (reset then says which in one line)."""
+    try:
+        registry = importlib.import_module("textarena.envs.registration").ENV_REGISTRY
+    except ImportError:
+        return None
+    if f"{game}-raw" not in registry:
+        return None
+    entry_point = registry[f"{game}-raw"].entry_point
+    if isinstance(entry_point, str):
+        module, name = entry_point.split(":")
+        entry_point = getattr(importlib.import_module(module), name)
+    parameters = inspect.signature(entry_point).parameters
+    return {name for name in parameters if name != "self"}
+
+
 def game_ids() -> list[str]:
     """The registered TextArena games (each without its wrapper variants)."""
     registry = importlib.import_module("textarena.envs.registration").ENV_REGISTRY
@@ -67,7 +85,8 @@ class TextArenaGame:
     acting: tuple[int, ...] = ()
     """With ``players = 1``: the agents whose messages are moves (() = every agent)."""
     options: Mapping[str, Any] = field(default_factory=dict)
-    """Keyword arguments of the game (its registry entry's, overridden)."""
+    """Keyword arguments of the game (its registry entry's, overridden), e.g. max_number = 10;
+    in a config, plain ``[task.environment_args]`` keys (``llm.problems.configured``)."""
 
     def __post_init__(self) -> None:
         if self.players not in (1, self.n_agents):

@@ -385,6 +385,26 @@ def test_a_game_that_downloads_data_or_does_not_exist_is_refused_in_one_line(cha
         Session(lambda: TextArenaGame("GuessTheNumbr-v0", n_agents=2), chat, problem, 0, 2).reset()
 
 
+def test_a_games_own_options_are_environment_args_checked_against_the_game(char_tokenizer):
+    """``[task.environment_args] max_number = 10`` reaches GuessTheNumber's constructor (its
+    prompt says so, and its target lies in range); a key the game does not take is one line
+    naming the game's options."""
+    sets = ['task.kind="environment"', 'task.environment="textarena:GuessTheNumber-v0"']
+    small = sets + ["task.environment_args={max_number=10, max_turns=5}"]
+    task = build_task(load_config(SMOKE, [parse_override(s) for s in small]).task)
+    session = Session(task.environment, chat_of(char_tokenizer), task.test[0], 0, 2)
+    assert "between 1 and 10" in session.reset().text
+    for guess in range(1, 11):
+        reply = session.step(0, f"[{guess}]")
+        if reply.done:
+            break
+    # TextArena counts turns from 0: max_turns = 5 ends the game at its sixth guess at most
+    assert reply.done and guess <= 6
+    misspelt = sets + ["task.environment_args={max_numbr=10}"]
+    with pytest.raises(ConfigError, match=r"takes no \['max_numbr'\]; its options: .*max_number"):
+        build_task(load_config(SMOKE, [parse_override(s) for s in misspelt]).task)
+
+
 def test_a_textarena_task_trains_checks_and_keeps_held_out_games_apart(tmp_path):
     """``kind = "environment"``: held-out games are seeds of their own, never drawn for
     training; ``--check`` steps the game twice from each seed; one stage trains."""
