@@ -127,7 +127,9 @@ def environment_factory(settings: TaskSettings, n_agents: int) -> EnvironmentFac
         game = spec[len(TEXTARENA) :]
         # The adapter's own keys; every other key is the game's (max_number = 10), checked
         # against the game's constructor here rather than at its first reset.
-        adapter = {key: args.pop(key) for key in ("players", "acting", "options") if key in args}
+        adapter: dict[str, Any] = {
+            key: args.pop(key) for key in ("players", "acting", "options") if key in args
+        }
         options = {**adapter.pop("options", {}), **args}
         known = game_options(game)
         if known is not None and set(options) - known:
