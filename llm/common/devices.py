@@ -112,10 +112,10 @@ def auto_cpu_dtype(capability: str, amx_bf16: bool) -> DtypeChoice:
     (``torch.backends.cpu.get_cpu_capability()``: "AVX512", "AVX2", "DEFAULT", ...) and whose
     cores have AMX's bfloat16 tiles or not (``amx_bf16``).
 
-    bfloat16 where both hold: AMX multiplies bfloat16 about 7x faster than float32 (measured on
-    a Sapphire Rapids Xeon, docs/scaling_out.md), a stage costs about half, and with the float32
-    LoRA sum an update keeps all of float32's change. Without AMX the gain is smaller (2.4x
-    products on AVX-512 bfloat16 instructions) and the stage is not worth the rounding.
+    bfloat16 where both hold: AMX's bfloat16 products are several times float32's, a stage
+    costs markedly less, and with the float32 LoRA sum an update keeps all of float32's change.
+    Without AMX the products gain far less and the stage is not worth the rounding (the
+    measurements, with their commands: docs/scaling_out.md, "What dtype = "auto" picks").
     ``ATEN_CPU_CAPABILITY=avx2`` (or ``default``) lowers the kernel level: then no AMX."""
     if capability.upper() != "AVX512":
         return DtypeChoice(

@@ -5,8 +5,9 @@ tokens; bfloat16 logits (8 significant bits: steps of 0.06 at a logit of 16) wou
 differences away before any log-softmax sees them. The training pass has therefore always
 projected its last hidden states with a float32 copy of the head (``llm.logprobs.scoring``).
 Generation, though, called the model's own half-precision head, so the policy that sampled a
-token and the policy the updater scored it with differed by that rounding (up to 0.39 nats a
-token on SmolLM2 in bfloat16; ``bench/behaviour_logp_gap.py``).
+token and the policy the updater scored it with differed by that rounding (tenths of a nat
+on some tokens of SmolLM2 in bfloat16: ``bench/behaviour_logp_gap.py``, docs/scaling_out.md,
+"Half precision").
 
 ``install_float32_head`` replaces a half-precision model's ``lm_head`` by ``Float32Head``, which
 holds the head's weight in float32 and casts its input up: every caller of the model (Hugging
@@ -131,9 +132,9 @@ def half_precision_attention(model: torch.nn.Module) -> int:
     the query, key and value projections' outputs, float32 under the float32 LoRA sum, are
     rounded to the base weights' dtype, so the key/value cache holds them at half the bytes
     and attention runs on torch's half-precision SDPA kernel. Returns how many projections
-    round. On a CPU with AMX that kernel is faster than float32's (1.75x at a decoding step,
-    docs/stage_cost.md); on AVX-512 without AMX it is 3x slower, which is why attention is
-    float32 by default (``float32_sdpa_attention``). It moves the policy by a rounding of q,
+    round. On a CPU with AMX that kernel is faster than float32's; on AVX-512 without AMX it is
+    slower, which is why attention is float32 by default (``float32_sdpa_attention``; both
+    measured in docs/stage_cost.md, "A bfloat16 stage, part by part"). It moves the policy by a rounding of q,
     k and v: the sampler's recorded log-probs and the trainer's both see it, and the stage
     bench reports the mismatch it leaves."""
     base = typing.cast(PreTrainedModel, getattr(model, "get_base_model", lambda: model)())
