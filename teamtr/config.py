@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from numbers import Integral
 from typing import Literal, get_args
 
-from teamtr.measured import BOUNDS, DEFAULT_LEVEL, BoundName
+from teamtr.measured import BOUNDS, DEFAULT_BOUND, DEFAULT_LEVEL, BoundName
 from teamtr.trust_region import ADMIT_TOLERANCE, checked_radius, per_agent_radii
 
 SchemeName = Literal["teamtr", "stale", "joint", "happo"]
@@ -65,9 +65,10 @@ class StageConfig:
     scheme, whose resample continues them, measure; elsewhere records say "not measured"."""
     certificate_level: float = DEFAULT_LEVEL
     """1 - alpha of the measured certificate, in (0, 1); a stage splits alpha over its updates."""
-    certificate_bound: BoundName = "betting"
-    """The finite-n lower bound (``teamtr.measured``): 'betting' (Waudby-Smith & Ramdas 2023,
-    Thm 2, one side) or 'bernstein' (Maurer & Pontil 2009, Thm 4)."""
+    certificate_bound: BoundName = DEFAULT_BOUND
+    """The finite-n lower bound (``teamtr.measured``): 'hedged' (Waudby-Smith & Ramdas 2024,
+    the hedged capital process, one side), 'betting' (their Thm 2, one side) or 'bernstein'
+    (Maurer & Pontil 2009, Thm 4)."""
     accept: AcceptRule = "theory"
     """'theory': an update inside its radius enters the team (Thm 3.4's rule). 'measured': in
     addition, an update whose measured bound is below 0 is undone: the team goes back to

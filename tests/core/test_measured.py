@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+import itertools
 import math
 from dataclasses import dataclass, field
 from statistics import NormalDist
@@ -12,10 +14,17 @@ import pytest
 from teamtr import StageConfig, run_stage, run_stages
 from teamtr.config import SettingError
 from teamtr.measured import (
+    ANYTIME,
+    BOUNDS,
+    DEFAULT_BOUND,
+    HEDGE_TRUNCATION,
     MeasuredCertificate,
     PairedDifferences,
+    anytime_lower_bound,
+    anytime_upper_bound,
     bernstein_lower_bound,
     betting_lower_bound,
+    hedged_lower_bound,
     lower_bound,
     measure,
     pairs_to_certify,
@@ -42,9 +51,14 @@ def test_bernstein_bound_is_maurer_pontil_theorem_4() -> None:
         assert bernstein_lower_bound(d, 3.0, ALPHA) == pytest.approx(max(expected, -3.0), abs=1e-9)
 
 
+METHODS = (*BOUNDS, ANYTIME)
+"""Every bound ``lower_bound`` computes: the three of ``[stage] certificate_bound`` and the
+confidence sequence's."""
+
+
 def test_bounds_scale_with_the_reward_range() -> None:
     d = np.random.default_rng(1).uniform(-1.0, 1.0, size=40)
-    for method in ("bernstein", "betting"):
+    for method in METHODS:
         assert lower_bound(7.5 * d, 7.5, ALPHA, method) == pytest.approx(
             7.5 * lower_bound(d, 1.0, ALPHA, method), abs=1e-9
         )
@@ -80,6 +94,71 @@ def test_betting_bound_matches_the_step_by_step_definition() -> None:
         )
 
 
+def hedged_capital_by_loop(x: np.ndarray, m: float, alpha: float, anytime: bool) -> float:
+    """K+(m) of Waudby-Smith & Ramdas (2024)'s hedged capital process, one side, step by step
+    on X in [0, 1]: bets from the plug-in mean and variance of the steps before, truncated at
+    c/m; the fixed-n bets use n, the confidence sequence's t log(1 + t)."""
+    n = x.size
+    mean, variance = 0.5, 0.25  # mu_0, sigma2_0
+    total, squares, capital = 0.0, 0.0, 1.0
+    for t, value in enumerate(x, start=1):
+        scale = t * math.log(1 + t) if anytime else n
+        bet = math.sqrt(2 * math.log(1 / alpha) / (scale * variance))
+        if m > 0:
+            bet = min(bet, HEDGE_TRUNCATION / m)
+        capital *= 1 + bet * (value - m)
+        total += value
+        mean = (0.5 + total) / (t + 1)
+        squares += (value - mean) ** 2
+        variance = (0.25 + squares) / (t + 1)
+    return capital
+
+
+@pytest.mark.parametrize("anytime", [False, True], ids=["fixed_n", "anytime"])
+def test_hedged_bound_is_where_the_capital_falls_below_one_over_alpha(anytime) -> None:
+    """L = inf {m : K+(m) < 1/alpha}: K+ at L is >= 1/alpha and just above L it is not, with
+    K+ recomputed step by step; and K+ never rises with m (why {K+ < 1/alpha} is an interval)."""
+    rng = np.random.default_rng(5)
+    bound = anytime_lower_bound if anytime else hedged_lower_bound
+    for n in (3, 20, 90):
+        d = np.clip(rng.normal(0.3, 0.5, size=n), -1.0, 1.0)
+        x = (d + 1.0) / 2.0
+        lower = (bound(d, 1.0, ALPHA) + 1.0) / 2.0
+        if lower > 0:
+            assert hedged_capital_by_loop(x, lower, ALPHA, anytime) >= 1 / ALPHA * (1 - 1e-9)
+        assert hedged_capital_by_loop(x, lower + 1e-8, ALPHA, anytime) < 1 / ALPHA
+        grid = np.linspace(0.0, 1.0, 201)
+        capital = [hedged_capital_by_loop(x, m, ALPHA, anytime) for m in grid]
+        assert np.all(np.diff(capital) <= 1e-9 * np.maximum(capital[:-1], 1.0))
+
+
+def test_the_upper_bound_is_the_lower_bound_of_the_negated_pairs() -> None:
+    d = np.random.default_rng(6).uniform(-0.5, 1.0, size=50)
+    upper = anytime_upper_bound(d, 1.0, ALPHA)
+    assert upper == -anytime_lower_bound(-d, 1.0, ALPHA)
+    assert anytime_lower_bound(d, 1.0, ALPHA) < d.mean() < upper
+
+
+def test_hedged_is_the_default_of_the_bounds_and_of_the_config() -> None:
+    assert DEFAULT_BOUND == "hedged" == StageConfig().certificate_bound
+    for function in (measure, lower_bound, stage_measured):
+        assert inspect.signature(function).parameters["method"].default == DEFAULT_BOUND
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("level", [0.8, 0.9, 0.95])
+def test_a_certificate_is_its_bound_at_its_stated_level(method, level) -> None:
+    """What ties a recorded bound to its label: ``measure(...).bound`` is
+    ``lower_bound(pairs, w, 1 - level)`` exactly (a bound at another alpha labelled ``level``
+    fails here whatever the coverage tests can see)."""
+    d = np.random.default_rng(7).uniform(-1.5, 2.0, size=60)
+    certificate = measure(PairedDifferences(d, 2.0), level, method)
+    assert certificate.level == level and certificate.method == method
+    assert certificate.bound == lower_bound(d, 2.0, 1.0 - level, method)
+    for other in (0.5, 0.99):  # and the level moves it: nothing else could be recorded
+        assert certificate.bound != lower_bound(d, 2.0, 1.0 - other, method)
+
+
 # Differences in [-1, 1] with exact means: a symmetric one, a skewed one (frequent small gains,
 # rare large losses: the update a certificate must not pass), and one that is mostly exactly 0
 # (an agent that rarely acts).
@@ -102,7 +181,7 @@ def binomial_tolerance(alpha: float, repeats: int) -> float:
     return 3.0 * math.sqrt(alpha * (1 - alpha) / repeats)
 
 
-@pytest.mark.parametrize("method", ["bernstein", "betting"])
+@pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("name", sorted(DISTRIBUTIONS))
 @pytest.mark.parametrize("n", [2, 10, 200])
 def test_bounds_cover_the_true_mean_at_their_level(method, name, n) -> None:
@@ -112,6 +191,76 @@ def test_bounds_cover_the_true_mean_at_their_level(method, name, n) -> None:
         lambda row: lower_bound(row, 1.0, ALPHA, method), values, probabilities, n, repeats, n
     )
     assert share <= ALPHA + binomial_tolerance(ALPHA, repeats)
+
+
+def exact_violation(method: str, level: float, n: int, p: float) -> float:
+    """P(measure's bound > E[D]) exactly, for n pairs D = +1 with probability p, else -1 (the
+    bound on [0, 1] is then a Bernoulli mean's): every one of the 2^n orders enumerated."""
+    mean = 2 * p - 1
+    total = 0.0
+    for signs in itertools.product((-1.0, 1.0), repeat=n):
+        d = np.array(signs)
+        if measure(PairedDifferences(d, 1.0), level, method).bound > mean:
+            ups = int((d > 0).sum())
+            total += p**ups * (1 - p) ** (n - ups)
+    return total
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_exact_coverage_on_a_coin_at_its_stated_level(method) -> None:
+    """P(bound > mean) <= alpha computed exactly (no sampling), at means across the range."""
+    for p in (0.3, 0.435, 0.6, 0.85):
+        assert exact_violation(method, 0.95, 8, p) <= ALPHA
+
+
+def test_exact_coverage_separates_95_from_80_percent() -> None:
+    """On 8 coin-flip pairs with P(+1) = 0.435 the hedged bound at 95% exceeds the mean with
+    probability 0.0013 and the same bound at 80% with probability 0.075 > 0.05, computed
+    exactly: a bound at 80% labelled 95% fails the check above."""
+    assert exact_violation("hedged", 0.95, 8, 0.435) == pytest.approx(0.0013, abs=5e-5)
+    assert exact_violation("hedged", 0.80, 8, 0.435) == pytest.approx(0.0752, abs=5e-5)
+
+
+TIGHT_COIN = 0.28
+"""P(D = +1) of a coin-flip pair D in {-1, +1} where the hedged bound is nearly tight at n = 2:
+E[D] = -0.44. The hedged (and anytime) bound of (+1, +1) is -0.781 (-0.748) at 95% and
+-0.424 at 80%, every other pair's is below -0.96, so at 95% no draw exceeds the mean and at
+80% exactly the draws (+1, +1) do: probability 0.28^2 = 0.0784."""
+
+
+@pytest.mark.parametrize("method", ["hedged", ANYTIME])
+def test_coverage_at_the_stated_level_where_the_bound_is_nearly_tight(method) -> None:
+    """Sampled coverage with the 3-standard-error tolerance of the checks above, 4000 draws of
+    2 pairs: the share allowed is 0.05 + 3 sqrt(0.05 * 0.95 / 4000) = 0.0603 (241 draws).
+    The bound at 95% exceeds the mean with probability 0 here (TIGHT_COIN), so it passes
+    always; a bound at 80% labelled 95% exceeds it with probability 0.0784, and passes only if
+    Binomial(4000, 0.0784) <= 241: probability 5.5e-6."""
+    repeats = 4000
+    rng = np.random.default_rng(11)
+    draws = np.where(rng.random((repeats, 2)) < TIGHT_COIN, 1.0, -1.0)
+    mean = 2 * TIGHT_COIN - 1
+    share = float(
+        np.mean([measure(PairedDifferences(row, 1.0), 0.95, method).bound > mean for row in draws])
+    )
+    assert share <= ALPHA + binomial_tolerance(ALPHA, repeats)
+
+
+def test_pairs_the_update_was_chosen_on_are_optimistic_and_held_out_ones_are_not() -> None:
+    """Why the pairs are held out. 40 candidate updates, each of true gain 0 (8 coin-flip pairs
+    D = +-1, P(+1) = 1/2); the update keeps the candidate whose pairs look best (the largest
+    bound, which here is the largest mean: only 8 pairs of +1 clear 0) and the training twin
+    bounds it on those same pairs. A candidate's hedged bound at 95% exceeds 0 with probability
+    q = 1/256 (exactly: only the all-(+1) order), so the chosen one's does with probability
+    1 - (1 - q)^40 = 0.145 > 0.05: the twin fails coverage. Fresh pairs of the chosen candidate
+    are independent of the choice: q <= 0.05, as for any one update."""
+    n, candidates = 8, 40
+    orders = [np.array(signs) for signs in itertools.product((-1.0, 1.0), repeat=n)]
+    bounds = np.array([measure(PairedDifferences(d, 1.0), 0.95).bound for d in orders])
+    q = float(np.mean(bounds > 0.0))  # every order has probability 2^-8
+    assert q == 1 / 256
+    training_twin = 1 - (1 - q) ** candidates
+    assert training_twin == pytest.approx(0.1449, abs=5e-5) and training_twin > ALPHA
+    assert q <= ALPHA
 
 
 def test_the_coverage_check_rejects_the_normal_approximation_at_tiny_n() -> None:
@@ -288,7 +437,9 @@ def test_every_kept_update_is_measured_from_the_draw_that_continues_its_held_out
                 np.testing.assert_array_equal(
                     record.measured.differences, record.resample.pairs.differences
                 )
-        expected = stage_measured([r.measured for r in report.records], [True] * 3, 0.9, "betting")
+        expected = stage_measured(
+            [r.measured for r in report.records], [True] * 3, 0.9, config.certificate_bound
+        )
         assert report.measured == expected
     # Every update but the last is measured from the draw the next update trains on; the last
     # from its held-out groups' continuation alone: no sampler call beyond the updates' own.
