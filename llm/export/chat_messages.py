@@ -237,9 +237,10 @@ view of the dialogue so far is the messages
 where speaker k's header is its role prompt ({headers!r}), after its private note (a line of
 its own) in its own view only, and a header that is empty is left out:
 
+    import os
     from openai import OpenAI
 
-    client = OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="unused")
+    client = OpenAI(base_url="http://127.0.0.1:8000/v1", api_key=os.environ["VLLM_API_KEY"])
     HEADERS = {headers!r}
 
     def view(question, notes, turns, speaker):  # turns so far: [(speaker, text), ...]

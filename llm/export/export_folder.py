@@ -41,7 +41,7 @@ from transformers import PreTrainedModel
 import teamtr
 from llm.common.config import ConfigError, RunConfig
 from llm.common.progress import library_bars
-from llm.engines.vllm.command import ServeCommand
+from llm.engines.vllm.command import KEY_ENVIRONMENT, RUNTIME_LORA_ENVIRONMENT, ServeCommand
 from llm.engines.vllm.lora_sum import ENVIRONMENT as LORA_SUM_ENVIRONMENT
 from llm.engines.vllm.lora_sum import plugin_environment
 from llm.export.chat_messages import chat_card, chat_description
@@ -74,6 +74,12 @@ SERVED_CLIENT = "play_with_vllm.py"
 """The completions client every export carries (``llm/export/play_with_vllm.py``, standard
 library and tokenizer only)."""
 WEIGHTS_DIGEST = "weights: each tensor's name, dtype, shape and bytes, in name order"
+LOOPBACK = "127.0.0.1"
+"""Where the serving lines listen unless ``teamtr export --host`` says otherwise: this machine
+only (vLLM's default, every interface, lets anyone who reaches the machine use the team)."""
+UNKEYED_ROUTES = "/invocations, /tokenize, /adapters"
+"""Routes of vLLM 0.32's server that answer without its key (it guards only paths under
+``/v1``; docs/scaling_out.md lists every route, measured)."""
 
 
 @dataclass(frozen=True)
@@ -132,9 +138,17 @@ class BaseModel:
 
 
 def export_team(
-    trained: TrainedTeam, out: str | Path, *, with_base: bool = False, merge: bool = False
+    trained: TrainedTeam,
+    out: str | Path,
+    *,
+    with_base: bool = False,
+    merge: bool = False,
+    host: str = LOOPBACK,
 ) -> Path:
-    """Write ``trained`` to the new folder ``out`` (see the module's docstring); returns it."""
+    """Write ``trained`` to the new folder ``out`` (see the module's docstring); returns it.
+    ``host``: the address the vLLM lines listen on."""
+    if not host or any(c.isspace() for c in host):
+        raise ConfigError(f"--host {host!r}: give an address to listen on, e.g. {LOOPBACK}")
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ConfigError(f"--out {out}: exists and is not empty; give a new folder")
@@ -150,7 +164,7 @@ def export_team(
     temporary.mkdir()
     try:
         with library_bars(False):  # no "Writing model shards" bar per saved model
-            _fill_export(trained, backbone, temporary, with_base, merge)
+            _fill_export(trained, backbone, temporary, with_base, merge, host)
         if out.exists():
             out.rmdir()
         os.replace(temporary, out)
@@ -166,6 +180,7 @@ def _fill_export(
     folder: Path,
     with_base: bool,
     merge: bool,
+    host: str,
 ) -> None:
     plain = MergedGenerationCopy(backbone.model)  # the base's weights, no LoRA layers
     base = _base_model(trained, plain.model, folder, with_base)
@@ -178,7 +193,7 @@ def _fill_export(
             model.save_pretrained(target)
             trained.tokenizer.save_pretrained(target)
     dtype = str(plain.model.dtype).removeprefix("torch.")
-    description = team_description(trained, base, merge, dtype)
+    description = team_description(trained, base, merge, dtype, host)
     (folder / TEAM_FILE).write_text(json.dumps(description, indent=2) + "\n")
     run_config = portable(trained.config.to_dict())
     (folder / RUN_CONFIG_FILE).write_text(json.dumps(run_config, indent=2) + "\n")
@@ -343,13 +358,18 @@ VLLM_CPU_KV_CACHE = {"VLLM_CPU_KVCACHE_SPACE": "4"}
 GPU builds ignore it."""
 
 
-def vllm_commands(trained: TrainedTeam, base: BaseModel, dtype: str) -> dict[str, str]:
+def vllm_commands(
+    trained: TrainedTeam, base: BaseModel, dtype: str, host: str = LOOPBACK
+) -> dict[str, str]:
     """The lines that serve every adapter of the team on its base, run from the export's folder
     (every path in them relative to it): ``"module"`` with any vLLM distribution's Python
     (``vllm-cpu`` included), ``"serve"`` with the ``vllm`` package's command. Both render the
     engine's own description of a server (``llm.engines.vllm.command.ServeCommand``), so the
     export serves the policy the run drew from (``--generation-config vllm``: no sampling
-    default of the base's is added)."""
+    default of the base's is added). They listen on ``host`` and stop before vLLM starts
+    unless the shell holds the key in ``VLLM_API_KEY``, where vLLM reads it: never on the
+    command line, which every user of the machine can read. The adapters are fixed
+    (``--lora-modules``): no run-time loading."""
     if base.folder is not None:
         served = f"./{base.folder}"
     elif base.location is not None:
@@ -364,6 +384,8 @@ def vllm_commands(trained: TrainedTeam, base: BaseModel, dtype: str) -> dict[str
         dtype=dtype,
         lora_rank=trained.config.lora.rank,
         max_loras=policies,
+        host=host,
+        key_from_shell=True,
         lora_modules=tuple((adapter_folder(p), f"./{adapter_folder(p)}") for p in range(policies)),
         # In half precision, teamtr's vLLM plugin adds each branch without losing it (the
         # card's "In half precision" says what vLLM's own sum drops).
@@ -373,7 +395,7 @@ def vllm_commands(trained: TrainedTeam, base: BaseModel, dtype: str) -> dict[str
 
 
 def team_description(
-    trained: TrainedTeam, base: BaseModel, merged: bool, dtype: str
+    trained: TrainedTeam, base: BaseModel, merged: bool, dtype: str, host: str = LOOPBACK
 ) -> dict[str, Any]:
     """``team.json``: everything a dialogue of the team depends on, for teamtr and for a
     script that plays it without teamtr."""
@@ -382,7 +404,7 @@ def team_description(
     speakers = range(team.n_agents)
     checkpoint = Path(trained.checkpoint).name
     stage = int(checkpoint.removeprefix("stage_")) if checkpoint.startswith("stage_") else None
-    serving = vllm_commands(trained, base, dtype)
+    serving = vllm_commands(trained, base, dtype, host)
     agents = [
         {
             "speaker": k,
@@ -447,7 +469,16 @@ def team_description(
         },
         "vllm": serving["module"],
         "vllm_serve": serving["serve"],
+        "vllm_url": f"http://{_url_host(host)}:8000",
+        "vllm_key_variable": KEY_ENVIRONMENT,
     }
+
+
+def _url_host(host: str) -> str:
+    """``host`` as a URL writes it: loopback for every interface, brackets for IPv6."""
+    if host in ("0.0.0.0", "::"):
+        return LOOPBACK
+    return f"[{host}]" if ":" in host else host
 
 
 def model_card(team: dict[str, Any]) -> str:
@@ -473,6 +504,8 @@ def model_card(team: dict[str, Any]) -> str:
         + [f'    team.set_adapter("{names[0]}")  # before each turn: the speaker\'s adapter']
     )
     hashed = "the GGUF file" if base["gguf_file"] else "the weights"
+    url = team.get("vllm_url", f"http://{LOOPBACK}:8000")
+    key, unkeyed, runtime = KEY_ENVIRONMENT, UNKEYED_ROUTES, RUNTIME_LORA_ENVIRONMENT
     return f"""# A team trained with teamtr
 
 {len(team["agents"])} speakers take turns in one dialogue ({team["router"]["kind"]} order
@@ -499,7 +532,9 @@ Play it with teamtr: `teamtr chat --run THIS_FOLDER --question "..."`, or
 is rendered (`play_with_peft.py` in teamtr's docs/examples/exported_team/ plays one).
 
 Serve it with vLLM, from this folder, with the Python of an environment that has vLLM (any
-distribution, `vllm-cpu` included):
+distribution, `vllm-cpu` included), after `export {key}=...` (a key of your own, e.g.
+`python -c "import secrets; print(secrets.token_urlsafe(32))"`): the server reads it there, lets
+in only `/v1` requests that carry it (`Authorization: Bearer`), and the line stops without it:
 
     {team["vllm"]}
 
@@ -508,10 +543,15 @@ or with the `vllm` package's own command:
     {team["vllm_serve"]}
 
 Each agent is the served model named by its adapter (`"model": "agent0"` in a request); the
-turn-taking stays the client's. `python play_with_vllm.py . http://127.0.0.1:8000 "question"
-[NOTE ...]` (this folder's copy: the standard library and the tokenizer) plays one greedy
-dialogue through the server as teamtr renders it, token ids to `/v1/completions`; `teamtr chat
---run THIS_FOLDER --url http://127.0.0.1:8000 --question "..."` plays it with teamtr.{_environment_card(team)}{_half_precision(team)}{_missing_base(team)}
+turn-taking stays the client's. `python play_with_vllm.py . {url} "question" [NOTE ...]` (this
+folder's copy: the standard library and the tokenizer; it sends the key in `{key}`) plays one
+greedy dialogue through the server as teamtr renders it, token ids to `/v1/completions`;
+`teamtr chat --run THIS_FOLDER --url {url} --key-variable {key} --question "..."` plays it with
+teamtr.
+
+To let other machines use the team, keep the server where it listens and expose only a TLS proxy
+(nginx, Caddy) that forwards `/v1/` to it: vLLM checks the key only under `/v1`
+({unkeyed} and more answer without it), and never start it with `{runtime}=1`.{_environment_card(team)}{_half_precision(team)}{_missing_base(team)}
 
 {chat_card(team)}"""
 

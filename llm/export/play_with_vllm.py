@@ -3,9 +3,9 @@ standard library and the team's tokenizer alone (every export carries a copy of 
 
     python play_with_vllm.py EXPORT URL "question" [NOTE_FOR_AGENT_0 NOTE_FOR_AGENT_1 ...]
 
-Start the server from EXPORT with the line its README.md prints (`--port 8000` added, say), then
-give its address as URL (http://127.0.0.1:8000); a server started with a key (`--api-key`) is
-sent the one in OPENAI_API_KEY. Every turn is one completion request under the speaker's
+Start the server from EXPORT with the line its README.md prints (it listens on
+http://127.0.0.1:8000 and lets in only requests that carry the key in VLLM_API_KEY), then give
+its address as URL; the key is read from VLLM_API_KEY here too, never from the command line. Every turn is one completion request under the speaker's
 adapter (`"model": "agent0"`): the speaker's context rendered as teamtr renders it (team.json;
 the same rendering as play_with_peft.py), sent as token ids, played greedily (temperature 0) up
 to the speaker's longest message or the chat's stop token. This route plays every dialogue as
@@ -45,7 +45,7 @@ def main(folder, url, question, *notes):
         return encode((render([{"role": "system", "content": text}]) if text else "") + assistant)
 
     stop, closing = gen["stop_token_id"], gen["closing_token_ids"]
-    key = os.environ.get("OPENAI_API_KEY")
+    key = os.environ.get("VLLM_API_KEY")
 
     def complete(adapter, ids, max_tokens):
         body = {

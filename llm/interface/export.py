@@ -33,18 +33,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="also write one merged model per agent (W + alpha/r B A): merged/agentK",
     )
     parser.add_argument("--device", help='where the models go while writing (default: "cpu")')
+    parser.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="the address the vLLM lines listen on (default: 127.0.0.1, this machine only; "
+        "0.0.0.0, every interface, only behind a firewall or a TLS proxy)",
+    )
 
 
 def run_export(args: argparse.Namespace) -> int:
-    from llm.export.export_folder import export_team
+    from llm.export.export_folder import LOOPBACK, export_team
     from llm.export.trained_team import TEAM_FILE, locate_team
 
     out = Path(args.out)
+    if not args.host or any(c.isspace() for c in args.host):
+        raise ConfigError(f"--host {args.host!r}: give an address to listen on, e.g. {LOOPBACK}")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ConfigError(f"--out {out}: exists and is not empty; give a new folder")
     source = locate_team(args.run, args.step)
     trained = source.load(args.device or "cpu")
-    written = export_team(trained, out, with_base=args.with_base, merge=args.merge)
+    written = export_team(trained, out, with_base=args.with_base, merge=args.merge, host=args.host)
     team = json.loads((written / TEAM_FILE).read_text())
     print(f"exported {trained.checkpoint} to {written}")
     print(team["vllm"])

@@ -9,6 +9,11 @@ between turns included; ``docs/examples/exported_team/chat_with_openai.py`` with
 package (run by the vLLM environment's Python, which has it; skipped where it does not); and
 ``teamtr chat --url`` and ``llm.load_team(..., url=...)``, through the vLLM engine's client.
 
+The line listens on 127.0.0.1 alone and lets in only requests that carry the key in
+``VLLM_API_KEY`` (the clients read it from there): a request without it is refused, the
+server cannot be reached at another address of the machine, and without the variable the line
+stops before vLLM starts.
+
 The tiny model is ``tiny:128x2`` (4 heads of 32 dimensions): vLLM's CPU attention refuses the
 8-dimension heads of "tiny".
 """
@@ -21,8 +26,10 @@ import json
 import os
 import shlex
 import signal
+import socket
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -40,6 +47,8 @@ VLLM_PYTHON = Path(os.environ.get("TEAMTR_VLLM_PYTHON", REPO / ".venv-vllm" / "b
 OPENAI_CLIENT = REPO / "docs" / "examples" / "exported_team" / "chat_with_openai.py"
 QUESTION = "What is 3 + 5?"
 NOTES = ("a = 3", "b = 5")
+SERVER_KEY = "the-exports-key"
+"""The key the served export lets in, in ``VLLM_API_KEY`` of the server and of every client."""
 START_TIMEOUT = 600.0
 """Seconds the server may take to answer its health check (about 50 on an idle CPU)."""
 
@@ -66,10 +75,22 @@ def exported(tmp_path_factory):
     return out, json.loads(chat_json.read_text())["dialogues"][0]
 
 
+@pytest.fixture(autouse=True)
+def clients_key(monkeypatch):
+    """Every client of a test (and the processes it starts) holds the server's key."""
+    monkeypatch.setenv("VLLM_API_KEY", SERVER_KEY)
+
+
+def keyed(request: urllib.request.Request) -> urllib.request.Request:
+    request.add_header("Authorization", f"Bearer {SERVER_KEY}")
+    return request
+
+
 @pytest.fixture(scope="module")
 def server(exported):
     """The export's vLLM line, as team.json writes it, run from the export's folder with the
-    engine environment's Python first on PATH; yields the server's address."""
+    engine environment's Python first on PATH and the key in ``VLLM_API_KEY``; yields the
+    server's address."""
     out, _ = exported
     line = json.loads((out / "team.json").read_text())["vllm"]
     port = free_port()
@@ -78,11 +99,12 @@ def server(exported):
         "PATH": f"{VLLM_PYTHON.parent}{os.pathsep}{os.environ.get('PATH', '')}",
         "OMP_NUM_THREADS": "1",
         "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+        "VLLM_API_KEY": SERVER_KEY,
     }
     log = out.parent / "server.log"
     with log.open("w") as handle:
         process = subprocess.Popen(
-            ["sh", "-c", f"{line} --host 127.0.0.1 --port {port}"],
+            ["sh", "-c", f"{line} --port {port}"],
             cwd=out,
             env=environment,
             stdout=handle,
@@ -114,6 +136,8 @@ def test_the_export_writes_the_base_vllm_loads_and_a_line_without_machine_paths(
     assert (out / "base" / "config.json").is_file()
     assert list((out / "base").glob("*.safetensors"))
     words = shlex.split(team["vllm"])
+    assert words[:3] == [":", "${VLLM_API_KEY:?" + words[1].split("?", 1)[1], "&&"]
+    words = words[3:]
     assert words[:5] == [
         "VLLM_CPU_KVCACHE_SPACE=4",
         "python",
@@ -122,11 +146,60 @@ def test_the_export_writes_the_base_vllm_loads_and_a_line_without_machine_paths(
         "--model",
     ]
     assert words[5] == "./base"
+    assert words[words.index("--host") + 1] == "127.0.0.1"
     assert not [w for w in words if w.startswith("/") or "=/" in w]
+    assert "--api-key" not in words and "VLLM_ALLOW_RUNTIME_LORA_UPDATING=1" not in words
+
+
+def test_the_line_stops_before_vllm_starts_without_a_key(exported):
+    """vLLM without a key lets everyone in: the line does not start it."""
+    out, _ = exported
+    line = json.loads((out / "team.json").read_text())["vllm"]
+    environment = {k: v for k, v in os.environ.items() if k != "VLLM_API_KEY"}
+    environment["PATH"] = f"{VLLM_PYTHON.parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    done = subprocess.run(
+        ["sh", "-c", line], cwd=out, env=environment, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode != 0 and "VLLM_API_KEY" in done.stderr, done.stderr
+
+
+def test_the_server_refuses_requests_without_its_key(server):
+    for path, body in [("/v1/models", None), ("/v1/completions", {"model": "agent0"})]:
+        data = None if body is None else json.dumps(body).encode()
+        for key in (None, "a-wrong-key"):
+            request = urllib.request.Request(f"{server}{path}", data=data)
+            if key is not None:
+                request.add_header("Authorization", f"Bearer {key}")
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(request, timeout=60)
+            assert refused.value.code == 401, (path, key)
+
+
+def this_machines_other_address() -> str | None:
+    """An address of this machine other than loopback (the interface of its default route),
+    or None where it has none."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.1", 9))  # no packet is sent: the kernel picks a route
+        except OSError:
+            return None
+        address = probe.getsockname()[0]
+    return None if address.startswith("127.") or address == "0.0.0.0" else address
+
+
+def test_the_server_listens_on_loopback_only(server):
+    address = this_machines_other_address()
+    if address is None:
+        pytest.skip("this machine has no address but loopback")
+    port = int(server.rsplit(":", 1)[1])
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection((address, port), timeout=10).close()
 
 
 def test_the_server_lists_each_agents_adapter(server):
-    with urllib.request.urlopen(f"{server}/v1/models", timeout=60) as answer:
+    with urllib.request.urlopen(
+        keyed(urllib.request.Request(f"{server}/v1/models")), timeout=60
+    ) as answer:
         served = {model["id"] for model in json.load(answer)["data"]}
     assert {"agent0", "agent1"} <= served
 
@@ -142,10 +215,12 @@ def test_a_greedy_dialogue_through_the_server_is_teamtr_chats(exported, server):
 
 def first_token_logprob(url: str, model: str) -> float:
     body = {"model": model, "prompt": QUESTION, "max_tokens": 1, "temperature": 0, "logprobs": 0}
-    request = urllib.request.Request(
-        f"{url}/v1/completions",
-        data=json.dumps(body).encode(),
-        headers={"Content-Type": "application/json"},
+    request = keyed(
+        urllib.request.Request(
+            f"{url}/v1/completions",
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )
     )
     with urllib.request.urlopen(request, timeout=600) as answer:
         return float(json.load(answer)["choices"][0]["logprobs"]["token_logprobs"][0])
@@ -160,8 +235,12 @@ def test_each_adapter_changes_what_the_server_computes(server):
 
 
 def post(url: str, path: str, body: dict) -> dict:
-    request = urllib.request.Request(
-        f"{url}{path}", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    request = keyed(
+        urllib.request.Request(
+            f"{url}{path}",
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )
     )
     with urllib.request.urlopen(request, timeout=600) as answer:
         return json.load(answer)
@@ -257,6 +336,8 @@ def test_teamtr_chat_url_plays_teamtr_chats_dialogue_through_the_server(exported
         str(out),
         "--url",
         server,
+        "--key-variable",
+        "VLLM_API_KEY",
         "--question",
         QUESTION,
         *notes,
@@ -266,7 +347,7 @@ def test_teamtr_chat_url_plays_teamtr_chats_dialogue_through_the_server(exported
     assert done.returncode == 0, done.stderr
     served = json.loads(written.read_text())["dialogues"][0]
     assert [t["tokens"] for t in served["turns"]] == [t["tokens"] for t in chat["turns"]]
-    team = llm.load_team(out, device="cpu", url=server)
+    team = llm.load_team(out, device="cpu", url=server, key_variable="VLLM_API_KEY")
     try:
         assert team.sampler.engine.name == "vllm"
         episode = team.episodes([team.problem(QUESTION, NOTES)])[0]
@@ -284,7 +365,12 @@ def test_a_server_without_the_teams_adapter_names_is_refused(exported, server):
 
     out, _ = exported
     team = llm.load_team(out, device="cpu")
-    settings = dataclasses.replace(team.config.sampler, engine="vllm", engine_url=server)
+    settings = dataclasses.replace(
+        team.config.sampler,
+        engine="vllm",
+        engine_url=server,
+        engine_key_variable="VLLM_API_KEY",
+    )
     engine = VLLMEngine(team.chat, settings, served=["agent0", "agent7"])
     with pytest.raises(EngineStartFailed, match="agent7"):
         engine.start(team.team, team.tokenizer, positions=0, threads=0)

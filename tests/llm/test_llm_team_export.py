@@ -135,8 +135,11 @@ def test_each_agent_is_a_peft_adapter_with_its_true_rank_alpha_and_modules(expor
         "agent0=./agent0 agent1=./agent1"
     ) in team["vllm"]
     assert vllm_rank(4) == 8 and vllm_rank(16) == 16
-    assert team["vllm"].startswith("VLLM_CPU_KVCACHE_SPACE=4 python -m")
-    assert "--model ./base --dtype float32" in team["vllm"]
+    # The shell stops the line unless the key is in VLLM_API_KEY, where vLLM reads it.
+    guard, line = team["vllm"].split(" && ", 1)
+    assert guard.startswith(': "${VLLM_API_KEY:?') and team["vllm_serve"].startswith(guard)
+    assert line.startswith("VLLM_CPU_KVCACHE_SPACE=4 python -m")
+    assert "--model ./base --host 127.0.0.1 --dtype float32" in line
     card = (out / "README.md").read_text()
     assert team["vllm"] in card and team["vllm_serve"] in card
 
@@ -301,3 +304,23 @@ def test_chat_set_changes_the_runs_config_for_its_dialogues(exported, tmp_path, 
     error = capsys.readouterr().err
     assert "--set sampler.max_new_tokenz: unknown key" in error
     assert "did you mean 'max_new_tokens'?" in error
+
+
+def test_export_host_names_where_the_lines_listen_and_a_blank_one_is_refused(notes_run, tmp_path):
+    """``--host`` moves the lines off loopback (the card's address then names it); a blank
+    one is one error line, exit 2, before anything is written."""
+    out = tmp_path / "on_lan"
+    done = teamtr("export", "--run", str(notes_run), "--out", str(out), "--host", "10.1.2.3")
+    assert done.returncode == 0, done.stderr
+    team = json.loads((out / "team.json").read_text())
+    for line in (team["vllm"], team["vllm_serve"]):
+        words = line.split(" && ", 1)[1].split()
+        assert words[words.index("--host") + 1] == "10.1.2.3"
+    assert team["vllm_url"] == "http://10.1.2.3:8000"
+    assert "play_with_vllm.py . http://10.1.2.3:8000" in (out / "README.md").read_text()
+    refused = teamtr(
+        "export", "--run", str(notes_run), "--out", str(tmp_path / "no"), "--host", " "
+    )
+    errors = [line for line in refused.stderr.splitlines() if line.startswith("error:")]
+    assert refused.returncode == 2 and len(errors) == 1 and "--host" in errors[0], refused.stderr
+    assert not (tmp_path / "no").exists()

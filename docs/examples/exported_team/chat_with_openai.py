@@ -4,9 +4,9 @@ official `openai` client and team.json alone (no tokenizer, no teamtr).
     pip install openai
     python chat_with_openai.py EXPORT URL "question" [NOTE_FOR_AGENT_0 NOTE_FOR_AGENT_1 ...]
 
-Start the server from EXPORT with the line its README.md prints (`--port 8000` added, say), then
-give its address as URL (http://127.0.0.1:8000); a server started with a key is sent the one in
-OPENAI_API_KEY. Every turn is one `client.chat.completions.create` under the speaker's adapter
+Start the server from EXPORT with the line its README.md prints (it listens on
+http://127.0.0.1:8000 and lets in only requests that carry the key in VLLM_API_KEY), then give
+its address as URL; the key is read from VLLM_API_KEY here too, never from the command line. Every turn is one `client.chat.completions.create` under the speaker's adapter
 (`model="agent0"`) with the speaker's view of the dialogue so far as chat messages (team.json's
 "chat": the system prompt and question, then per turn the speaker's header as a system message
 and its message as the assistant's, then the speaking agent's own header), played greedily up to
@@ -28,7 +28,7 @@ chat = team["chat"]
 if not chat["renders_as_teamtr"]:
     print(f"warning: {chat['checked']}; play_with_vllm.py plays as teamtr does", file=sys.stderr)
 agents = {agent["speaker"]: agent for agent in chat["agents"]}
-client = OpenAI(base_url=f"{url.rstrip('/')}/v1", api_key=os.environ.get("OPENAI_API_KEY", "none"))
+client = OpenAI(base_url=f"{url.rstrip('/')}/v1", api_key=os.environ.get("VLLM_API_KEY", "none"))
 
 
 def view(turns, speaker):  # the speaker's view, before its turn, of the dialogue so far

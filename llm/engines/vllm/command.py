@@ -72,6 +72,10 @@ class ServeCommand:
     can open, no other process can take its place or reach it."""
     key: str | None = field(default=None, repr=False)
     """The key every ``/v1`` request must carry; passed in the environment (``KEY_ENVIRONMENT``)."""
+    key_from_shell: bool = False
+    """Whether the rendered lines (``module_line``, ``serve_line``) stop before vLLM starts
+    unless the shell's environment holds ``KEY_ENVIRONMENT``: vLLM reads its key from there,
+    and without one it lets every request in."""
     logprobs_mode: str = LOGPROBS_MODE
     generation_config: str = "vllm"
     extra_arguments: tuple[str, ...] = ()
@@ -131,9 +135,18 @@ class ServeCommand:
         if self.runtime_lora:
             variables[RUNTIME_LORA_ENVIRONMENT] = "1"
         prefix = [f"{name}={shlex.quote(value)}" for name, value in variables.items()]
-        return " ".join([*prefix, shlex.join(self.module_command())])
+        return self._key_check() + " ".join([*prefix, shlex.join(self.module_command())])
 
     def serve_line(self) -> str:
         """One shell line with the ``vllm`` package's own command (no key in it)."""
         prefix = [f"{name}={shlex.quote(value)}" for name, value in self.extra_environment]
-        return " ".join([*prefix, shlex.join(["vllm", "serve", self.model, *self.arguments()])])
+        command = shlex.join(["vllm", "serve", self.model, *self.arguments()])
+        return self._key_check() + " ".join([*prefix, command])
+
+    def _key_check(self) -> str:
+        """The POSIX shell's check that the key variable is set and not empty (``${NAME:?}``
+        stops the line with the message), before the server: ``key_from_shell``."""
+        if not self.key_from_shell:
+            return ""
+        message = f"export {KEY_ENVIRONMENT}=... first: the key every request must carry"
+        return f': "${{{KEY_ENVIRONMENT}:?{message}}}" && '
