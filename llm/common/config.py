@@ -904,6 +904,7 @@ RESUMABLE_KEYS = frozenset(
         ("run", "device"),
         ("sampler", "engine_url"),
         ("sampler", "engine_key_variable"),
+        ("sampler", "engine_trusted_network"),
         ("sampler", "engine_args"),
     }
 )

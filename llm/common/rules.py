@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import ipaddress
 import math
 import re
 import typing
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -318,6 +320,7 @@ SECTION_RULES: tuple[SectionRule, ...] = (
     SectionRule("sampler", "signal_groups", _signal_groups_fit_the_batch),
     SectionRule("sampler", "engine_key_variable", _a_key_variable_needs_an_engine_url),
     SectionRule("sampler", "engine_url", _engine_key_needs_the_server_engine("engine_url")),
+    SectionRule("sampler", "engine_url", _plain_http_stays_on_this_machine),
     SectionRule("sampler", "engine_args", _engine_key_needs_the_server_engine("engine_args")),
     SectionRule("task", "train_file", _a_file_task_names_its_file),
     SectionRule("task", "factory", _a_python_task_names_its_factory),

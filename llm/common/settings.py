@@ -154,6 +154,11 @@ class SamplerSettings:
     """With ``engine_url``: the environment variable that holds the key the server lets in
     (its ``--api-key``); the key itself never goes in a config file or a run's records. A
     server teamtr starts gets a key of its own, drawn for the run."""
+    engine_trusted_network: bool = False
+    """With an ``engine_url`` of plain ``http://`` on another machine: whether the network
+    between is trusted (a private link, a VPN). Unset, such a URL is refused: the key, every
+    prompt and every adapter's path would cross it in clear (``https://``, a TLS proxy in
+    front of vLLM, needs no trust)."""
     engine_args: str = ""
     """With engine "vllm": further arguments for the server teamtr starts (on a GPU shared
     with training, ``--gpu-memory-utilization 0.3``)."""

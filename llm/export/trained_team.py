@@ -224,7 +224,9 @@ class TrainedTeam:
         )
         task = Task(_never_trains, name="play", environment=environment)
         # A trained team plays in process: a run's server engine was the run's.
-        in_process = dataclasses.replace(config.sampler, engine="hf", engine_url="", engine_args="")
+        in_process = dataclasses.replace(
+            config.sampler, engine="hf", engine_url="", engine_key_variable="", engine_args=""
+        )
         sampler = DialogueSampler(chat, router, task, in_process)
         return cls(config, team, sampler, checkpoint, tokenizer)
 

@@ -241,6 +241,7 @@ def _tiny_team(config: RunConfig, dialogues: int) -> RunConfig:
             "engine_url": "",
             "engine_args": "",
             "engine_key_variable": "",
+            "engine_trusted_network": False,
             "max_new_tokens": CHECK_MESSAGE_TOKENS,
             "prompts_per_batch": 1,
             "group_size": max(2, dialogues),

@@ -9,6 +9,7 @@ import inspect
 import typing
 
 import pytest
+from llm_test_support import teamtr
 
 import llm.common.config as config_module
 from llm.common.config import CROSS_SECTION_RULES, ConfigError, RunConfig, load_config
@@ -196,3 +197,48 @@ def test_a_rule_across_sections_names_its_key_and_line(tmp_path, monkeypatch, na
     others = tuple(r for r in CROSS_SECTION_RULES if r.__name__ != name)
     monkeypatch.setattr(config_module, "CROSS_SECTION_RULES", others)
     load_config(tmp_path / "c.toml")
+
+
+@pytest.mark.parametrize(
+    ("url", "trusted", "refused"),
+    [
+        ("http://192.0.2.7:8000", False, True),
+        ("http://inference-node:8000", False, True),  # a name may resolve anywhere
+        ("http://192.0.2.7:8000", True, False),
+        ("https://192.0.2.7:8000", False, False),
+        ("http://127.0.0.1:8000", False, False),
+        ("http://127.3.2.1:8000", False, False),
+        ("http://localhost:8000", False, False),
+        ("http://[::1]:8000", False, False),
+    ],
+)
+def test_plain_http_to_another_machine_needs_a_trusted_network(tmp_path, url, trusted, refused):
+    """The key and every prompt go to ``engine_url`` in clear over plain HTTP: only this
+    machine, or a network the config says is trusted, may carry them."""
+    text = f'[sampler]\nengine = "vllm"\nengine_url = "{url}"\n'
+    text += f"engine_trusted_network = {str(trusted).lower()}\n"
+    (tmp_path / "c.toml").write_text(text)
+    if not refused:
+        assert load_config(tmp_path / "c.toml").sampler.engine_url == url
+        return
+    message = load_error(tmp_path, text)
+    assert "[sampler] engine_url: is plain HTTP to" in message, message
+    assert "engine_trusted_network = true" in message
+
+
+def test_plain_http_to_another_machine_is_one_error_line_and_exit_2(tmp_path):
+    done = teamtr(
+        "train",
+        "--config",
+        "smoke",
+        "--output-dir",
+        str(tmp_path),
+        "--set",
+        "sampler.engine=vllm",
+        "--set",
+        "sampler.engine_url=http://192.0.2.7:8000",
+    )
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert done.returncode == 2 and len(errors) == 1, done.stderr
+    assert "plain HTTP to 192.0.2.7" in errors[0]
+    assert not any(tmp_path.iterdir())
