@@ -301,6 +301,29 @@ def _a_key_variable_needs_an_engine_url(sampler: Any) -> str | None:
     return None
 
 
+def _plain_http_stays_on_this_machine(sampler: Any) -> str | None:
+    parts = urllib.parse.urlsplit(sampler.engine_url)
+    if parts.scheme != "http" or sampler.engine_trusted_network or _loopback(parts.hostname):
+        return None
+    return (
+        f"is plain HTTP to {parts.hostname}, another machine: the key and every prompt would "
+        "cross the network in clear; use https:// (a TLS proxy in front of vLLM), or set "
+        "engine_trusted_network = true where the network between is private"
+    )
+
+
+def _loopback(host: str | None) -> bool:
+    """Whether ``host`` is this machine: ``localhost`` or a loopback address."""
+    if host is None:
+        return False
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a name: it may resolve anywhere
+        return False
+
+
 def _an_environment_task_names_its_environment(task: Any) -> str | None:
     if task.kind == "environment" and not task.environment:
         return (
