@@ -139,10 +139,11 @@ def environment_part(record: StageMetrics) -> str:
 
 
 def user_code(config: RunConfig) -> bool:
-    """Whether the run's task is one's own (a factory, a data file, a reward or metric) or acts
-    in an environment (whose code is as much one's own: the check tries it)."""
+    """Whether the run's task is one's own (a factory, a data file, a reward or metric), acts
+    in an environment (whose code is as much one's own: the check tries it), or comes from
+    reasoning-gym's generators (the check shows drawn problems and their answers' rewards)."""
     task = config.task
-    return task.kind in ("python", "dataset", "environment") or bool(
+    return task.kind in ("python", "dataset", "environment", "reasoning_gym") or bool(
         task.reward or task.metric or task.environment
     )
 
