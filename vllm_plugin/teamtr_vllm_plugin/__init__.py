@@ -5,15 +5,25 @@ branch into that output in place (``vllm/lora/layers/base_linear.py``: ``_apply_
 ``_apply_lora_to_output``; the row-parallel layer adds it the same way), every path through
 the punica wrapper's ``add_expand``. In bfloat16 the product's output lies on bfloat16's grid,
 and a branch under half its spacing, as the first steps of an update are, rounds away: the
-served policy keeps a fraction of the trained change (0.29 and 0.62 of float32's on the default
-relay's first updates, docs/scaling_out.md).
+served policy keeps only a fraction of the trained change (docs/scaling_out.md, "vLLM in half
+precision: the LoRA sum", measures it).
 
 With ``TEAMTR_VLLM_LORA_SUM=stochastic`` in the server's environment, ``add_expand`` computes
-the branch in float32 instead, adds it to the product's output there and rounds the sum back
-to the model's dtype stochastically (``rounding.stochastic_round``): unbiased for a branch of
-any size, at no extra product. Unset, or ``vllm``: vLLM's own sum, untouched. A float32 model
-is never touched. vLLM calls ``register`` in every one of its processes (API server, engine
-core, workers), before any model is built.
+the branch into a float32 output instead, adds it to the product's output there and rounds the
+sum back to the model's dtype stochastically (``rounding.stochastic_round``): unbiased for a
+branch of any size, at no extra product, and the same bits for a request whatever else its
+batch holds (the draws are hashed from what each row computes). Unset, or ``vllm``: vLLM's own
+sum, untouched. A float32 model is never touched. vLLM calls ``register`` in every one of its
+processes (API server, engine core, workers), before any model is built.
+
+What the branch itself is computed in differs by device. On a CPU (``PunicaWrapperCPU``, the
+torch ops) the expand casts the LoRA weights and its input to the output's dtype: into a
+float32 output the branch is float32 throughout. On a GPU (``PunicaWrapperGPU``, the Triton
+expand) the kernel accumulates in float32 but casts its tile to the LoRA weights' dtype before
+it adds the output: a half-precision branch is rounded to nearest on its own grid, relative to
+its own size (bfloat16: within 2^-9 of it), before it meets the float32 output. Either way it is
+the branch alone that is rounded there, not the branch added to an output on a grid far
+coarser than the branch, which is what loses it; the sum is rounded once, stochastically.
 """
 
 from __future__ import annotations

@@ -36,8 +36,9 @@ def stochastic_add_expand(original: Any) -> Any:
             return original(
                 self, y, x, lora_b_stacked, output_slices, offset_start, add_inputs, **kwargs
             )
-        # The branch alone, computed into a float32 output (the expand casts its inputs to the
-        # output's dtype: in float32 the branch itself is not rounded either) ...
+        # The branch alone, computed into a float32 output: on a CPU in float32 throughout (the
+        # torch expand casts to the output's dtype); on a GPU the Triton expand rounds it to
+        # the LoRA weights' dtype on its own grid first (the package's docstring) ...
         branch = torch.zeros(y.shape, dtype=torch.float32, device=y.device)
         original(self, branch, x, lora_b_stacked, output_slices, offset_start, True, **kwargs)
         # ... then the product's output plus the branch, rounded once, without bias. Rows of no
