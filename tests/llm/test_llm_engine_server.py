@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import os
 import shlex
+import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -24,10 +26,16 @@ import torch
 
 from llm.engines.protocol import EngineStartFailed
 from llm.engines.vllm.command import ServeCommand
-from llm.engines.vllm.probe import diagnose, trainer_logps
-from llm.engines.vllm.server import EngineServer, ServerAddress, ServerRefused
+from llm.engines.vllm.probe import check_served_policy, diagnose, trainer_logps
+from llm.engines.vllm.server import (
+    EngineServer,
+    ServerAddress,
+    ServerRefused,
+    remove_dead_owners_folders,
+)
 from llm.models.loading import load_model, load_tokenizer
 
+REPO = Path(__file__).resolve().parents[2]
 STAND_IN = textwrap.dedent(
     """
     import json, os, socketserver, sys
@@ -194,3 +202,76 @@ def test_the_probe_names_what_differs_between_a_server_and_the_trainer(probe_log
         assert found is None
     else:
         assert found is not None and found.startswith(cause), found
+
+
+def wait_listening(address: ServerAddress, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            address.request("GET", "/v1/models", timeout=5)
+            return
+        except OSError:
+            assert time.monotonic() < deadline, "the stand-in never listened"
+            time.sleep(0.1)
+
+
+def test_a_server_at_engine_url_that_lets_in_requests_without_the_key_is_refused(tmp_path):
+    """A run that names a key for a server that does not ask for one (started without
+    ``VLLM_API_KEY`` in its environment): the probe says so, before it loads any adapter."""
+    server = stand_in(tmp_path, "/cache/base-folder", demands_key=False)
+    loaded: list[str] = []
+
+    def load_adapter() -> str:
+        loaded.append("agent 0")
+        return "agent0"
+
+    try:
+        wait_listening(server.address)
+        with pytest.raises(EngineStartFailed, match="does not refuse requests without the key"):
+            # Nothing past the key's check is reached: no team, chat or settings needed.
+            check_served_policy(server.address, load_adapter, None, None, None, 4)  # type: ignore[arg-type]
+        assert not loaded
+    finally:
+        server.stop()
+
+
+OWNER = textwrap.dedent(
+    """
+    import sys, time
+    from llm.engines.vllm.server import ADAPTER_FOLDER, LOG_FOLDER, SOCKET_FOLDER, owned_folder
+    for kind in (SOCKET_FOLDER, ADAPTER_FOLDER, LOG_FOLDER):
+        print(owned_folder(kind), flush=True)
+    time.sleep(600)
+    """
+)
+
+
+def test_a_dead_runs_folders_are_removed_and_a_live_runs_kept(tmp_path):
+    """Two engines' owners make their folders (socket, adapters, log) in one temporary
+    directory; one is ended by ``kill -9``, which no ``close`` survives. Another engine's
+    clean-up removes the dead one's three folders and nothing else: the live one's stay, and
+    so do folders of other names."""
+    owners = [
+        subprocess.Popen(
+            [sys.executable, "-c", OWNER],
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "TMPDIR": str(tmp_path), "PYTHONPATH": str(REPO)},
+        )
+        for _ in range(2)
+    ]
+    try:
+        made = [[Path(owner.stdout.readline().strip()) for _ in range(3)] for owner in owners]
+        assert all(folder.is_dir() for folders in made for folder in folders), made
+        other = tmp_path / "teamtr-launch-123-abc"  # another tool's, of a name alike
+        other.mkdir()
+        owners[0].kill()
+        owners[0].wait(timeout=60)
+        removed = remove_dead_owners_folders(tmp_path)
+        assert sorted(removed) == sorted(made[0])
+        assert not any(folder.exists() for folder in made[0])
+        assert all(folder.is_dir() for folder in made[1]) and other.is_dir()
+    finally:
+        for owner in owners:
+            owner.kill()
+            owner.wait(timeout=60)

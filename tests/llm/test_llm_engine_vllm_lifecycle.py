@@ -2,7 +2,8 @@
 ``.venv-vllm``): the smoke run through the engine, the server gone on every way teamtr can end
 (done, SIGTERM, Ctrl-C, kill -9), a server that dies mid-run, and faults said in one ``error:``
 line, among them a server at ``engine_url`` that refuses the run's key or serves another policy
-than the trainer's (the probe before training).
+than the trainer's (the probe before training); and a run that trains against a keyed server
+it did not start, started as docs/scaling_out.md starts one.
 
 A module of its own, after ``test_llm_engine_vllm.py``: that module's in-process server is
 stopped when it ends, so no idle server of another test shares the CPU with these runs.
@@ -13,8 +14,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -24,7 +27,14 @@ from test_llm_engine_vllm import REPO, TEAMTR, TOLERANCE, VLLM_PYTHON, write_con
 
 from llm.common.config import ConfigError, load_config, parse_override
 from llm.engines.vllm.command import ServeCommand
-from llm.engines.vllm.server import EngineServer, ServerAddress, free_port
+from llm.engines.vllm.server import (
+    ADAPTER_FOLDER,
+    OWNED_FOLDER,
+    SOCKET_FOLDER,
+    EngineServer,
+    ServerAddress,
+    free_port,
+)
 from llm.models.base_folder import base_folder
 from llm.models.loading import load_tokenizer
 from llm.training.builder import build
@@ -39,8 +49,14 @@ SERVER_PID = re.compile(r"\(APIServer pid=(\d+)\)")
 
 
 def start_training(
-    config: Path | str, name: str, *extra: str, cwd: Path | None = None
+    config: Path | str,
+    name: str,
+    *extra: str,
+    cwd: Path | None = None,
+    temporary: Path | None = None,
 ) -> subprocess.Popen[str]:
+    """``teamtr train`` in a process group of its own; ``temporary``: its TMPDIR."""
+    where = {"TMPDIR": str(temporary)} if temporary is not None else {}
     return subprocess.Popen(
         [*TEAMTR, "train", "--config", str(config), "--name", name, "--no-progress", *extra],
         stdout=subprocess.PIPE,
@@ -51,7 +67,7 @@ def start_training(
         # in a script, nohup) ignores SIGINT, and an ignored SIGINT is inherited, so teamtr
         # would never see the Ctrl-C.
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)},
+        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), **where},
         cwd=cwd,
     )
 
@@ -101,11 +117,29 @@ def test_the_smoke_run_trains_through_the_engine_and_leaves_no_server(tmp_path):
     ],
 )
 def test_no_server_outlives_teamtr(tmp_path, way, code):
+    """Nor any of its temporary folders: ``close`` removes them, and after ``kill -9``, which
+    no ``close`` survives, the next run's engine does (its own then the only ones)."""
     # Stages enough that the run is still going when the signal comes: the tiny team trains a
     # stage a second, and a loaded machine may keep this test from signalling for 20 s and more.
     config = write_config(tmp_path, stages=1000)
-    process = start_training(config, "stopped")
-    group = wait_for_server(tmp_path / "runs" / "stopped", process)
+    # A temporary directory of the test's own (no other run's folders in it), with a short
+    # path: a socket file's path holds at most 107 bytes.
+    temporary = Path(tempfile.mkdtemp(prefix="t", dir="/tmp"))
+    try:
+        ended_by(way, code, config, temporary)
+    finally:
+        shutil.rmtree(temporary, ignore_errors=True)
+
+
+def engine_folders(temporary: Path) -> dict[str, int]:
+    """The engine's temporary folders there: each one's kind and its owner's pid."""
+    found = (OWNED_FOLDER.fullmatch(folder.name) for folder in temporary.iterdir())
+    return {match[0]: int(match[2]) for match in found if match}
+
+
+def ended_by(way: str, code: int, config: Path, temporary: Path) -> None:
+    process = start_training(config, "stopped", temporary=temporary)
+    group = wait_for_server(config.parent / "runs" / "stopped", process)
     if way == "SIGTERM":
         process.send_signal(signal.SIGTERM)
     elif way == "Ctrl-C":  # the terminal's SIGINT reaches every process of its group
@@ -121,6 +155,23 @@ def test_no_server_outlives_teamtr(tmp_path, way, code):
         raise AssertionError(f"teamtr did not end within 300 s of {way}") from None
     assert process.returncode == code
     assert wait_gone(group), f"the server outlived teamtr ({way})"
+    left = engine_folders(temporary)
+    if way != "kill -9":
+        assert not left, left
+        return
+    kinds = {name.split(f"-{process.pid}-")[0] for name in left}
+    assert kinds == {f"teamtr-{SOCKET_FOLDER}", f"teamtr-{ADAPTER_FOLDER}"}, left
+    assert set(left.values()) == {process.pid}
+    again = config.parent / "again"
+    again.mkdir()
+    after = start_training(write_config(again), "after", temporary=temporary)
+    wait_for_server(again / "runs" / "after", after, settle=0)
+    running = engine_folders(temporary)
+    sockets = [name for name in running if name.startswith(f"teamtr-{SOCKET_FOLDER}-")]
+    assert len(sockets) == 1 and set(running.values()) == {after.pid}, running
+    _, err = after.communicate(timeout=900)
+    assert after.returncode == 0, err
+    assert not engine_folders(temporary)
 
 
 def test_a_server_that_dies_mid_run_stops_the_run_and_resume_continues(tmp_path):
@@ -174,11 +225,18 @@ def test_engine_keys_without_the_server_engine_are_refused(tmp_path):
 
 
 # -- a server at engine_url: the key from the environment, and a probe before training --------
+DOCS_LOGPROBS = "processed_logprobs"
+
+
 @pytest.fixture(scope="module")
-def foreign_server(tmp_path_factory):
-    """A vLLM server teamtr did not start, on a TCP port, behind a key, serving the run's base
-    with ``--logprobs-mode raw_logprobs`` (log-probs at temperature 1): what a server started
-    by hand with one option wrong looks like. Yields its address and the config."""
+def foreign_server(request, tmp_path_factory):
+    """A vLLM server teamtr did not start, as docs/scaling_out.md starts one on an inference
+    node: the run's base folder, run-time LoRA loading, its key in ``VLLM_API_KEY`` in its
+    environment (never on its command line), listening on 127.0.0.1 only, with the
+    ``--logprobs-mode`` of the test's parameter (``processed_logprobs``, the docs'; another
+    is what a server started by hand with one option wrong looks like). Parametrised
+    indirectly: pytest stops one server before it starts the next, so one runs at a time.
+    Yields its address and the config."""
     directory = tmp_path_factory.mktemp("foreign")
     config = write_config(directory)
     parts = build(load_config(config, [parse_override("sampler.engine=hf")]), progress=False)
@@ -186,25 +244,24 @@ def foreign_server(tmp_path_factory):
     port, key = free_port(), "the-foreign-servers-key"
     command = ServeCommand(
         model=str(base),
-        dtype="float32",
-        lora_rank=4,
-        max_loras=3,
-        runtime_lora=True,
+        served_name="base",
         host="127.0.0.1",
         port=port,
+        dtype="float32",
+        lora_rank=16,  # the docs' --max-lora-rank 16, above the team's 4
+        max_loras=3,
+        runtime_lora=True,
         key=key,
-        cpu_build=True,
-        max_model_len=1024,
-        logprobs_mode="raw_logprobs",
+        logprobs_mode=request.param,
     )
+    words = command.module_command(str(VLLM_PYTHON))
+    assert key not in " ".join(words) and "--api-key" not in words
     env = {**os.environ, **command.environment(), "OMP_NUM_THREADS": "1"}
     env.pop("PYTHONPATH", None)
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     env.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
     address = ServerAddress(f"http://127.0.0.1:{port}", key)
-    server = EngineServer(
-        command.module_command(str(VLLM_PYTHON)), env, directory / "foreign.log", address
-    )
+    server = EngineServer(words, env, directory / "foreign.log", address)
     try:
         server.wait_ready(600, str(base))
         yield address, config
@@ -212,38 +269,98 @@ def foreign_server(tmp_path_factory):
         server.stop()
 
 
-def train_at(config: Path, address, *settings: str, key: str | None = None):
+def train_at(config: Path, address, *settings: str, key: str | None = None, name: str = "probed"):
     environment = {**os.environ, "OMP_NUM_THREADS": "1"}
     if key is not None:
         environment["TEAMTR_TEST_ENGINE_KEY"] = key
     overrides = ["sampler.temperature=0.7", f"sampler.engine_url={address.url}", *settings]
     return subprocess.run(
-        [*TEAMTR, "train", "--config", str(config), "--name", "probed", "--no-progress"]
+        [*TEAMTR, "train", "--config", str(config), "--name", name, "--no-progress"]
         + [word for setting in overrides for word in ("--set", setting)],
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=900,
         env=environment,
     )
 
 
-def test_a_server_at_engine_url_that_refuses_the_key_is_one_error_line(foreign_server, tmp_path):
+KEY_VARIABLE = "sampler.engine_key_variable=TEAMTR_TEST_ENGINE_KEY"
+
+
+def error_lines(result: subprocess.CompletedProcess[str]) -> list[str]:
+    return [line for line in result.stderr.splitlines() if line.startswith("error:")]
+
+
+@pytest.mark.parametrize("foreign_server", [DOCS_LOGPROBS], indirect=True)
+def test_a_run_trains_against_a_keyed_server_it_did_not_start(foreign_server):
+    """The remote path end to end: the task check, the probe (the key let in, the same request
+    without it refused, agent 0's adapter loaded, its log-probs the trainer's), one stage whose
+    every update checks the server's log-probs at float32's tolerance; the key in no output
+    and no record; the server still running after, with none of the run's adapters left."""
     address, config = foreign_server
-    result = train_at(config, address)  # no key variable named: the server refuses
-    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    # Each message paid for holding one of five letters (about half of the tiny model's
+    # messages do): groups with signal, so that both agents' updates run and are checked.
+    paid = config.with_name("paid.toml")
+    paid.write_text(
+        config.read_text().replace(
+            "eval_size = 4\n",
+            'eval_size = 4\nreward = "format_regex"\n[task.reward_args.format_regex]\n'
+            'pattern = ".*[a-e].*"\nper_turn = true\n',
+        )
+    )
+    result = train_at(paid, address, KEY_VARIABLE, key=address.key, name="trained")
+    assert result.returncode == 0, result.stderr
+    run_dir = paid.parent / "runs" / "trained"
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").open()]
+    stages = [r for r in records if "updates" in r]
+    assert len(stages) == 1 and len(stages[0]["updates"]) == 2
+    checked = [u["mismatch"] for u in stages[0]["updates"]]
+    assert all(m is not None and m["max_gap"] <= TOLERANCE for m in checked), checked
+    written = "".join(
+        f.read_text(errors="replace")
+        for f in run_dir.rglob("*")
+        if f.is_file() and f.suffix in (".json", ".jsonl", ".toml", ".log", ".txt")
+    )
+    assert address.key not in result.stderr + result.stdout + written
+    served = address.request("GET", "/v1/models", timeout=60)["data"]
+    assert [model["id"] for model in served] == ["base"]  # the run unloaded its adapters
+    # The trained team plays in process, its config's server keys (the key's variable too) left
+    # to the run.
+    chat = subprocess.run(
+        [*TEAMTR, "chat", "--run", str(run_dir), "--question", "Say two"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert chat.returncode == 0, chat.stderr
+
+
+@pytest.mark.parametrize("foreign_server", [DOCS_LOGPROBS], indirect=True)
+@pytest.mark.parametrize("given", ["no key", "a wrong key"])
+def test_a_server_at_engine_url_that_refuses_the_key_is_one_error_line(foreign_server, given):
+    address, config = foreign_server
+    if given == "no key":  # no key variable named: the server refuses
+        result = train_at(config, address)
+        said = "refuses no key"
+    else:
+        result = train_at(config, address, KEY_VARIABLE, key="not-the-key")
+        said = "refuses the key in TEAMTR_TEST_ENGINE_KEY"
+    errors = error_lines(result)
     assert result.returncode == 2 and len(errors) == 1, result.stderr
-    assert "refuses no key" in errors[0] and "401" in errors[0]
+    assert said in errors[0] and "401" in errors[0]
+    assert not (config.parent / "runs" / "probed").exists()
 
 
+@pytest.mark.parametrize("foreign_server", ["raw_logprobs"], indirect=True)
 def test_a_server_at_engine_url_with_another_logprobs_mode_is_named_before_training(
     foreign_server,
 ):
     """The key comes from the environment variable the config names; the probe finds the
     server's log-probs are at temperature 1 and says so, exit 2, before any stage."""
     address, config = foreign_server
-    variable = "sampler.engine_key_variable=TEAMTR_TEST_ENGINE_KEY"
-    result = train_at(config, address, variable, key=address.key)
-    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    result = train_at(config, address, KEY_VARIABLE, key=address.key)
+    errors = error_lines(result)
     assert result.returncode == 2 and len(errors) == 1, result.stderr
     assert "logprobs mode: its log-probs are at temperature 1" in errors[0]
     assert address.key not in result.stderr + result.stdout

@@ -37,7 +37,6 @@ import os
 import secrets
 import shlex
 import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -61,11 +60,19 @@ from llm.engines.protocol import (
 )
 from llm.engines.vllm.command import ServeCommand
 from llm.engines.vllm.lora_sum import plugin_environment, require_plugin, sum_of
-from llm.engines.vllm.probe import PROBE_QUESTION, PROBE_TOKENS, check_served_policy, engine_key
+from llm.engines.vllm.probe import (
+    PROBE_QUESTION,
+    PROBE_TOKENS,
+    check_served_policy,
+    engine_key,
+    require_refused_without_key,
+)
 from llm.engines.vllm.server import (
+    ADAPTER_FOLDER,
     KV_CACHE_GIB,
-    LOG_FOLDER_PREFIX,
+    LOG_FOLDER,
     REQUEST_TIMEOUT,
+    SOCKET_FOLDER,
     START_TIMEOUT,
     START_TIMEOUT_ENVIRONMENT,
     EngineServer,
@@ -73,6 +80,8 @@ from llm.engines.vllm.server import (
     ServerRefused,
     is_cpu_build,
     last_error_line,
+    owned_folder,
+    remove_dead_owners_folders,
     require_servable_heads,
     served_models,
     vllm_python,
@@ -149,7 +158,8 @@ class VLLMEngine:
                 'a team of one model per agent ([model] sources) samples with engine = "hf"'
             )
         self._model = backbone.model
-        self._adapters = Path(tempfile.mkdtemp(prefix="teamtr-adapters-"))
+        remove_dead_owners_folders()  # what a run killed before its close left behind
+        self._adapters = owned_folder(ADAPTER_FOLDER)
         self._pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="engine")
         try:
             if self.settings.engine_url:
@@ -186,7 +196,7 @@ class VLLMEngine:
         lora = self._model.peft_config[slot_name(0)]
         assert isinstance(lora, LoraConfig)  # every slot is a LoRA adapter
         max_model_len = self.context_limit(positions)
-        self._socket_folder = Path(tempfile.mkdtemp(prefix="teamtr-engine-socket-"))
+        self._socket_folder = owned_folder(SOCKET_FOLDER)
         self.base = base_folder(self._model, tokenizer)
         base = str(self.base)
         dtype = weights_dtype(self._model)
@@ -219,7 +229,7 @@ class VLLMEngine:
         env["OMP_NUM_THREADS"] = str(max(1, threads or torch.get_num_threads()))
         env.pop("PYTHONPATH", None)  # teamtr's packages must not shadow vLLM's environment's
         if log is None:
-            log = Path(tempfile.mkdtemp(prefix=LOG_FOLDER_PREFIX)) / "engine.log"
+            log = owned_folder(LOG_FOLDER) / "engine.log"
         address = ServerAddress(f"unix:{command.socket_path}", command.key)
         self.server = EngineServer(command.module_command(str(python)), env, log, address)
         self.server.wait_ready(
@@ -354,6 +364,8 @@ class VLLMEngine:
             raise EngineStartFailed(f"{where}: the server refuses {given}: {refused}") from None
         except OSError as error:
             raise EngineStartFailed(f"{where}: no vLLM server answers there ({error})") from None
+        if self.address.key is not None:
+            require_refused_without_key(self.address, where)
         listed = [name for name, _ in served_models(models)]
         if len(self.served) < team.n_agents or not set(self.served) <= set(listed):
             raise EngineStartFailed(
@@ -364,7 +376,9 @@ class VLLMEngine:
         for policy in range(team.n_agents):
             body = {
                 "model": self.served[policy],
-                **{"prompt": prompt, "max_tokens": PROBE_TOKENS, "min_tokens": PROBE_TOKENS},
+                # All PROBE_TOKENS (ignore_eos); no min_tokens, which would mask the end of
+                # sequence and change the argmax where the policy's is that token.
+                **{"prompt": prompt, "max_tokens": PROBE_TOKENS},
                 **{"temperature": 0, "ignore_eos": True, "return_token_ids": True},
             }
             try:

@@ -6,11 +6,16 @@ rollouts?") once training began. Before the first stage, the engine therefore:
 
 1. asks ``/v1/models`` with the key from the environment variable the config names
    (``[sampler] engine_key_variable``; the key itself is never in a config file or a run's
-   records): refused (401) or no answer is said at once;
+   records): refused (401) or no answer is said at once; and, where a key is named, the same
+   request without it must be refused (401): a server started without ``VLLM_API_KEY`` in its
+   environment lets everyone in, whatever key the run sends;
 2. loads agent 0's adapter: a server whose ``--max-lora-rank`` is below the team's rank refuses
    it ("rank");
 3. draws ``PROBE_TOKENS`` tokens of a fixed prompt at the run's temperature and compares the
    log-probs the server returns with those of the trainer's own forward pass (``diagnose``).
+   The request sets ``ignore_eos`` and no ``min_tokens``: vLLM's ``min_tokens`` masks the
+   end-of-sequence token before the softmax (even with ``ignore_eos``), so each returned
+   log-prob would be log p - log(1 - p(eos)), not the policy's.
 
 Any disagreement is one ``EngineStartFailed`` naming the cause: the CLI's one ``error:`` line,
 exit 2, before anything is written.
@@ -76,6 +81,8 @@ def check_served_policy(
         raise EngineStartFailed(f"{where}: the server refuses {given}: {refused}") from None
     except OSError as error:
         raise EngineStartFailed(f"{where}: no vLLM server answers there ({error})") from None
+    if address.key is not None:
+        require_refused_without_key(address, where)
     try:
         name = load_adapter()
     except EngineFailed as error:
@@ -88,8 +95,7 @@ def check_served_policy(
     body = {
         "model": name,
         "prompt": prompt,
-        "max_tokens": PROBE_TOKENS,
-        "min_tokens": PROBE_TOKENS,
+        "max_tokens": PROBE_TOKENS,  # all of them: ignore_eos, and no stop token
         "temperature": temperature,
         "top_p": 1.0,
         "top_k": -1,
@@ -114,6 +120,24 @@ def check_served_policy(
     differs = diagnose(served, trained, unscaled, logits, is_half_precision(model))
     if differs is not None:
         raise EngineStartFailed(f"{where}: the server does not serve the run's policy: {differs}")
+
+
+def require_refused_without_key(address: ServerAddress, where: str) -> None:
+    """``EngineStartFailed`` unless ``/v1/models`` asked without the key is refused (401)."""
+    try:
+        address.request("GET", "/v1/models", timeout=60, keyed=False)
+    except ServerRefused as refused:
+        if refused.status == 401:
+            return
+        status = f"HTTP {refused.status}"
+    except OSError as error:
+        status = f"no answer ({error})"
+    else:
+        status = "it answered /v1/models"
+    raise EngineStartFailed(
+        f"{where}: the server does not refuse requests without the key ({status}): start it "
+        "with the key in VLLM_API_KEY in its environment"
+    )
 
 
 def trainer_logps(

@@ -13,9 +13,12 @@ import json
 import os
 import re
 import shlex
+import shutil
 import socket
+import stat
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.parse
 import urllib.request
@@ -37,9 +40,60 @@ REQUEST_TIMEOUT = 1800.0
 KV_CACHE_GIB = "1"
 """``VLLM_CPU_KVCACHE_SPACE`` unless set: on a CPU vLLM otherwise reserves most of the memory
 for keys and values; 1 GiB holds thousands of SmolLM2-135M tokens."""
-LOG_FOLDER_PREFIX = "teamtr-engine-"
+LOG_FOLDER = "engine"
 """The temporary folder of a server's log until the run directory exists."""
+SOCKET_FOLDER = "engine-socket"
+"""The folder, only its user's, of the socket file a server of the run's own listens on."""
+ADAPTER_FOLDER = "adapters"
+"""The folder of the adapter versions the engine writes for the server to load."""
+OWNED_FOLDER = re.compile(rf"teamtr-({SOCKET_FOLDER}|{ADAPTER_FOLDER}|{LOG_FOLDER})-(\d+)-\w+")
+"""A temporary folder of an engine: its kind, then the id of the process that made it."""
 GUARD = Path(__file__).with_name("guard.py")
+
+
+def owned_folder(kind: str) -> Path:
+    """A new folder of ``kind`` in the temporary directory, only this user's (``mkdtemp``),
+    named for this process, so that another engine can tell when its owner is gone."""
+    return Path(tempfile.mkdtemp(prefix=f"teamtr-{kind}-{os.getpid()}-"))
+
+
+def remove_dead_owners_folders(directory: Path | None = None) -> list[Path]:
+    """Remove the engine folders (``owned_folder``) of this user in the temporary directory
+    whose process is gone: what a run ended by ``kill -9`` (or a power cut) left, since only
+    ``VLLMEngine.close`` removes them. A folder whose process still runs is another live
+    run's and stays; so does one whose id a later process took (it stays, never wrongly
+    removed). Returns the folders removed."""
+    directory = Path(directory or tempfile.gettempdir())
+    removed: list[Path] = []
+    try:
+        entries = list(directory.iterdir())
+    except OSError:
+        return removed
+    for folder in entries:
+        found = OWNED_FOLDER.fullmatch(folder.name)
+        if found is None or process_alive(int(found[2])):
+            continue
+        try:
+            status = folder.lstat()
+        except OSError:
+            continue
+        if stat.S_ISDIR(status.st_mode) and status.st_uid == os.getuid():
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return removed
+
+
+def process_alive(pid: int) -> bool:
+    """Whether a process of id ``pid`` exists (a zombie included), whoever's it is."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's
+        return True
+    except OverflowError:
+        return False
+    return True
 
 
 def vllm_python() -> Path:
@@ -260,7 +314,7 @@ class EngineServer:
             return
         try:
             os.replace(self.log, destination)
-            if self.log.parent.name.startswith(LOG_FOLDER_PREFIX):  # the temporary one
+            if self.log.parent.name.startswith(f"teamtr-{LOG_FOLDER}-"):  # the temporary one
                 with contextlib.suppress(OSError):
                     self.log.parent.rmdir()
             self.log = destination
