@@ -129,6 +129,73 @@ class Episode:
         )
 
 
+class _ChatTemplate:
+    """The pieces of a tokenizer's chat template a ``ChatFormat`` is made of, each found by
+    rendering a small conversation and cutting the part in question out of it."""
+
+    MARKER = "\x00MESSAGE\x00"
+
+    def __init__(
+        self, tokenizer: PreTrainedTokenizerBase, system_prompt: str, role_prompts: tuple[str, ...]
+    ) -> None:
+        self.tokenizer, self.system_prompt, self.role_prompts = (
+            tokenizer,
+            system_prompt,
+            role_prompts,
+        )
+        base = [{"role": "system", "content": system_prompt}, {"role": "user", "content": "Q"}]
+        self.base = base
+        self.generation_prompt = self.render(base, True)[len(self.render(base, False)) :]
+        # An environment's text is a user message, rendered after a system message and cut
+        # from its end, so that a template that opens a conversation without a system message
+        # with a default one (SmolLM2's) does not add it to every reply.
+        self.system_only = self.render([{"role": "system", "content": system_prompt}], False)
+
+    def render(self, messages: list[dict[str, str]], generation_prompt: bool) -> str:
+        return str(
+            self.tokenizer.apply_chat_template(
+                messages, tokenize=False, add_generation_prompt=generation_prompt
+            )
+        )
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return str(self.tokenizer.decode(list(ids), skip_special_tokens=True))
+
+    def closing_ids(self) -> list[int]:
+        """What the template writes after an assistant message: its first token is the stop."""
+        answered = self.render([*self.base, {"role": "assistant", "content": self.MARKER}], False)
+        closing = self.encode(answered.split(self.MARKER, 1)[1])
+        if not closing:
+            raise ValueError("the chat template writes nothing after a message: no stop token")
+        return closing
+
+    def header(self, agent: int, note: str = "") -> tuple[int, ...]:
+        role = self.role_prompts[agent] if self.role_prompts else ""
+        # The note first, the role last: the instruction the speaker acts on closes its header.
+        text = "\n".join(part for part in (note, role) if part)
+        role_text = self.render([{"role": "system", "content": text}], False) if text else ""
+        return tuple(self.encode(role_text + self.generation_prompt))
+
+    def encode_prompt(self, question: str) -> list[int]:
+        messages = [
+            {"role": "system", "content": self.system_prompt},
+            {"role": "user", "content": question},
+        ]
+        return self.encode(self.render(messages, False))
+
+    def encode_environment(self, text: str) -> tuple[int, ...]:
+        both = self.render(
+            [{"role": "system", "content": self.system_prompt}, {"role": "user", "content": text}],
+            False,
+        )
+        if not both.startswith(self.system_only):
+            raise ValueError("the chat template renders a user message unlike its prefix")
+        return tuple(self.encode(both[len(self.system_only) :]))
+
+
 @dataclass(frozen=True)
 class ChatFormat:
     """How prompts and turns become token ids."""
@@ -170,71 +237,19 @@ class ChatFormat:
             raise ValueError(f"{len(role_prompts)} role prompts for {n_agents} agents")
         if policy_of and len(policy_of) != n_agents:
             raise ValueError(f"policy_of has {len(policy_of)} entries for {n_agents} speakers")
-
-        def render(messages: list[dict[str, str]], generation_prompt: bool) -> str:
-            return str(
-                tokenizer.apply_chat_template(
-                    messages, tokenize=False, add_generation_prompt=generation_prompt
-                )
-            )
-
-        def encode(text: str) -> list[int]:
-            return list(tokenizer.encode(text, add_special_tokens=False))
-
-        base = [{"role": "system", "content": system_prompt}, {"role": "user", "content": "Q"}]
-        rendered_base = render(base, False)
-        generation_prompt = render(base, True)[len(rendered_base) :]
-        marker = "\x00MESSAGE\x00"
-        with_answer = render([*base, {"role": "assistant", "content": marker}], False)
-        after = with_answer.split(marker, 1)[1]
-        closing_ids = encode(after)
-        if not closing_ids:
-            raise ValueError("the chat template writes nothing after a message: no stop token")
-
-        def header(agent: int, note: str = "") -> tuple[int, ...]:
-            role = role_prompts[agent] if role_prompts else ""
-            # The note first, the role last: the instruction the speaker acts on closes its header.
-            text = "\n".join(part for part in (note, role) if part)
-            role_text = render([{"role": "system", "content": text}], False) if text else ""
-            return tuple(encode(role_text + generation_prompt))
-
-        headers = [header(agent) for agent in range(n_agents)]
-
-        def encode_prompt(question: str) -> list[int]:
-            messages = [
-                {"role": "system", "content": system_prompt},
-                {"role": "user", "content": question},
-            ]
-            return encode(render(messages, False))
-
-        def decode(ids: Sequence[int]) -> str:
-            return str(tokenizer.decode(list(ids), skip_special_tokens=True))
-
-        # An environment's text is a user message. Rendered after a system message and cut
-        # from its end, so that a template that opens a conversation without a system
-        # message with a default one (SmolLM2's) does not add it to every reply.
-        system_only = render([{"role": "system", "content": system_prompt}], False)
-
-        def encode_environment(text: str) -> tuple[int, ...]:
-            both = render(
-                [{"role": "system", "content": system_prompt}, {"role": "user", "content": text}],
-                False,
-            )
-            if not both.startswith(system_only):
-                raise ValueError("the chat template renders a user message unlike its prefix")
-            return tuple(encode(both[len(system_only) :]))
-
+        template = _ChatTemplate(tokenizer, system_prompt, tuple(role_prompts))
+        closing_ids = template.closing_ids()
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else closing_ids[0]
         return cls(
-            headers=tuple(headers),
+            headers=tuple(template.header(agent) for agent in range(n_agents)),
             stop_id=closing_ids[0],
             closing=tuple(closing_ids[1:]),
-            encode_prompt=encode_prompt,
-            decode=decode,
+            encode_prompt=template.encode_prompt,
+            decode=template.decode,
             pad_id=int(pad),
-            encode_note_header=header,
+            encode_note_header=template.header,
             policy_of=tuple(policy_of),
-            encode_environment=encode_environment,
+            encode_environment=template.encode_environment,
         )
 
     # -- speakers and policies ----------------------------------------------------------------

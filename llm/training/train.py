@@ -139,11 +139,10 @@ def environment_part(record: StageMetrics) -> str:
 
 
 def user_code(config: RunConfig) -> bool:
-    """Whether the run's task is one's own (a factory, a data file, a reward or metric), acts
-    in an environment (whose code is as much one's own: the check tries it), or comes from
-    reasoning-gym's generators (the check shows drawn problems and their answers' rewards)."""
+    """Whether the run's task is one's own (a factory, a data file, a reward or metric) or acts
+    in an environment (whose code is as much one's own: the check tries it)."""
     task = config.task
-    return task.kind in ("python", "dataset", "environment", "reasoning_gym") or bool(
+    return task.kind in ("python", "dataset", "environment") or bool(
         task.reward or task.metric or task.environment
     )
 
@@ -477,6 +476,11 @@ class _Run:
             record = StageMetrics.of(
                 stage, report, time.perf_counter() - started, time.process_time() - cpu_started
             )
+            # Pairs drawn outside the stage's draws (the last update's, sequential batches).
+            take_pair_tokens = getattr(parts.sampler, "take_pair_draw_tokens", None)
+            if take_pair_tokens is not None:
+                extra = take_pair_tokens()
+                record = replace(record, held_out_tokens=record.held_out_tokens + extra)
         elapsed = self.clock() - self.run_started
         out_of_time = self.budget_seconds > 0 and elapsed >= self.budget_seconds
         together = parts.collective
