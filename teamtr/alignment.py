@@ -87,18 +87,8 @@ def stage0_projection(
     Raises ValueError for a state where no policy absolutely continuous w.r.t. pi_pre fits in
     the radius (the supports barely overlap), since then the problem has no finite solution.
     """
-    pre = np.asarray(pi_pre, dtype=np.float64)
-    cur = np.asarray(pi_cur, dtype=np.float64)
-    if pre.shape != cur.shape:
-        raise ValueError(f"pi_pre and pi_cur must have one shape, got {pre.shape}, {cur.shape}")
-    _check_table("pi_pre", pre)
-    _check_table("pi_cur", cur)
-    if not (math.isfinite(rtol) and 0 < rtol < 1):
-        raise ValueError(f"rtol must lie in (0, 1), got {rtol!r}")
+    pre, cur, radius = _projection_inputs(pi_pre, pi_cur, delta0, rtol)
     state_shape = pre.shape[:-1]
-    radius = np.broadcast_to(np.asarray(delta0, dtype=np.float64), state_shape).ravel()
-    if not np.all(np.isfinite(radius)) or np.any(radius <= 0):
-        raise ValueError(f"delta0 must be finite and > 0, got {delta0!r}")
 
     n_actions = pre.shape[-1]
     pre2 = pre.reshape(-1, n_actions)
@@ -132,7 +122,46 @@ def stage0_projection(
             f"state {s}: every policy supported inside supp(pi_pre) has KL(. || pi_cur) >= "
             f"{float(kl_lo[np.argmax(infeasible)])!r} > delta0; increase delta0 there"
         )
-    # Invariant: KL(pi_lo || pi_cur) <= delta0 < KL(pi_hi || pi_cur) (hi = 1 is pi_pre).
+    lo = _bisect_tilt(lp, lc, common, r, lo, hi, kl_lo, rtol, max_iter)
+    policy[idx] = np.exp(_tilt(lp, lc, common, lo))
+    with np.errstate(divide="ignore"):
+        lam[idx] = np.where(lo > 0, 1.0 / np.where(lo > 0, lo, 1.0) - 1.0, np.inf)
+    return Stage0Projection(policy.reshape(pre.shape), lam.reshape(state_shape))
+
+
+def _projection_inputs(
+    pi_pre: ArrayLike, pi_cur: ArrayLike, delta0: float | ArrayLike, rtol: float
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """The two tables as float64 arrays of one shape, and the radius, one per state (flat);
+    ValueError naming the first input that is not a policy table or a positive radius."""
+    pre = np.asarray(pi_pre, dtype=np.float64)
+    cur = np.asarray(pi_cur, dtype=np.float64)
+    if pre.shape != cur.shape:
+        raise ValueError(f"pi_pre and pi_cur must have one shape, got {pre.shape}, {cur.shape}")
+    _check_table("pi_pre", pre)
+    _check_table("pi_cur", cur)
+    if not (math.isfinite(rtol) and 0 < rtol < 1):
+        raise ValueError(f"rtol must lie in (0, 1), got {rtol!r}")
+    radius = np.broadcast_to(np.asarray(delta0, dtype=np.float64), pre.shape[:-1]).ravel()
+    if not np.all(np.isfinite(radius)) or np.any(radius <= 0):
+        raise ValueError(f"delta0 must be finite and > 0, got {delta0!r}")
+    return pre, cur, radius
+
+
+def _bisect_tilt(
+    lp: FloatArray,
+    lc: FloatArray,
+    common: NDArray[np.bool_],
+    r: FloatArray,
+    lo: FloatArray,
+    hi: FloatArray,
+    kl_lo: FloatArray,
+    rtol: float,
+    max_iter: int,
+) -> FloatArray:
+    """The largest tilt beta in [lo, hi] (per state) whose policy stays inside the radius, to
+    delta0 (1 - rtol) <= KL <= delta0. Invariant: KL(pi_lo || pi_cur) <= delta0 <
+    KL(pi_hi || pi_cur) (hi = 1 is pi_pre), so the policy at the returned lo is always inside."""
     for _ in range(max_iter):
         todo = (kl_lo < r * (1.0 - rtol)) & (hi - lo > 4 * np.finfo(float).eps)
         if not np.any(todo):
@@ -143,8 +172,4 @@ def stage0_projection(
         lo = np.where(todo & inside, mid, lo)
         kl_lo = np.where(todo & inside, kl_mid, kl_lo)
         hi = np.where(todo & ~inside, mid, hi)
-
-    policy[idx] = np.exp(_tilt(lp, lc, common, lo))
-    with np.errstate(divide="ignore"):
-        lam[idx] = np.where(lo > 0, 1.0 / np.where(lo > 0, lo, 1.0) - 1.0, np.inf)
-    return Stage0Projection(policy.reshape(pre.shape), lam.reshape(state_shape))
+    return lo
