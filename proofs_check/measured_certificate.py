@@ -70,6 +70,8 @@ class MeasuredUpdate:
     held_out_sd: float
     """The standard deviation of the held-out pairs."""
     reward_width: float
+    n: int
+    """Pairs drawn (sequential draws: as many as the rule took)."""
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,9 @@ class Settings:
     stages: int = 2
     level: float = 0.95
     tiny: int = 2
+    batch: int = 0
+    """``StageConfig.certificate_batch``: > 0 draws pairs on after the held-out ones."""
+    cap: int = 512
 
 
 def measured_updates(settings: Settings) -> Iterator[MeasuredUpdate]:
@@ -98,6 +103,8 @@ def measured_updates(settings: Settings) -> Iterator[MeasuredUpdate]:
             seed=seed,
             certificate_groups=settings.held_out,
             certificate_level=settings.level,
+            certificate_batch=settings.batch,
+            certificate_cap=settings.cap,
         )
 
         def value(team: TeamPolicy, mdp: TurnTakingMDP = mdp) -> float:
@@ -137,6 +144,7 @@ def measured_updates(settings: Settings) -> Iterator[MeasuredUpdate]:
                     float(training.mean()),
                     float(held.std(ddof=1)),
                     width,
+                    measured.n,
                 )
 
 
@@ -174,6 +182,7 @@ def summary(updates: list[MeasuredUpdate]) -> dict[str, float]:
         "training_bias": float(trained.mean()),
         "training_bias_se": float(trained.std(ddof=1) / np.sqrt(n)),
         "mean_gain": float(gain.mean()),
+        "mean_pairs": float(np.mean([u.n for u in updates])),
         "pairs_to_certify": float(pairs_to_certify(float(gain.mean()), sd, width) or np.nan),
     }
 
@@ -185,16 +194,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=Settings.seeds)
     parser.add_argument("--held-out", type=int, default=Settings.held_out)
     parser.add_argument("--radius", type=float, default=Settings.radius)
-    args = parser.parse_args(argv)
-    print(
-        "| family | n | updates | hedged | betting | bernstein | training twin | normal n=2 "
-        "| held-out mean - gain | training mean - gain | mean gain | mean hedged bound "
-        "| certified > 0: hedged (betting) | pairs to certify the mean gain (Bernstein) |"
+    parser.add_argument(
+        "--batch", type=int, default=0, help="sequential draws: pairs a batch (0: fixed n)"
     )
-    print("|" + " --- |" * 14)
+    parser.add_argument("--cap", type=int, default=Settings.cap, help="sequential draws' cap")
+    args = parser.parse_args(argv)
+    recorded = "anytime (recorded)" if args.batch else "hedged"
+    print(
+        f"| family | n | updates | {recorded} | betting | bernstein | training twin | normal n=2 "
+        f"| held-out mean - gain | training mean - gain | mean gain | mean {recorded} bound "
+        f"| certified > 0: {recorded} (betting) | pairs to certify the mean gain (Bernstein) "
+        "| mean pairs drawn |"
+    )
+    print("|" + " --- |" * 15)
     for family in FAMILIES:
         for n_agents in (2, 3, 4):
-            settings = Settings(family, n_agents, args.seeds, args.held_out, radius=args.radius)
+            settings = Settings(
+                family,
+                n_agents,
+                args.seeds,
+                args.held_out,
+                radius=args.radius,
+                batch=args.batch,
+                cap=args.cap,
+            )
             row = summary(list(measured_updates(settings)))
             shares = " | ".join(f"{row[name]:.3f}" for name in BOUND_NAMES)
             print(
@@ -203,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"| {row['training_bias']:+.4f} ± {row['training_bias_se']:.4f} "
                 f"| {row['mean_gain']:+.4f} | {row['mean_bound']:+.4f} "
                 f"| {row['certified']:.2f} ({row['certified_betting']:.2f}) "
-                f"| {row['pairs_to_certify']:.0f} |"
+                f"| {row['pairs_to_certify']:.0f} | {row['mean_pairs']:.0f} |"
             )
     return 0
 

@@ -235,6 +235,13 @@ class SampledSampler:
         tabular = as_fitting_team(self.mdp, team, "SampledSampler.continue_held_out")
         return self.paired_differences(earlier, tabular, updated_agent)
 
+    def draw_pairs(self, old: Any, new: Any, updated_agent: int, count: int) -> PairedDifferences:
+        """``count`` fresh episodes of ``old``, read by no update, each continued by ``new``
+        from ``updated_agent``'s first turn (``teamtr.protocols.SequentialPairingSampler``)."""
+        old_team = as_fitting_team(self.mdp, old, "SampledSampler.draw_pairs")
+        new_team = as_fitting_team(self.mdp, new, "SampledSampler.draw_pairs")
+        return self.paired_differences(self.rollout(old_team, count), new_team, updated_agent)
+
     def _play(self, cumulative: Array, e: int, state: int, t: int, steps: Steps) -> None:
         """Play episode ``e`` from ``state`` at step ``t`` to its end, actions drawn from the
         team whose rows' cumulative sums are ``cumulative``."""

@@ -3,7 +3,7 @@
 The shared core (numpy only, never torch). Public API:
 
 - protocols: ``TeamPolicy``, ``Rollouts``, ``Sampler``, ``AgentUpdater``; optional, to measure
-  updates: ``PairingSampler``, ``PairedRollouts``
+  updates: ``PairingSampler``, ``PairedRollouts``, ``SequentialPairingSampler``
 - the stage loop: ``run_stage``, ``run_stages``, ``stage_order``, ``StageConfig``, ``SCHEMES``
 - reports: ``AgentUpdate``, ``UpdateRecord``, ``StageReport``
 - the measured certificate (``teamtr.measured``): ``PairedDifferences``, ``MeasuredCertificate``
@@ -23,6 +23,7 @@ from teamtr.protocols import (
     PairingSampler,
     Rollouts,
     Sampler,
+    SequentialPairingSampler,
     TeamPolicy,
 )
 from teamtr.reports import AgentUpdate, StageReport, UpdateRecord
@@ -42,6 +43,7 @@ __all__ = [
     "PenaltyModel",
     "Rollouts",
     "Sampler",
+    "SequentialPairingSampler",
     "StageConfig",
     "StageReport",
     "TeamPolicy",

@@ -69,6 +69,16 @@ class StageConfig:
     """The finite-n lower bound (``teamtr.measured``): 'hedged' (Waudby-Smith & Ramdas 2024,
     the hedged capital process, one side), 'betting' (their Thm 2, one side) or 'bernstein'
     (Maurer & Pontil 2009, Thm 4)."""
+    certificate_batch: int = 0
+    """Sequential held-out draws: 0 measures each update on its draw's certificate_groups
+    pairs alone (the fixed-n bound). > 0: those pairs first, then fresh held-out pairs this many
+    at a time until the anytime bound clears 0, the anytime upper bound says it cannot within
+    certificate_cap, or certificate_cap pairs are drawn (``teamtr.measured.sequential_measure``;
+    the bound is then the anytime one, whatever certificate_bound). Needs a sampler that draws
+    fresh pairs (``teamtr.protocols.SequentialPairingSampler``)."""
+    certificate_cap: int = 512
+    """The most pairs one update's sequential draws use, certificate_groups included (read only
+    with certificate_batch > 0)."""
     accept: AcceptRule = "theory"
     """'theory': an update inside its radius enters the team (Thm 3.4's rule). 'measured': in
     addition, an update whose measured bound is below 0 is undone: the team goes back to
@@ -111,6 +121,16 @@ class StageConfig:
         if self.certificate_bound not in BOUNDS:
             raise SettingError(
                 "certificate_bound", f"must be one of {BOUNDS}, got {self.certificate_bound!r}"
+            )
+        for key in ("certificate_batch", "certificate_cap"):
+            value = getattr(self, key)
+            if not isinstance(value, Integral) or isinstance(value, bool) or value < 0:
+                raise SettingError(key, f"must be an integer >= 0, got {value!r}")
+        if self.certificate_batch and self.certificate_cap < max(groups, 1):
+            raise SettingError(
+                "certificate_cap",
+                f"must be >= certificate_groups ({groups}) and >= 1 with certificate_batch > 0, "
+                f"got {self.certificate_cap}",
             )
         if self.accept not in ACCEPT_RULES:
             raise SettingError("accept", f"must be one of {ACCEPT_RULES}, got {self.accept!r}")

@@ -106,6 +106,21 @@ class PairingSampler(Sampler, Protocol):
 
 
 @runtime_checkable
+class SequentialPairingSampler(PairingSampler, Protocol):
+    """A pairing sampler that can also draw pairs on demand (optional: sequential held-out
+    draws, ``StageConfig.certificate_batch``)."""
+
+    def draw_pairs(
+        self, old: Any, new: Any, updated_agent: int, count: int
+    ) -> PairedDifferences | None:
+        """``count`` fresh pairs: groups of ``old`` played now, held out of every update, each
+        continued by ``new`` (which differs from ``old`` in ``updated_agent`` alone) from that
+        agent's first turn, as ``continue_held_out`` continues a draw's. Drawn after the update,
+        they are independent of it and of every pair before. None where returns have no bound."""
+        ...
+
+
+@runtime_checkable
 class PairedRollouts(Protocol):
     """Rollouts of a ``PairingSampler`` draw."""
 

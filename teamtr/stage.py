@@ -16,6 +16,8 @@ Measured certificate (``teamtr.measured``, teamtr scheme with a pairing sampler)
 kept update the loop draws pi_hat^i at once, continuing pi_hat^{i-1}'s held-out groups; their
 pairs bound J(pi_hat^i) - J(pi_hat^{i-1}) at level 1 - alpha, and the draw serves update i+1.
 After the stage's last update only the held-out groups are continued.
+With ``certificate_batch`` > 0 the pairs are drawn on: fresh held-out groups of pi_hat^{i-1}
+continued by pi_hat^i, a batch at a time, until the anytime bound decides (sequential draws).
 Under ``accept = "measured"`` an update whose bound is below 0 is undone: the team stays
 pi_hat^{i-1}, that draw is discarded and pi_hat^{i-1} is drawn afresh (its earlier held-out
 groups decided the undo, so they measure nothing more).
@@ -35,9 +37,23 @@ import numpy as np
 
 from teamtr.config import StageConfig
 from teamtr.evaluations import PerTeamCache
-from teamtr.measured import MeasuredCertificate, PairedDifferences, measure, stage_measured
+from teamtr.measured import (
+    ANYTIME,
+    MeasuredCertificate,
+    PairedDifferences,
+    measure,
+    sequential_measure,
+    stage_measured,
+)
 from teamtr.penalty import PenaltyModel
-from teamtr.protocols import AgentUpdater, PairingSampler, Rollouts, Sampler, TeamPolicy
+from teamtr.protocols import (
+    AgentUpdater,
+    PairingSampler,
+    Rollouts,
+    Sampler,
+    SequentialPairingSampler,
+    TeamPolicy,
+)
 from teamtr.reports import AgentUpdate, StageReport, UpdateRecord
 from teamtr.schemes import RolloutSource
 from teamtr.trust_region import admitted
@@ -93,15 +109,26 @@ def measuring_sampler(sampler: Sampler, config: StageConfig) -> Sampler | None:
                 f"(teamtr.protocols.PairingSampler); {type(sampler).__name__} has no with_held_out"
             )
         return None
+    if config.certificate_batch and not isinstance(sampler, SequentialPairingSampler):
+        raise ValueError(
+            "certificate_batch > 0 draws held-out pairs in batches, which needs a sampler that "
+            f"draws fresh pairs (teamtr.protocols.SequentialPairingSampler); "
+            f"{type(sampler).__name__} has no draw_pairs"
+        )
     return sampler.with_held_out(config.certificate_groups)
 
 
 def measured_update(
-    pairs: PairedDifferences | None, agent: int, config: StageConfig
+    pairs: PairedDifferences | None,
+    agent: int,
+    config: StageConfig,
+    more_pairs: Callable[[int], PairedDifferences | None] | None = None,
 ) -> MeasuredCertificate | None:
     """The measured certificate of the update of ``agent`` from the pairs of its held-out
     groups' continuation; None (not measured) where there are none, e.g. a backend that cannot
-    bound a task's returns, which ``accept = "measured"`` refuses."""
+    bound a task's returns, which ``accept = "measured"`` refuses. With
+    ``config.certificate_batch`` > 0, ``more_pairs(count)`` draws fresh pairs after those
+    until the anytime bound decides (``teamtr.measured.sequential_measure``)."""
     if pairs is None or pairs.differences.size == 0:
         if config.accept == "measured":
             raise ValueError(
@@ -111,7 +138,21 @@ def measured_update(
         return None
     if pairs.updated_agent is not None and pairs.updated_agent != agent:
         raise ValueError(f"pairs measure agent {pairs.updated_agent}'s update, not agent {agent}'s")
+    if config.certificate_batch and more_pairs is not None:
+        return sequential_measure(
+            pairs,
+            more_pairs,
+            config.certificate_level,
+            config.certificate_batch,
+            config.certificate_cap,
+        )
     return measure(pairs, config.certificate_level, config.certificate_bound)
+
+
+def update_bound_method(config: StageConfig) -> str:
+    """The bound each measured update of the stage carries: the anytime one for sequential
+    draws, else ``certificate_bound``."""
+    return ANYTIME if config.certificate_batch else config.certificate_bound
 
 
 def run_stage(
@@ -163,7 +204,14 @@ def run_stage(
             else:  # the draw the next update needs, continuing them too
                 resample = source.resample(after, agent)
                 pairs = getattr(resample, "pairs", None)
-            measured = measured_update(pairs, agent, config)
+
+            def more_pairs(
+                count: int, old: TeamT = base, new: TeamT = after, updated: int = agent
+            ) -> PairedDifferences | None:
+                assert isinstance(held_out_sampler, SequentialPairingSampler)
+                return held_out_sampler.draw_pairs(old, new, updated, count)
+
+            measured = measured_update(pairs, agent, config, more_pairs)
             if config.accept == "measured" and measured is not None and measured.bound < 0:
                 kept, undone, after = False, True, base
                 if not last:
@@ -219,7 +267,7 @@ def stage_bound(records: Sequence[UpdateRecord], config: StageConfig) -> Measure
         [r.measured for r in records],
         [r.kept for r in records],
         config.certificate_level,
-        config.certificate_bound,
+        update_bound_method(config),
     )
 
 

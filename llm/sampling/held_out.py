@@ -99,6 +99,28 @@ def draw_held_out(
     return HeldOut(tuple(fresh), rewards, group_size, tokens + more, pairs, continued)
 
 
+def draw_pairs(
+    player: Player,
+    old: Any,
+    new: Any,
+    updated_agent: int,
+    groups: int,
+    group_size: int,
+    training_range: tuple[float, float] | None,
+) -> tuple[PairedDifferences | None, int]:
+    """``groups`` fresh groups of ``old``, read by no update, continued by ``new`` from
+    ``updated_agent``'s first turn (sequential held-out draws,
+    ``teamtr.protocols.SequentialPairingSampler``): their pairs and the tokens generated.
+    Drawn after the update, they are independent of it and of the pairs before."""
+    if training_range is None:
+        return None, 0
+    fresh, tokens = player.play(old, player.new_episodes(groups, group_size))
+    _, rewards = player.graded(fresh)
+    previous = HeldOut(tuple(fresh), rewards, group_size, tokens)
+    pairs, _, more = continue_groups(player, new, previous, updated_agent, training_range)
+    return pairs, tokens + more
+
+
 def continue_groups(
     player: Player,
     team: Any,

@@ -80,7 +80,7 @@ from llm.models.agents import LoraTeam
 from llm.problems.rewards import Grade
 from llm.problems.task import Dialogue, ProblemSource, Task, verdict_of
 from llm.problems.tasks import Problem
-from llm.sampling.held_out import HeldOut, continue_groups, draw_held_out
+from llm.sampling.held_out import HeldOut, continue_groups, draw_held_out, draw_pairs
 from teamtr.measured import PairedDifferences
 
 
@@ -313,6 +313,9 @@ class DialogueSampler:
         restore its state, so a resumed run draws what a straight run would."""
         self.held_out_groups = 0
         """Groups each draw holds out of the update for the measured certificate."""
+        self.pair_draw_tokens: list[int] = []
+        """Tokens generated for pairs outside a draw (``continue_held_out``, ``draw_pairs``),
+        until ``take_pair_draw_tokens``; shared with ``with_held_out``'s copies."""
 
     def with_held_out(self, groups: int) -> DialogueSampler:
         """This sampler (its engine, task and generator shared) holding out ``groups`` groups
@@ -331,10 +334,37 @@ class DialogueSampler:
         if previous.held_out is None or not prefixes_reusable(team, previous, updated_agent):
             return None
         with self.engine.drawing(team, continues=True):
-            pairs, _, _ = continue_groups(
+            pairs, _, tokens = continue_groups(
                 self, team, previous.held_out, updated_agent, self.task.training_range
             )
+        self.pair_draw_tokens.append(tokens)
         return pairs
+
+    def draw_pairs(
+        self, old: LoraTeam, new: LoraTeam, updated_agent: int, count: int
+    ) -> PairedDifferences | None:
+        """``count`` fresh held-out groups of ``old`` continued by ``new``
+        (``teamtr.protocols.SequentialPairingSampler``; ``llm.sampling.held_out.draw_pairs``).
+        Played outside a draw, as an evaluation is: the engine's kept contexts stay those of
+        the last draw."""
+        pairs, tokens = draw_pairs(
+            self,
+            old,
+            new,
+            updated_agent,
+            count,
+            self.settings.held_out_group_size,
+            self.task.training_range,
+        )
+        self.pair_draw_tokens.append(tokens)
+        return pairs
+
+    def take_pair_draw_tokens(self) -> int:
+        """The tokens of ``pair_draw_tokens`` since the last call (the stage's records add them
+        to the held-out groups' own)."""
+        total = sum(self.pair_draw_tokens)
+        self.pair_draw_tokens.clear()
+        return total
 
     def close(self) -> None:
         """Stop the engine's server, if it has one (idempotent)."""

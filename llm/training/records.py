@@ -101,7 +101,8 @@ class StageMetrics:
     """The stage's measured bound on its improvement (its updates' at alpha/m, summed); None
     where a kept update was not measured."""
     held_out_tokens: int = 0
-    """Tokens generated for the held-out groups (the measured certificate's cost)."""
+    """Tokens generated for the held-out groups, their continuations and any pairs drawn on
+    (``[stage] certificate_batch``): the measured certificate's cost."""
     eval: dict[str, float] | None = None
     """The held-out evaluation after the stage, where one ran."""
     environment_texts: int = 0

@@ -18,6 +18,7 @@ from teamtr.measured import (
     BOUNDS,
     DEFAULT_BOUND,
     HEDGE_TRUNCATION,
+    STOPS,
     MeasuredCertificate,
     PairedDifferences,
     anytime_lower_bound,
@@ -28,6 +29,8 @@ from teamtr.measured import (
     lower_bound,
     measure,
     pairs_to_certify,
+    sequential_measure,
+    sequential_stop,
     stage_measured,
 )
 from tests.core.toy_backend import ToyGame, ToyRollouts, ToySampler, ToyUpdater, toy_game
@@ -263,6 +266,75 @@ def test_pairs_the_update_was_chosen_on_are_optimistic_and_held_out_ones_are_not
     assert q <= ALPHA
 
 
+def test_the_anytime_bound_holds_at_every_n_at_once_exactly() -> None:
+    """P(exists t <= 10: L_t > E[D]) <= alpha on coin-flip pairs, every path of 10 enumerated
+    (Ville's inequality: the bound may be read after every pair)."""
+    n = 10
+    for p in (0.3, 0.5):
+        mean = 2 * p - 1
+        violates = {
+            signs: anytime_lower_bound(np.array(signs), 1.0, ALPHA) > mean
+            for t in range(1, n + 1)
+            for signs in itertools.product((-1.0, 1.0), repeat=t)
+        }
+        probability = 0.0
+        for path in itertools.product((-1.0, 1.0), repeat=n):
+            if any(violates[path[:t]] for t in range(1, n + 1)):
+                ups = sum(step > 0 for step in path)
+                probability += p**ups * (1 - p) ** (n - ups)
+        assert probability <= ALPHA
+
+
+THREE_POINT = np.array([-1.0, 0.0, 1.0])
+
+
+def drawer(probabilities, seed: int):
+    """Fresh pairs D in {-1, 0, 1} with these probabilities, ``count`` at a time."""
+    rng = np.random.default_rng(seed)
+
+    def draw(count: int) -> PairedDifferences:
+        return PairedDifferences(rng.choice(THREE_POINT, size=count, p=probabilities), 1.0)
+
+    return draw
+
+
+def sequential(probabilities, seed: int, batch: int = 16, cap: int = 256) -> MeasuredCertificate:
+    draw = drawer(probabilities, seed)
+    return sequential_measure(draw(batch), draw, 0.95, batch, cap)
+
+
+def test_sequential_draws_stop_at_the_first_batch_whose_anytime_bound_clears_zero() -> None:
+    for seed in range(20):
+        certificate = sequential([0.02, 0.78, 0.20], seed)  # E[D] = +0.18
+        d = certificate.differences
+        assert d is not None and certificate.stop == "certified" and certificate.bound > 0
+        assert certificate.method == ANYTIME and certificate.n % 16 == 0 and certificate.n < 256
+        assert certificate.bound == anytime_lower_bound(d, 1.0, ALPHA)
+        for looked in range(16, certificate.n, 16):  # no earlier look stopped
+            assert sequential_stop(d[:looked], 1.0, ALPHA, 256) is None
+
+
+def test_sequential_draws_give_up_early_on_an_update_that_loses() -> None:
+    stops = [sequential([0.15, 0.80, 0.05], seed) for seed in range(20)]  # E[D] = -0.10
+    assert all(c.stop == "futile" and c.n < 256 and c.bound < 0 for c in stops)
+    assert {c.stop for c in stops} <= set(STOPS)
+
+
+def test_sequential_draws_stop_at_the_cap() -> None:
+    runs = [sequential([0.10, 0.80, 0.10], seed, cap=40) for seed in range(10)]
+    assert all(c.n <= 40 and c.stop in STOPS for c in runs)
+    # 16 + 16, then the last batch only up to the cap: 8.
+    assert any(c.stop == "cap" and c.n == 40 for c in runs)
+
+
+def test_sequential_certificates_cover_the_mean_at_their_level() -> None:
+    """E[D] = 0: a certificate (bound > 0) is a violation. 300 runs, the 3-standard-error
+    tolerance of the checks above (share <= 0.088)."""
+    repeats = 300
+    wrong = [sequential([0.10, 0.80, 0.10], seed, cap=128).bound > 0 for seed in range(repeats)]
+    assert float(np.mean(wrong)) <= ALPHA + binomial_tolerance(ALPHA, repeats)
+
+
 def test_the_coverage_check_rejects_the_normal_approximation_at_tiny_n() -> None:
     """The same check fails a bound that is not valid at finite n: it has power."""
     values, probabilities = DISTRIBUTIONS["skewed"]
@@ -330,6 +402,9 @@ def test_the_console_line_names_bound_level_and_pairs() -> None:
         ("certificate_level", 1.0),
         ("certificate_level", 0.0),
         ("certificate_bound", "hoeffding"),
+        ("certificate_batch", -1),
+        ("certificate_batch", 1.5),
+        ("certificate_cap", -2),
         ("accept", "always"),
     ],
 )
@@ -337,6 +412,23 @@ def test_certificate_settings_are_checked(key, value) -> None:
     with pytest.raises(SettingError) as error:
         StageConfig(**{key: value})
     assert error.value.key == key
+
+
+def test_sequential_draws_need_a_cap_of_at_least_the_held_out_groups() -> None:
+    with pytest.raises(SettingError) as error:
+        StageConfig(certificate_groups=64, certificate_batch=32, certificate_cap=32)
+    assert error.value.key == "certificate_cap"
+    StageConfig(certificate_groups=64, certificate_batch=32, certificate_cap=64)
+    StageConfig(certificate_groups=64, certificate_cap=0)  # read only with a batch
+
+
+def test_sequential_draws_need_a_sampler_that_draws_pairs() -> None:
+    game = toy_game()
+    config = StageConfig(certificate_groups=16, certificate_batch=8)
+    with pytest.raises(ValueError, match="draw_pairs"):
+        run_stage(
+            game.uniform_team(), PairingToySampler(game), ToyUpdater(), config, game.penalty()
+        )
 
 
 def test_the_measured_accept_rule_needs_held_out_groups_and_the_teamtr_scheme() -> None:

@@ -16,6 +16,7 @@ from llm.sampling.held_out import check_in_range, group_differences
 from llm.training.records import StageMetrics
 from llm.training.train import certificate_parts
 from teamtr import StageConfig, run_stage
+from teamtr.measured import ANYTIME, STOPS, lower_bound, sequential_stop
 
 TINY = {
     "source": "tiny",
@@ -104,6 +105,41 @@ def test_a_stage_records_the_measured_certificate_of_every_kept_update() -> None
         assert metrics.measured == report.measured.as_dict()
         line = f"measured: improvement >= {report.measured.bound:+.3g} with 90% confidence"
         assert f"{line} (n = 4 pairs)" in certificate_parts(report)
+
+
+def test_pairs_drawn_on_are_fresh_groups_of_the_old_team_continued_by_the_new() -> None:
+    task = Task(PROBLEMS, reward=length_mod_three)
+    team, sampler, updater, _ = llm.build_team(task=task, **TINY)
+    first = sampler.sample(team)
+    update = updater.update(team, 1, first, 0.05)
+    new_team = team.with_agent(1, update.policy)
+    assert sampler.take_pair_draw_tokens() == 0
+    pairs = sampler.draw_pairs(team, new_team, 1, 3)
+    assert pairs is not None and pairs.differences.size == 3 and pairs.updated_agent == 1
+    assert np.all(np.isin(pairs.differences, [-1.0, -0.5, 0.0, 0.5, 1.0]))
+    assert sampler.take_pair_draw_tokens() > 0 and sampler.take_pair_draw_tokens() == 0
+
+
+def test_a_stage_with_sequential_draws_records_the_anytime_bound_of_every_pair() -> None:
+    task = Task(PROBLEMS, reward=length_mod_three)
+    team, sampler, updater, penalty = llm.build_team(task=task, **TINY)
+    config = StageConfig(radius=0.05, certificate_groups=2, certificate_batch=2, certificate_cap=12)
+    report, _ = run_stage(team, sampler, updater, config, penalty)
+    measured = [r.measured for r in report.records if r.measured is not None]
+    assert measured and len(measured) == sum(r.kept for r in report.records)
+    for certificate in measured:
+        d = certificate.differences
+        assert certificate.method == ANYTIME and certificate.stop in STOPS and d is not None
+        assert 2 <= certificate.n <= 12 and certificate.n % 2 == 0
+        assert certificate.bound == lower_bound(d, 1.0, 0.05, ANYTIME)
+        # Drawn on, 2 at a time, exactly until the rule stopped (rewards in [0, 1]).
+        for looked in range(2, certificate.n, 2):
+            assert sequential_stop(d[:looked], 1.0, 0.05, 12) is None
+        if certificate.stop != "cap":
+            assert sequential_stop(d, 1.0, 0.05, 12) == certificate.stop
+    # The tokens of every pair played outside the stage's draws are kept for the records
+    # (the last update's continuation at least).
+    assert sampler.take_pair_draw_tokens() > 0
 
 
 def test_the_reward_range_is_declared_checked_and_widened_by_a_format_bonus() -> None:

@@ -24,7 +24,7 @@ from proofs_check.measured_certificate import (
 )
 from sim.pairing import estimate_range, first_turns, return_estimates
 from teamtr import StageConfig, run_stages
-from teamtr.measured import lower_bound
+from teamtr.measured import ANYTIME, STOPS, lower_bound, sequential_stop
 
 ALPHA = 0.05
 
@@ -262,3 +262,50 @@ def test_the_measured_accept_rule_undoes_updates_it_cannot_certify() -> None:
     # Binomial(measured, alpha); a kept update's bound is >= 0.
     share = kept_below_bound / measured_count
     assert share <= ALPHA + tolerance(ALPHA, measured_count)
+
+
+def test_sequential_held_out_draws_cover_the_exact_gain_and_stop_by_the_rule() -> None:
+    """certificate_batch > 0: each update is measured on its 32 held-out pairs, then on fresh
+    ones 32 at a time (``SampledSampler.draw_pairs``) until the anytime bound decides; every
+    bound is the anytime bound of the pairs drawn, and exceeds the exact gain at most alpha of
+    the time (3 binomial standard errors)."""
+    violations, measured_count, stops = 0, 0, []
+    for seed in range(12):
+        mdp = FAMILIES["dialogue"](3, seed)
+        sampler = sim.SampledSampler(mdp, n_episodes=20, seed=seed)
+        config = StageConfig(
+            radius=0.3,
+            certificate_groups=32,
+            certificate_batch=32,
+            certificate_cap=384,
+            order="random",
+            seed=seed,
+        )
+
+        def value(team, mdp=mdp):
+            return sim.evaluate(mdp, team).J
+
+        for report, _ in run_stages(
+            sim.uniform_team(mdp),
+            sampler,
+            sim.ExactUpdater(mdp),
+            config,
+            mdp.penalty_model(),
+            2,
+            value,
+        ):
+            for record in report.records:
+                measured = record.measured
+                if measured is None:
+                    continue
+                d = measured.differences
+                assert measured.method == ANYTIME and measured.stop in STOPS
+                assert 32 <= measured.n <= 384 and (measured.n - 32) % 32 == 0
+                assert measured.bound == lower_bound(d, measured.reward_width, ALPHA, ANYTIME)
+                if measured.stop != "cap":  # it stopped at the first look that decided
+                    assert sequential_stop(d, measured.reward_width, ALPHA, 384) == measured.stop
+                measured_count += 1
+                violations += measured.bound > record.realised_gain
+                stops.append(measured.stop)
+    assert violations / measured_count <= ALPHA + tolerance(ALPHA, measured_count)
+    assert {"certified", "futile"} <= set(stops)

@@ -24,8 +24,14 @@ def test_the_pairs_have_the_stated_mean() -> None:
 
 def test_the_study_writes_what_it_recomputes(tmp_path) -> None:
     out = tmp_path / "share.json"
-    assert main(["--sizes", "16", "40", "--repeats", "30", "--seed", "5", "--json", str(out)]) == 0
+    argv = ["--sizes", "16", "40", "--repeats", "30", "--seed", "5", "--json", str(out)]
+    assert main([*argv, "--sequential", "8", "24"]) == 0
     document = json.loads(out.read_text())
+    [sequential] = document["sequential"]
+    assert (sequential["batch"], sequential["cap"]) == (8, 24)
+    assert sum(sequential["stops"].values()) == 30 and 8 <= sequential["mean_pairs"] <= 24
+    # A run certifies exactly when it stopped for that reason (the anytime bound cleared 0).
+    assert sequential["certified"]["share"] == sequential["stops"]["certified"] / 30
     assert document["true_mean"] == TRUE_MEAN and document["repeats"] == 30
     for n in (16, 40):
         pairs = draws(n, 30, 5)
@@ -37,7 +43,12 @@ def test_the_study_writes_what_it_recomputes(tmp_path) -> None:
             assert cells["mean_bound"] == pytest.approx(float(bounds.mean()), abs=1e-12)
 
 
-def test_bad_options_are_one_line_and_exit_2() -> None:
+def test_bad_options_are_one_line_and_exit_2(capsys) -> None:
+    assert main(["--sequential", "16", "8"]) == 2
+    assert (
+        capsys.readouterr().err
+        == "certified_share: --sequential: need 1 <= BATCH <= CAP, got 16 8\n"
+    )
     command = [sys.executable, "-m", "studies.certified_share", "--repeats", "0"]
     result = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, check=False)
     assert result.returncode == 2
