@@ -165,6 +165,29 @@ def from_gymnasium(
     n_actions = _discrete_size(base.action_space, "action")
     start = _initial_distribution(base, n_env, initial_distribution)
     rows, probabilities, targets, rewards, ends = _outcomes(table, n_env, n_actions)
+    _check_outcomes(rows, probabilities, rewards, n_env, n_actions)
+    n = int(n_agents)
+    absorbing = n * n_env
+    n_states = absorbing + 1
+    P, R = _turn_taking_tables(n, n_env, n_actions, rows, probabilities, targets, rewards, ends)
+    rho0 = np.zeros(n_states)
+    rho0[:n_env] = start
+    agent_of_state = np.append(np.repeat(np.arange(n), n_env), 0)
+    try:
+        return TurnTakingMDP(P, R, rho0, gamma, agent_of_state, horizon, n_agents=n)
+    except MDPValidationError as error:
+        raise MDPValidationError(f"from_gymnasium: {error}") from error
+
+
+def _check_outcomes(
+    rows: NDArray[np.int64],
+    probabilities: NDArray[np.float64],
+    rewards: NDArray[np.float64],
+    n_env: int,
+    n_actions: int,
+) -> None:
+    """GymnasiumConversionError naming the first (s, a) of the table with a reward that is not
+    finite, a probability that is not one, or probabilities that do not sum to 1."""
     if not np.isfinite(rewards).all():
         first = int(np.flatnonzero(~np.isfinite(rewards))[0])
         s, a = divmod(int(rows[first]), n_actions)
@@ -185,7 +208,19 @@ def from_gymnasium(
             f"sum = {totals[s * n_actions + a]!r}"
         )
 
-    n = int(n_agents)
+
+def _turn_taking_tables(
+    n: int,
+    n_env: int,
+    n_actions: int,
+    rows: NDArray[np.int64],
+    probabilities: NDArray[np.float64],
+    targets: NDArray[np.int64],
+    rewards: NDArray[np.float64],
+    ends: NDArray[np.bool_],
+) -> tuple[sp.csr_matrix, NDArray[np.float64]]:
+    """P and R of the turn-taking MDP: the environment's table once per turn (state index
+    turn * n_env + s), each step handing the turn on, and one absorbing state last."""
     absorbing = n * n_env
     n_states = absorbing + 1
     # The expected reward of (s, a) includes the reward of a terminating transition; the
@@ -208,13 +243,7 @@ def from_gymnasium(
         (data, (np.concatenate(transition_rows), np.concatenate(transition_cols))),
         shape=(n_states * n_actions, n_states),
     )
-    rho0 = np.zeros(n_states)
-    rho0[:n_env] = start
-    agent_of_state = np.append(np.repeat(np.arange(n), n_env), 0)
-    try:
-        return TurnTakingMDP(P, R, rho0, gamma, agent_of_state, horizon, n_agents=n)
-    except MDPValidationError as error:
-        raise MDPValidationError(f"from_gymnasium: {error}") from error
+    return P, R
 
 
 def env_state_count(mdp: TurnTakingMDP) -> int:
