@@ -27,7 +27,7 @@ import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from safetensors.torch import load_file
@@ -51,6 +51,9 @@ from llm.training.checkpoint import (
 )
 from llm.update.alignment import AlignmentError, AlignmentResult, AlignmentSettings, align_adapter
 from llm.update.updater import TrustRegionUpdater
+
+if TYPE_CHECKING:  # the builder loads torch models: imported where a swap runs
+    from llm.training.builder import Components
 
 SWAP_RECORD = "swap.json"
 
@@ -333,28 +336,9 @@ def run_swap(args: argparse.Namespace) -> int:
     current = team.agent(args.agent)
     _check_fits(new.weights, current, args.model)
 
-    alignment: AlignmentResult | None = None
-    probe: dict[str, Any] | None = None
-    policy = new.weights
+    policy, alignment, probe = new.weights, None, None
     if args.align:
-        episodes = probe_dialogues(parts, team, problems, args.probe_seed)
-        settings = AlignmentSettings(
-            delta0=args.delta0,
-            learning_rate=args.align_lr,
-            steps=args.align_steps,
-        )
-        try:
-            alignment = align_adapter(
-                team, args.agent, new.weights, parts.chat, episodes, settings, config.sampler
-            )
-        except AlignmentError as error:
-            raise SwapError(f"alignment: {error}") from None
-        policy = alignment.policy
-        probe = {
-            "source": args.probe or "training split",
-            "prompts": len(problems),
-            "seed": args.probe_seed,
-        }
+        policy, alignment, probe = _aligned(args, parts, team, new.weights, problems, config)
 
     optimizer_states = {k: v for k, v in point.optimizer_states.items() if k != args.agent}
     swapped = dataclasses.replace(
@@ -363,18 +347,7 @@ def run_swap(args: argparse.Namespace) -> int:
         optimizer_states=optimizer_states,
         finished=False,  # the swapped team has not been trained: resuming continues from here
     )
-    record = {
-        "source_run": str(run_dir),
-        "source_checkpoint": f"stage_{stage}",
-        "agent": args.agent,
-        "new_adapter": new.description,
-        "mode": "aligned" if args.align else "direct",
-        "delta0": args.delta0 if args.align else None,
-        "probe": probe,
-        "alignment": alignment.summary() if alignment else None,
-        "changed_agents": [args.agent],
-        "created": datetime.now(UTC).isoformat(timespec="seconds"),
-    }
+    record = _swap_record(args, run_dir, stage, new.description, alignment, probe)
     try:
         write_swapped_run(target, config, swapped, record)
     except OSError as error:  # checked writable before; the disk filled up or the path went
@@ -383,3 +356,54 @@ def run_swap(args: argparse.Namespace) -> int:
         raise RunFailed(f"--out {target}: cannot write the new run: {error.strerror}") from None
     print(json.dumps({"run_directory": str(target), **record}))
     return 0
+
+
+def _aligned(
+    args: argparse.Namespace,
+    parts: Components,
+    team: LoraTeam,
+    weights: AdapterWeights,
+    problems: list[Problem],
+    config: RunConfig,
+) -> tuple[AdapterWeights, AlignmentResult, dict[str, Any]]:
+    """Stage 0 (THEORY.md, the plug-and-play swap): the new adapter moved towards the old one's
+    behaviour on the probe's dialogues, within ``--delta0``."""
+    episodes = probe_dialogues(parts, team, problems, args.probe_seed)
+    settings = AlignmentSettings(
+        delta0=args.delta0, learning_rate=args.align_lr, steps=args.align_steps
+    )
+    try:
+        alignment = align_adapter(
+            team, args.agent, weights, parts.chat, episodes, settings, config.sampler
+        )
+    except AlignmentError as error:
+        raise SwapError(f"alignment: {error}") from None
+    probe = {
+        "source": args.probe or "training split",
+        "prompts": len(problems),
+        "seed": args.probe_seed,
+    }
+    return alignment.policy, alignment, probe
+
+
+def _swap_record(
+    args: argparse.Namespace,
+    run_dir: Path,
+    stage: int,
+    new_adapter: dict[str, Any],
+    alignment: AlignmentResult | None,
+    probe: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """What the new run's swap.json says of the swap: its source, the adapter, the mode."""
+    return {
+        "source_run": str(run_dir),
+        "source_checkpoint": f"stage_{stage}",
+        "agent": args.agent,
+        "new_adapter": new_adapter,
+        "mode": "aligned" if args.align else "direct",
+        "delta0": args.delta0 if args.align else None,
+        "probe": probe,
+        "alignment": alignment.summary() if alignment else None,
+        "changed_agents": [args.agent],
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
