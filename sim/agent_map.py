@@ -63,6 +63,21 @@ def agent_ids(
     if ids.size and ids.min() < 0:
         state = int(np.argmin(ids))
         raise error(f"agent ids must be >= 0; state {state} has agent {ids[state]}")
+    count = _agent_count(ids, original, n_states, n_agents, error)
+    if not shared:
+        ids.setflags(write=False)
+    return ids, count
+
+
+def _agent_count(
+    ids: NDArray[np.int64],
+    original: np.ndarray,
+    n_states: int,
+    n_agents: int | None,
+    error: type[ValueError],
+) -> int:
+    """How many agents the ids name: ``n_agents`` where given (the ids inside it), else
+    max + 1 with none missing; ``error`` naming the first state that breaks it."""
     if n_agents is not None:
         if n_agents > n_states:
             raise error(
@@ -93,6 +108,4 @@ def agent_ids(
                 f"act in no state while agent {count - 1} does (pass n_agents={count} if that "
                 "is intended)"
             )
-    if not shared:
-        ids.setflags(write=False)
-    return ids, count
+    return count
