@@ -88,6 +88,8 @@ class Settings:
     batch: int = 0
     """``StageConfig.certificate_batch``: > 0 draws pairs on after the held-out ones."""
     cap: int = 512
+    coupled: bool = False
+    """Held-out episodes continued with common random numbers (``sim.coupling``)."""
 
 
 def measured_updates(settings: Settings) -> Iterator[MeasuredUpdate]:
@@ -96,7 +98,9 @@ def measured_updates(settings: Settings) -> Iterator[MeasuredUpdate]:
     z = NormalDist().inv_cdf(settings.level)
     for seed in range(settings.seeds):
         mdp = FAMILIES[settings.family](settings.n_agents, seed)
-        sampler = SampledSampler(mdp, n_episodes=settings.train_episodes, seed=seed)
+        sampler = SampledSampler(
+            mdp, n_episodes=settings.train_episodes, seed=seed, coupled=settings.coupled
+        )
         config = StageConfig(
             radius=settings.radius,
             order="random",
@@ -184,6 +188,7 @@ def summary(updates: list[MeasuredUpdate]) -> dict[str, float]:
         "mean_gain": float(gain.mean()),
         "mean_pairs": float(np.mean([u.n for u in updates])),
         "pairs_to_certify": float(pairs_to_certify(float(gain.mean()), sd, width) or np.nan),
+        "pair_sd": sd,
     }
 
 
@@ -198,15 +203,18 @@ def main(argv: list[str] | None = None) -> int:
         "--batch", type=int, default=0, help="sequential draws: pairs a batch (0: fixed n)"
     )
     parser.add_argument("--cap", type=int, default=Settings.cap, help="sequential draws' cap")
+    parser.add_argument(
+        "--coupled", action="store_true", help="continue held-out episodes with common numbers"
+    )
     args = parser.parse_args(argv)
     recorded = "anytime (recorded)" if args.batch else "hedged"
     print(
         f"| family | n | updates | {recorded} | betting | bernstein | training twin | normal n=2 "
         f"| held-out mean - gain | training mean - gain | mean gain | mean {recorded} bound "
         f"| certified > 0: {recorded} (betting) | pairs to certify the mean gain (Bernstein) "
-        "| mean pairs drawn |"
+        "| mean pairs drawn | pair sd |"
     )
-    print("|" + " --- |" * 15)
+    print("|" + " --- |" * 16)
     for family in FAMILIES:
         for n_agents in (2, 3, 4):
             settings = Settings(
@@ -217,6 +225,7 @@ def main(argv: list[str] | None = None) -> int:
                 radius=args.radius,
                 batch=args.batch,
                 cap=args.cap,
+                coupled=args.coupled,
             )
             row = summary(list(measured_updates(settings)))
             shares = " | ".join(f"{row[name]:.3f}" for name in BOUND_NAMES)
@@ -226,7 +235,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"| {row['training_bias']:+.4f} ± {row['training_bias_se']:.4f} "
                 f"| {row['mean_gain']:+.4f} | {row['mean_bound']:+.4f} "
                 f"| {row['certified']:.2f} ({row['certified_betting']:.2f}) "
-                f"| {row['pairs_to_certify']:.0f} | {row['mean_pairs']:.0f} |"
+                f"| {row['pairs_to_certify']:.0f} | {row['mean_pairs']:.0f} "
+                f"| {row['pair_sd']:.3f} |"
             )
     return 0
 

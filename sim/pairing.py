@@ -39,6 +39,9 @@ class EpisodeBatch:
     return_to_go: Array
     """Undiscounted sum of this and later rewards of the episode (see ``sim.env``)."""
     n_episodes: int
+    seeds: NDArray[np.int64] | None = None
+    """Per episode, the seed of its random numbers where it was played coupled
+    (``sim.coupling``: a continuation reads the same numbers); None otherwise."""
 
 
 @dataclass
@@ -66,7 +69,7 @@ class Steps:
         self.action.extend(batch.action[indices].tolist())
         self.reward.extend(batch.reward[indices].tolist())
 
-    def batch(self, n_episodes: int) -> EpisodeBatch:
+    def batch(self, n_episodes: int, seeds: NDArray[np.int64] | None = None) -> EpisodeBatch:
         episode = np.asarray(self.episode, dtype=np.int64)
         reward = np.asarray(self.reward, dtype=np.float64)
         return EpisodeBatch(
@@ -77,6 +80,7 @@ class Steps:
             reward=reward,
             return_to_go=returns_to_go(episode, reward),
             n_episodes=n_episodes,
+            seeds=seeds,
         )
 
 

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from sim.coupling import StepNumbers, first_state, play_coupled
 from sim.env import TurnTakingEnv
 from sim.evaluate import Evaluation, evaluate
 from sim.linear import validate_solver_options
@@ -146,7 +147,10 @@ class SampledSampler:
     With ``held_out`` episodes (``with_held_out``, ``teamtr.protocols.PairingSampler``) every
     draw also plays that many episodes the occupancy and advantages leave out
     (``TabularRollouts.held_out``), and a draw after agent k's update continues the previous
-    draw's held-out episodes from agent k's first turn (``paired_differences``).
+    draw's held-out episodes from agent k's first turn (``paired_differences``). With
+    ``coupled``, held-out episodes and their continuations share their random numbers step by
+    step (``sim.coupling``): same marginals, so the same expected difference, and a difference
+    of 0 wherever the two teams act alike.
     """
 
     def __init__(
@@ -156,6 +160,7 @@ class SampledSampler:
         seed: int | None = 0,
         max_steps: int | None = None,
         held_out: int = 0,
+        coupled: bool = False,
     ) -> None:
         if n_episodes < 1:
             raise ValueError(f"n_episodes must be >= 1, got {n_episodes}")
@@ -164,6 +169,8 @@ class SampledSampler:
         self.mdp = mdp
         self.n_episodes = n_episodes
         self.held_out = held_out
+        self.coupled = coupled
+        """Play held-out episodes, and continue them, with common random numbers."""
         self.env = TurnTakingEnv(mdp, max_steps=max_steps)
         seeds = np.random.SeedSequence(seed).spawn(2)
         self._action_rng = np.random.default_rng(seeds[0])
@@ -182,12 +189,23 @@ class SampledSampler:
         other.held_out = groups
         return other
 
-    def rollout(self, team: TabularTeam, n_episodes: int | None = None) -> EpisodeBatch:
-        """Play ``n_episodes`` (default: the sampler's) episodes of ``team``."""
+    def rollout(
+        self, team: TabularTeam, n_episodes: int | None = None, coupled: bool = False
+    ) -> EpisodeBatch:
+        """Play ``n_episodes`` (default: the sampler's) episodes of ``team``; ``coupled``: each
+        from random numbers of its own seed, which its continuations read again
+        (``sim.coupling``)."""
         as_fitting_team(self.mdp, team, "SampledSampler.rollout")
         count = self.n_episodes if n_episodes is None else n_episodes
         cumulative = np.cumsum(team.table, axis=1)
         steps = Steps()
+        if coupled:
+            seeds = self._action_rng.integers(0, 2**62, size=count)
+            for e, episode_seed in enumerate(seeds.tolist()):
+                numbers = StepNumbers(episode_seed)
+                start = first_state(self.mdp, numbers)
+                play_coupled(self.mdp, cumulative, numbers, e, start, 0, steps, self.env.max_steps)
+            return steps.batch(count, seeds)
         for e in range(count):
             # Seed the environment once; later resets continue its random stream.
             seed = None if self._env_seeded else self._env_seed
@@ -209,11 +227,17 @@ class SampledSampler:
             own = np.flatnonzero(batch.episode == e)
             kept = own if first[e] < 0 else own[own < first[e]]
             steps.extend(batch, kept, e)
-            if first[e] >= 0:
-                state, t = int(batch.state[first[e]]), int(batch.time[first[e]])
+            if first[e] < 0:
+                continue
+            state, t = int(batch.state[first[e]]), int(batch.time[first[e]])
+            if batch.seeds is not None:  # the old episode's numbers from step t on
+                numbers = StepNumbers(int(batch.seeds[e]))
+                max_steps = self.env.max_steps
+                play_coupled(self.mdp, cumulative, numbers, e, state, t, steps, max_steps)
+            else:
                 self.env.resume(state, t)
                 self._play(cumulative, e, state, t, steps)
-        return steps.batch(batch.n_episodes)
+        return steps.batch(batch.n_episodes, batch.seeds)
 
     def paired_differences(
         self, batch: EpisodeBatch, team: TabularTeam, agent: int
@@ -240,7 +264,8 @@ class SampledSampler:
         from ``updated_agent``'s first turn (``teamtr.protocols.SequentialPairingSampler``)."""
         old_team = as_fitting_team(self.mdp, old, "SampledSampler.draw_pairs")
         new_team = as_fitting_team(self.mdp, new, "SampledSampler.draw_pairs")
-        return self.paired_differences(self.rollout(old_team, count), new_team, updated_agent)
+        batch = self.rollout(old_team, count, self.coupled)
+        return self.paired_differences(batch, new_team, updated_agent)
 
     def _play(self, cumulative: Array, e: int, state: int, t: int, steps: Steps) -> None:
         """Play episode ``e`` from ``state`` at step ``t`` to its end, actions drawn from the
@@ -265,7 +290,7 @@ class SampledSampler:
     ) -> TabularRollouts:
         tabular = as_fitting_team(self.mdp, team, "SampledSampler.sample")
         batch = self.rollout(tabular)
-        held_out = self.rollout(tabular, self.held_out) if self.held_out else None
+        held_out = self.rollout(tabular, self.held_out, self.coupled) if self.held_out else None
         pairs = None
         earlier = getattr(previous, "held_out", None)
         if self.held_out and earlier is not None and updated_agent is not None:
