@@ -119,8 +119,9 @@ def pairs_to_certify(
 ) -> int | None:
     """The fewest pairs whose Maurer & Pontil bound (``bernstein_lower_bound``) is > 0 when
     their mean and standard deviation are ``mean`` and ``sd``: what sample size certifies an
-    update of that size (the betting bound, adaptive, usually needs fewer). None when the
-    mean is not positive or more than ``limit`` pairs would be needed."""
+    update of that size, a conservative answer: the betting bounds (hedged, the default, and
+    betting) adapt to the pairs and usually need fewer. None when the mean is not positive or
+    more than ``limit`` pairs would be needed."""
     if mean <= 0:
         return None
     alpha = 1.0 - level
