@@ -126,10 +126,16 @@ class StageConfig:
             value = getattr(self, key)
             if not isinstance(value, Integral) or isinstance(value, bool) or value < 0:
                 raise SettingError(key, f"must be an integer >= 0, got {value!r}")
-        if self.certificate_batch and self.certificate_cap < max(groups, 1):
+        if self.certificate_batch and not groups:
+            raise SettingError(
+                "certificate_batch",
+                "draws on after the held-out groups: it needs certificate_groups > 0, "
+                f"got {self.certificate_batch} with 0 groups",
+            )
+        if self.certificate_batch and self.certificate_cap < groups:
             raise SettingError(
                 "certificate_cap",
-                f"must be >= certificate_groups ({groups}) and >= 1 with certificate_batch > 0, "
+                f"must be >= certificate_groups ({groups}) with certificate_batch > 0, "
                 f"got {self.certificate_cap}",
             )
         if self.accept not in ACCEPT_RULES:

@@ -420,6 +420,9 @@ def test_sequential_draws_need_a_cap_of_at_least_the_held_out_groups() -> None:
     assert error.value.key == "certificate_cap"
     StageConfig(certificate_groups=64, certificate_batch=32, certificate_cap=64)
     StageConfig(certificate_groups=64, certificate_cap=0)  # read only with a batch
+    with pytest.raises(SettingError) as error:
+        StageConfig(certificate_batch=32)  # nothing held out to draw on from
+    assert error.value.key == "certificate_batch"
 
 
 def test_sequential_draws_need_a_sampler_that_draws_pairs() -> None:
