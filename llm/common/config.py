@@ -101,21 +101,31 @@ class TeamSettings:
         check_section(self, "team")
 
 
-TASK_KINDS = ("arithmetic", "jsonl", "private_notes", "dataset", "python", "environment")
+TASK_KINDS = (
+    "arithmetic",
+    "jsonl",
+    "private_notes",
+    "dataset",
+    "python",
+    "environment",
+    "reasoning_gym",
+)
 
 
 @dataclass(frozen=True)
 class TaskSettings:
-    kind: Literal["arithmetic", "jsonl", "private_notes", "dataset", "python", "environment"] = (
-        "arithmetic"
-    )
+    kind: Literal[
+        "arithmetic", "jsonl", "private_notes", "dataset", "python", "environment", "reasoning_gym"
+    ] = "arithmetic"
     """The built-in procedural arithmetic suite, a JSONL file of {"question", "answer"}, the
     private-notes task (``llm.problems.private_notes``: each of the ``[team] n_agents`` agents
     sees a private number of its own, and the last speaker must state their sum), a local data
     file of one's own ("dataset": JSON, JSONL, CSV or Parquet through Hugging Face datasets),
     or a task built by one's own code ("python": ``factory``), or the games of an environment
     ("environment": each problem one game's seed, the environment's rewards the reward, a won
-    game the held-out accuracy; ``environment`` names it). ``llm.problems.configured``."""
+    game the held-out accuracy; ``environment`` names it), or reasoning-gym's generators
+    ("reasoning_gym": ``datasets``; ``llm.problems.reasoning_gym_task``).
+    ``llm.problems.configured``."""
     factory: str = ""
     """For kind = "python": "module:function" returning an ``llm.Task``, called with the
     ``[task.args]`` table as keyword arguments; the module is looked up in ``directory``
@@ -196,10 +206,21 @@ class TaskSettings:
     () = known where it can be: [0, 1] for the task's own reward, the weighted sum of the
     ready-made rewards' ranges for a list of them, the factory's ``llm.Task.reward_range``;
     a reward of one's own ("module:function") must declare it to be measured."""
+    datasets: tuple[str, ...] = ()
+    """For kind = "reasoning_gym": the names of reasoning-gym's datasets (generators) the
+    problems come from, e.g. ["leg_counting", "count_bits"]."""
+    dataset_weights: tuple[float, ...] = ()
+    """For kind = "reasoning_gym": one weight per dataset (() = 1 each): the share of the
+    training draws and of the held-out problems each dataset gets."""
+    dataset_args: dict[str, Any] = field(default_factory=dict)
+    """For kind = "reasoning_gym": each dataset's own options, one table a name, e.g.
+    ``{basic_arithmetic = {min_terms = 2, max_terms = 2}}`` (its config class's fields; the
+    seed and size are the task's)."""
     eval_size: int = 200
     """Held-out questions in the periodic evaluation (first N of the test split)."""
     eval_seed: int = 1234
-    """Seed that fixes the arithmetic and private-notes test questions."""
+    """Seed that fixes the arithmetic and private-notes test questions (reasoning_gym: the
+    held-out problems come from seeds eval_seed, eval_seed + 1, ...; training draws others)."""
 
     def __post_init__(self) -> None:
         check_section(self, "task")

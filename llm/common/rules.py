@@ -333,6 +333,32 @@ def _an_environment_task_names_its_environment(task: Any) -> str | None:
     return None
 
 
+def _a_reasoning_gym_task_names_its_datasets(task: Any) -> str | None:
+    if task.kind == "reasoning_gym" and not task.datasets:
+        return 'kind = "reasoning_gym" needs datasets = [<reasoning-gym dataset names>]'
+    if task.datasets and task.kind != "reasoning_gym":
+        return f'are for kind = "reasoning_gym", got kind = {task.kind!r}'
+    return None
+
+
+def _one_weight_per_dataset(task: Any) -> str | None:
+    if task.dataset_weights and len(task.dataset_weights) != len(task.datasets):
+        return (
+            f"needs one weight per dataset ({len(task.datasets)}: {list(task.datasets)}), got "
+            f"{list(task.dataset_weights)}"
+        )
+    if any(not (math.isfinite(w) and w > 0) for w in task.dataset_weights):
+        return f"must be finite and > 0, got {list(task.dataset_weights)}"
+    return None
+
+
+def _dataset_options_are_tables(task: Any) -> str | None:
+    for name, options in task.dataset_args.items():
+        if not isinstance(options, dict):
+            return f"{name} = a table of the dataset's options, got {options!r}"
+    return None
+
+
 def _environment_args_need_an_environment(task: Any) -> str | None:
     if task.environment_args and not task.environment:
         return "are the keyword arguments of [task] environment, which is not set"
@@ -352,6 +378,9 @@ SECTION_RULES: tuple[SectionRule, ...] = (
     SectionRule("task", "reward_args", _arguments_name_a_ready_made_reward),
     SectionRule("task", "environment", _an_environment_task_names_its_environment),
     SectionRule("task", "environment_args", _environment_args_need_an_environment),
+    SectionRule("task", "datasets", _a_reasoning_gym_task_names_its_datasets),
+    SectionRule("task", "dataset_weights", _one_weight_per_dataset),
+    SectionRule("task", "dataset_args", _dataset_options_are_tables),
 )
 
 

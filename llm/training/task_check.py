@@ -48,6 +48,29 @@ TINY_POSITIONS = 1024
 """Positions of the tiny model (``llm.models.loading.tiny_llama``)."""
 
 
+SHOWN_EXAMPLES = 3
+"""Drawn training problems shown by the check, each with its answer and rewards."""
+
+
+@dataclass(frozen=True)
+class Example:
+    """A drawn problem, its reference answer, and the reward of that answer and of an empty
+    final message (each after the same turns a tiny model played)."""
+
+    problem: Problem
+    reference_reward: float
+    empty_reward: float
+
+    def line(self) -> str:
+        question = repr(self.problem.question)[1:-1]  # newlines written out: one line
+        if len(question) > 70:  # its end: generators often open every question alike
+            question = question[:25] + "..." + question[-42:]
+        return (
+            f"drawn: {question!r} -> answer {self.problem.answer!r:.40}; reward of that answer "
+            f"{self.reference_reward:g}, of an empty message {self.empty_reward:g}"
+        )
+
+
 @dataclass(frozen=True)
 class TaskCheck:
     """What ``check_task`` found (every failure raises instead)."""
@@ -69,6 +92,8 @@ class TaskCheck:
     """The reward of the task's own answers (``llm.problems.answer_check``)."""
     environment_steps: int = 0
     """Steps of the task's environment tried (each twice, from one seed); 0: none."""
+    examples: tuple[Example, ...] = ()
+    """A few drawn training problems, shown with their answers and what the reward gives."""
 
     def lines(self) -> list[str]:
         low, high = self.reward_range
@@ -97,6 +122,7 @@ class TaskCheck:
                 f"environment stepped {self.environment_steps} times on odd and random messages, "
                 "twice from the same seeds: the same text, rewards and ends"
             )
+        lines += [example.line() for example in self.examples]
         if self.answers is not None:
             lines.append(self.answers.line())
         return lines + [f"warning: {w}" for w in self.warnings]
@@ -159,6 +185,9 @@ def check_task(
     )
     # A random model's text earns the lowest reward: the task's own answers try the rest.
     answers = try_answers(task, texts, train_rows, test)
+    answered = [problem for problem in train if problem.answer.strip()][:SHOWN_EXAMPLES]
+    shown = [_example(task, texts[0], problem) for problem in answered]
+    examples = tuple(example for example in shown if example is not None)
     return TaskCheck(
         task=task.name,
         train_drawn=len(train),
@@ -172,7 +201,24 @@ def check_task(
         rows_scored=rows_scored,
         answers=answers,
         environment_steps=environment_steps,
+        examples=examples,
     )
+
+
+def _example(task: Task, played: Dialogue, problem: Problem) -> Example | None:
+    """``problem`` with the reward of its reference answer and of an empty message, each the
+    final message after ``played``'s earlier turns; None where the reward raises on one (the
+    answers' check, ``try_answers``, reports that)."""
+
+    def ending(final: str) -> float:
+        return task.returns(
+            Dialogue(problem, (*played.messages[:-1], final), played.speakers)
+        ).value
+
+    try:
+        return Example(problem, ending(problem.answer), ending(""))
+    except RewardError:
+        return None
 
 
 def _scored_on_every_row(

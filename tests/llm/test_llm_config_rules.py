@@ -78,6 +78,13 @@ SECTION_BREAKS: dict[tuple[str, str], str] = {
     ("task", "reward_args"): '[task]\nreward = "exact_match"\n[task.reward_args.nonesuch]\nx = 1\n',
     ("task", "environment"): '[task]\nkind = "environment"\n',
     ("task", "environment_args"): "[task]\neval_size = 5\n[task.environment_args]\nn = 1\n",
+    ("task", "datasets"): '[task]\nkind = "reasoning_gym"\n',
+    ("task", "dataset_weights"): (
+        '[task]\nkind = "reasoning_gym"\ndatasets = ["leg_counting"]\ndataset_weights = [1, 2]\n'
+    ),
+    ("task", "dataset_args"): (
+        '[task]\nkind = "reasoning_gym"\ndatasets = ["a"]\ndataset_args = {a = 1}\n'
+    ),
 }
 
 CROSS_BREAKS: dict[str, tuple[str, str, str]] = {
