@@ -478,10 +478,8 @@ class _Run:
                 stage, report, time.perf_counter() - started, time.process_time() - cpu_started
             )
             # Pairs drawn outside the stage's draws (the last update's, sequential batches).
-            take_pair_tokens = getattr(parts.sampler, "take_pair_draw_tokens", None)
-            if take_pair_tokens is not None:
-                extra = take_pair_tokens()
-                record = replace(record, held_out_tokens=record.held_out_tokens + extra)
+            pair_tokens = getattr(parts.sampler, "take_pair_draw_tokens", lambda: 0)()
+            record = replace(record, held_out_tokens=record.held_out_tokens + pair_tokens)
         elapsed = self.clock() - self.run_started
         out_of_time = self.budget_seconds > 0 and elapsed >= self.budget_seconds
         together = parts.collective
