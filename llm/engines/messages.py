@@ -63,13 +63,8 @@ def generate_messages(
     rows = len(contexts)
     layout: _CachedLayout | None = None
     if prompt_lengths is None:
-        width = max(len(c) for c in contexts)
-        input_ids = torch.full((rows, width), chat.pad_id, dtype=torch.long)
-        attention = torch.zeros((rows, width), dtype=torch.long)
-        for row, context in enumerate(contexts):  # left padding: generation continues right
-            input_ids[row, width - len(context) :] = torch.tensor(context)
-            attention[row, width - len(context) :] = 1
-        cache = None
+        input_ids, attention = _left_padded(contexts, chat.pad_id)
+        width, cache = input_ids.shape[1], None
     else:
         caches, key = kept if kept is not None else (None, None)
         layout = _cached_layout(model, contexts, chat, prompt_lengths, caches, key)
@@ -88,16 +83,8 @@ def generate_messages(
         else InverseCdfDraw(temperature, [] if record else None)
     )
     sampling = not greedy and processor is None
-    config = GenerationConfig(
-        do_sample=sampling,
-        temperature=temperature if sampling else None,
-        top_k=0 if sampling else None,
-        top_p=1.0 if sampling else None,
-        max_new_tokens=max_new_tokens,
-        eos_token_id=chat.stop_id,
-        pad_token_id=chat.pad_id,
-        output_scores=record and sampling,
-        return_dict_in_generate=record or keeping,
+    config = _generation_config(
+        chat, max_new_tokens, temperature if sampling else None, record, keeping
     )
     device = model_device(model)
     # A PeftModel forwards ``generate`` to the model it wraps; its stubs do not declare it.
@@ -116,19 +103,8 @@ def generate_messages(
         layout.keep_contexts(contexts, cache_of(output), *kept)
     messages = []
     new_tokens = sequences[:, width:]
-    if sampled_logps is not None and processor is not None:
-        assert processor.logps is not None
-        drawn = torch.stack(processor.logps, dim=1).cpu()
-    elif sampled_logps is not None:
-        # ``scores`` are the processed logits each token was drawn from: logits / T here
-        # (top-k 0 and top-p 1 add no other processor). (rows, steps) after the gather.
-        drawn = torch.stack(
-            [
-                torch.log_softmax(scores.float(), dim=-1).gather(-1, new_tokens[:, [step]])[:, 0]
-                for step, scores in enumerate(output.scores)
-            ],
-            dim=1,
-        ).cpu()
+    if sampled_logps is not None:
+        drawn = _drawn_logps(output, processor, new_tokens)
     for row, tokens in enumerate(new_tokens.tolist()):
         cut = tokens.index(chat.stop_id) + 1 if chat.stop_id in tokens else len(tokens)
         messages.append(tuple(tokens[:cut]))
@@ -138,6 +114,63 @@ def generate_messages(
     profiling.count("generation steps", sequences.shape[1] - width)
     profiling.count("generation rows", rows)
     return messages
+
+
+def _left_padded(
+    contexts: Sequence[Sequence[int]], pad_id: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The contexts as one left-padded batch (generation continues on the right) and its
+    attention mask."""
+    rows, width = len(contexts), max(len(c) for c in contexts)
+    input_ids = torch.full((rows, width), pad_id, dtype=torch.long)
+    attention = torch.zeros((rows, width), dtype=torch.long)
+    for row, context in enumerate(contexts):
+        input_ids[row, width - len(context) :] = torch.tensor(context)
+        attention[row, width - len(context) :] = 1
+    return input_ids, attention
+
+
+def _generation_config(
+    chat: ChatFormat,
+    max_new_tokens: int,
+    sampling_temperature: float | None,
+    record: bool,
+    keeping: bool,
+) -> GenerationConfig:
+    """Pure sampling at ``sampling_temperature`` (no top-k, no top-p: the policy the updater
+    trains), or greedy where it is None; the scores kept when the drawn log-probs are recorded,
+    the dictionary output when they or the kept contexts are read."""
+    sampling = sampling_temperature is not None
+    return GenerationConfig(
+        do_sample=sampling,
+        temperature=sampling_temperature,
+        top_k=0 if sampling else None,
+        top_p=1.0 if sampling else None,
+        max_new_tokens=max_new_tokens,
+        eos_token_id=chat.stop_id,
+        pad_token_id=chat.pad_id,
+        output_scores=record and sampling,
+        return_dict_in_generate=record or keeping,
+    )
+
+
+def _drawn_logps(
+    output: typing.Any, processor: InverseCdfDraw | None, new_tokens: torch.Tensor
+) -> torch.Tensor:
+    """(rows, steps): the log-probability of each new token under the distribution it was
+    drawn from, log softmax(logits / T)."""
+    if processor is not None:
+        assert processor.logps is not None
+        return torch.stack(processor.logps, dim=1).cpu()
+    # ``scores`` are the processed logits each token was drawn from: logits / T here (top-k 0
+    # and top-p 1 add no other processor).
+    return torch.stack(
+        [
+            torch.log_softmax(scores.float(), dim=-1).gather(-1, new_tokens[:, [step]])[:, 0]
+            for step, scores in enumerate(output.scores)
+        ],
+        dim=1,
+    ).cpu()
 
 
 @dataclass
@@ -209,21 +242,12 @@ def _cached_layout(
     if min(len(p) for p in prompts) == 0:
         raise ValueError("prompt_lengths must be >= 2 (one-token prompts share nothing)")
     device = model_device(model)
-    sources: list[tuple[LayerTensors, int, torch.Tensor] | None] = [None] * rows
-    if caches is not None and key is not None:
-        for row, context in enumerate(contexts):
-            length, source = caches.longest(key, context)
-            if source is not None and length > len(prompts[row]):
-                sources[row] = (source.layers, source.row, source.positions[:length])
+    sources = _kept_sources(contexts, prompts, caches, key)
     missing = [row for row in range(rows) if sources[row] is None]
     if missing:
         distinct = list(dict.fromkeys(prompts[row] for row in missing))
-        prompt_width = max(len(p) for p in distinct)
-        prefix_ids = torch.full((len(distinct), prompt_width), chat.pad_id, dtype=torch.long)
-        prefix_mask = torch.zeros((len(distinct), prompt_width), dtype=torch.long)
-        for g, prompt in enumerate(distinct):
-            prefix_ids[g, prompt_width - len(prompt) :] = torch.tensor(prompt)
-            prefix_mask[g, prompt_width - len(prompt) :] = 1
+        prefix_ids, prefix_mask = _left_padded(distinct, chat.pad_id)
+        prompt_width = prefix_ids.shape[1]
         with torch.no_grad():
             prompt_cache = cache_of(
                 model(
@@ -261,12 +285,47 @@ def _cached_layout(
             for _, _, positions in ready
         ]
     ).to(device)
-    layer_count = len(ready[0][0])
+    assembled = _gathered_layers(ready, index, device)
+    cached_prefixes = [tuple(contexts[r][: len(p)]) for r, (_, _, p) in enumerate(ready)]
+    fresh = set(missing)
+    profiling.count(
+        "kept context positions", sum(len(p) for r, (_, _, p) in enumerate(ready) if r not in fresh)
+    )
+    return _finish_layout(
+        contexts, cached_prefixes, chat, DynamicCache(assembled), cached_width, True
+    )
+
+
+def _kept_sources(
+    contexts: Sequence[Sequence[int]],
+    prompts: Sequence[tuple[int, ...]],
+    caches: ContextCaches | None,
+    key: SnapshotKey | None,
+) -> list[tuple[LayerTensors, int, torch.Tensor] | None]:
+    """Per row, where its longest kept prefix lies (layers, row, positions), where that prefix
+    is longer than its prompt; None where the prompt is to be run."""
+    sources: list[tuple[LayerTensors, int, torch.Tensor] | None] = [None] * len(contexts)
+    if caches is not None and key is not None:
+        for row, context in enumerate(contexts):
+            length, source = caches.longest(key, context)
+            if source is not None and length > len(prompts[row]):
+                sources[row] = (source.layers, source.row, source.positions[:length])
+    return sources
+
+
+def _gathered_layers(
+    ready: Sequence[tuple[LayerTensors, int, torch.Tensor]],
+    index: torch.Tensor,
+    device: torch.device,
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Each layer's keys and values for every row, gathered from the row's source at the
+    positions ``index`` holds (one gather per distinct source)."""
+    rows, cached_width = index.shape
     by_source: dict[int, list[int]] = {}
     for row, (layers, _, _) in enumerate(ready):
         by_source.setdefault(id(layers), []).append(row)
     assembled = []
-    for layer in range(layer_count):
+    for layer in range(len(ready[0][0])):
         pair = []
         for part in (0, 1):
             sample = ready[0][0][layer][part]
@@ -279,14 +338,7 @@ def _cached_layout(
                 out[members] = gathered.permute(0, 2, 1, 3)
             pair.append(out)
         assembled.append((pair[0], pair[1]))
-    cached_prefixes = [tuple(contexts[r][: len(p)]) for r, (_, _, p) in enumerate(ready)]
-    fresh = set(missing)
-    profiling.count(
-        "kept context positions", sum(len(p) for r, (_, _, p) in enumerate(ready) if r not in fresh)
-    )
-    return _finish_layout(
-        contexts, cached_prefixes, chat, DynamicCache(assembled), cached_width, True
-    )
+    return assembled
 
 
 def _finish_layout(
