@@ -301,17 +301,9 @@ class TrustRegionUpdater:
             ):
                 log_probs = batch.log_probs()
                 logps = batch.token_logps(log_probs)
-                advantages = torch.tensor(
-                    [rollouts.advantages[e] * weights[e] for e, _ in batch.refs],
-                    dtype=torch.float32,
-                    device=logps.device,
+                advantages, message_weights = _weighted_advantages(
+                    rollouts, weights, batch, logps, sampled, cap
                 )
-                message_weights = None
-                if cap is not None and sampled is not None:
-                    recorded = laid_out(sampled, batch.refs, batch.mask)
-                    token_weights = truncated_weights(logps, recorded, batch.mask, cap)
-                    advantages = advantages.unsqueeze(-1) * token_weights
-                    message_weights = message_weights_of(logps, recorded, batch.mask, cap)
                 if not self.reuse_work:
                     chunks.append(
                         _Reference(chunk, batch, logps, advantages, None, message_weights)
@@ -332,12 +324,18 @@ class TrustRegionUpdater:
             return _ReferencePass(chunks, n_tokens, None, None)
         if self.collective.any(not finite_loss):
             return _ReferencePass(chunks, n_tokens, None, "loss")
+        gradient = self._taken_gradient(team, agent)
+        return _ReferencePass(chunks, n_tokens, gradient, None if _finite(gradient) else "gradient")
+
+    def _taken_gradient(self, team: LoraTeam, agent: int) -> list[torch.Tensor | None]:
+        """The agent's gradient, summed over the ranks (the pooled token mean over the global
+        batch), taken out of ``.grad`` so that nothing is left behind there."""
         parameters = list(team.backbone.parameters_of(agent).values())
-        self.collective.sum_gradients(parameters)  # the pooled token mean over the global batch
+        self.collective.sum_gradients(parameters)
         gradient = [None if p.grad is None else p.grad.detach().clone() for p in parameters]
         for parameter in parameters:
             parameter.grad = None
-        return _ReferencePass(chunks, n_tokens, gradient, None if _finite(gradient) else "gradient")
+        return gradient
 
     def _correction_cap(self, half: bool) -> float | None:
         """C of the truncated importance weights, or None where the update is uncorrected
@@ -662,3 +660,29 @@ class TrustRegionUpdater:
             tokens=n_tokens,
             steps=walk.steps,
         )
+
+
+def _weighted_advantages(
+    rollouts: DialogueRollouts,
+    weights: np.ndarray,
+    batch: MessageBatch,
+    logps: torch.Tensor,
+    sampled: dict[tuple[int, int], torch.Tensor] | None,
+    cap: float | None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Each message's advantage times its episode's weight; with a correction ``cap`` C, each
+    token's further weighted by min(π/μ, C) against the ``sampled`` log-probs μ (truncated
+    importance sampling, ``llm.update.mismatch``), and the messages' weights beside."""
+    advantages = torch.tensor(
+        [rollouts.advantages[e] * weights[e] for e, _ in batch.refs],
+        dtype=torch.float32,
+        device=logps.device,
+    )
+    if cap is None or sampled is None:
+        return advantages, None
+    recorded = laid_out(sampled, batch.refs, batch.mask)
+    token_weights = truncated_weights(logps, recorded, batch.mask, cap)
+    return (
+        advantages.unsqueeze(-1) * token_weights,
+        message_weights_of(logps, recorded, batch.mask, cap),
+    )
