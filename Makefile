@@ -42,7 +42,7 @@ test: $(STAMP)
 	@test -x .venv-vllm/bin/python || echo "make test: the vLLM engine's tests \
 	(tests/llm/test_llm_engine_vllm*.py, test_llm_export_vllm.py) are skipped: no .venv-vllm; \
 	\`make vllm\` builds it"
-	HYPOTHESIS_PROFILE=quick $(BIN)/python -m pytest -q -p no:cacheprovider \
+	HYPOTHESIS_PROFILE=quick $(BIN)/python -m pytest -q -p no:cacheprovider --durations=20 \
 		-n $(TEST_WORKERS) --dist loadgroup
 
 prove: $(STAMP)
