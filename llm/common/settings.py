@@ -152,8 +152,8 @@ class SamplerSettings:
     probe before training (``llm.engines.vllm.probe``); empty: teamtr starts its own."""
     engine_key_variable: str = ""
     """With ``engine_url``: the environment variable that holds the key the server lets in
-    (its ``--api-key``); the key itself never goes in a config file or a run's records. A
-    server teamtr starts gets a key of its own, drawn for the run."""
+    (``VLLM_API_KEY`` in the server's environment); the key itself never goes in a config file
+    or a run's records. A server teamtr starts gets a key of its own, drawn for the run."""
     engine_trusted_network: bool = False
     """With an ``engine_url`` of plain ``http://`` on another machine: whether the network
     between is trusted (a private link, a VPN). Unset, such a URL is refused: the key, every

@@ -22,7 +22,9 @@ import time
 from pathlib import Path
 
 import pytest
-from llm_test_support import group_alive, wait_gone
+import torch
+from llm_test_support import TIMING_KEYS, group_alive, wait_gone
+from safetensors.torch import load_file
 from test_llm_engine_vllm import REPO, TEAMTR, TOLERANCE, VLLM_PYTHON, write_config
 
 from llm.common.config import ConfigError, load_config, parse_override
@@ -174,6 +176,80 @@ def ended_by(way: str, code: int, config: Path, temporary: Path) -> None:
     assert not engine_folders(temporary)
 
 
+def paid_config(config: Path, dtype: str = "float32") -> Path:
+    """``config`` with each message paid for holding one of five letters (about half of the
+    tiny model's messages do): groups with signal, so that both agents' updates run and are
+    checked against the engine's log-probs; in ``dtype``."""
+    paid = config.with_name("paid.toml")
+    text = config.read_text().replace(
+        "eval_size = 4\n",
+        'eval_size = 4\nreward = "format_regex"\n[task.reward_args.format_regex]\n'
+        'pattern = ".*[a-e].*"\nper_turn = true\n',
+    )
+    paid.write_text(text.replace('dtype = "float32"', f'dtype = "{dtype}"'))
+    return paid
+
+
+def records_without_timings(run_dir: Path) -> list[str]:
+    lines = []
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        for key in TIMING_KEYS:
+            record.pop(key, None)
+        lines.append(json.dumps(record, sort_keys=True))
+    return lines
+
+
+def final_adapters(run_dir: Path, stage: int) -> dict[str, torch.Tensor]:
+    checkpoint = run_dir / "checkpoints" / f"stage_{stage}"
+    return {
+        f"{agent}/{name}": tensor
+        for agent in range(2)
+        for name, tensor in load_file(str(checkpoint / f"agent{agent}.safetensors")).items()
+    }
+
+
+def test_a_bfloat16_run_killed_and_resumed_is_the_straight_run_through_the_engine(tmp_path):
+    """Half precision through the plugin's stochastic sum, whose rounding is hashed from what
+    each row computes, not drawn from the server's generator: the resumed run's new server
+    rounds every request as the straight run's did, so its second stage draws the same tokens
+    with the same log-probs, and every record and the final adapters are the straight run's,
+    bit for bit."""
+    config = paid_config(write_config(tmp_path, stages=2), dtype="bfloat16")
+    straight = start_training(config, "straight")
+    _, err = straight.communicate(timeout=900)
+    assert straight.returncode == 0, err
+    run_dir = tmp_path / "runs" / "killed"
+    killed = start_training(config, "killed")
+    deadline = time.monotonic() + 900
+    while not (run_dir / "checkpoints" / "stage_1").exists():
+        assert killed.poll() is None, killed.communicate()
+        assert time.monotonic() < deadline, "no first stage"
+        time.sleep(0.05)
+    time.sleep(2)  # into the second stage's draws
+    killed.kill()
+    killed.communicate(timeout=300)
+    assert not (run_dir / "checkpoints" / "stage_2").exists(), "killed too late"
+    resumed = subprocess.run(
+        [*TEAMTR, "train", "--resume", str(run_dir), "--no-progress"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    expected = records_without_timings(tmp_path / "runs" / "straight")
+    stages = [json.loads(line) for line in expected if "updates" in json.loads(line)]
+    updates = [u for record in stages for u in record["updates"]]
+    assert len(stages) == 2 and all(u["kept"] and u["mismatch"] for u in updates)
+    assert all("LoRA sum stochastic" in u["drawn_by"] for u in updates)
+    assert records_without_timings(run_dir) == expected
+    straight_adapters = final_adapters(tmp_path / "runs" / "straight", 2)
+    resumed_adapters = final_adapters(run_dir, 2)
+    assert straight_adapters.keys() == resumed_adapters.keys()
+    assert all(torch.equal(straight_adapters[k], resumed_adapters[k]) for k in straight_adapters)
+
+
 def test_a_server_that_dies_mid_run_stops_the_run_and_resume_continues(tmp_path):
     config = write_config(tmp_path, stages=3)
     run_dir = tmp_path / "runs" / "fault"
@@ -298,16 +374,7 @@ def test_a_run_trains_against_a_keyed_server_it_did_not_start(foreign_server):
     every update checks the server's log-probs at float32's tolerance; the key in no output
     and no record; the server still running after, with none of the run's adapters left."""
     address, config = foreign_server
-    # Each message paid for holding one of five letters (about half of the tiny model's
-    # messages do): groups with signal, so that both agents' updates run and are checked.
-    paid = config.with_name("paid.toml")
-    paid.write_text(
-        config.read_text().replace(
-            "eval_size = 4\n",
-            'eval_size = 4\nreward = "format_regex"\n[task.reward_args.format_regex]\n'
-            'pattern = ".*[a-e].*"\nper_turn = true\n',
-        )
-    )
+    paid = paid_config(config)
     result = train_at(paid, address, KEY_VARIABLE, key=address.key, name="trained")
     assert result.returncode == 0, result.stderr
     run_dir = paid.parent / "runs" / "trained"
