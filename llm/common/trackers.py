@@ -2,7 +2,7 @@
 
 Every tracker takes the same keys, one value per stage: ``stage/<name>`` (the stage's own),
 ``agent<k>/<name>`` (each agent's update), ``eval/<name>`` (the held-out evaluation),
-as ``llm.training.records.log_scalars`` writes them through ``add_scalar(tag, value, step)``.
+as ``llm.training.stages.records.log_scalars`` writes them through ``add_scalar(tag, value, step)``.
 
 - ``tensorboard``: event files in ``<run>/tensorboard`` (a stage run again, after a resume,
   replaces its points: ``purge_step``).

@@ -1,6 +1,7 @@
-"""A training run from a config to its results: assembling the parts, the run driver with its
-budget and events, checkpoints, run directories and their lock, the task
-checker, preflight checks and data-parallel ranks.
+"""A training run from a config to its results: assembling the parts, starting and resuming a
+run, its stages (``llm.training.stages``: the loop with its budget, records and console lines),
+checkpoints, run directories and their lock, the task checker, preflight checks and
+data-parallel ranks.
 
 Room 11 of 13 in data-flow order: it imports only from ``llm.common``, ``llm.problems``,
 ``llm.conversation``, ``llm.models``, ``llm.logprobs``, ``llm.engines``, ``llm.sampling``,

@@ -9,7 +9,7 @@ import torch
 
 from llm.common.config import load_config, parse_override
 from llm.training.builder import build
-from llm.training.records import UpdateMetrics
+from llm.training.stages.records import UpdateMetrics
 from teamtr.config import StageConfig
 from teamtr.penalty import EpisodicPenalty
 from teamtr.stage import run_stage

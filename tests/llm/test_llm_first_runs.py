@@ -566,7 +566,7 @@ def test_a_message_that_ends_on_its_own_at_the_limit_is_not_counted_as_cut():
     from llm.conversation.dialogue import ChatFormat, Episode, Turn
     from llm.models.loading import tiny_char_tokenizer
     from llm.problems.tasks import Problem
-    from llm.training.train import messages_cut
+    from llm.training.stages.console import messages_cut
 
     chat = ChatFormat.from_tokenizer(tiny_char_tokenizer(), 2, system_prompt="Solve.")
     sampler = arithmetic_sampler(chat, n_agents=2, turns=2, max_new_tokens=3)

@@ -13,8 +13,8 @@ from llm.interface.plot import draw, measured_bounds
 from llm.problems.task import Dialogue, FormatBonus, Task, TaskError
 from llm.problems.tasks import Problem
 from llm.sampling.held_out import check_in_range, group_differences
-from llm.training.records import StageMetrics
-from llm.training.train import certificate_parts
+from llm.training.stages.console import certificate_parts
+from llm.training.stages.records import StageMetrics
 from teamtr import StageConfig, run_stage
 from teamtr.measured import ANYTIME, STOPS, lower_bound, sequential_stop
 
@@ -198,7 +198,7 @@ def test_plot_draws_the_measured_bound_of_the_stages_that_have_one(tmp_path) -> 
 def test_a_runs_reporting_sampler_still_reports_when_it_holds_groups_out() -> None:
     """The run wraps its sampler to report every draw; the held-out copy the stage loop asks
     for must be wrapped too, or its draws would go unreported."""
-    from llm.training.train import _ReportingSampler
+    from llm.training.stages.loop import _ReportingSampler
 
     task = Task(PROBLEMS, reward=length_mod_three)
     team, sampler, _, _ = llm.build_team(task=task, **TINY)

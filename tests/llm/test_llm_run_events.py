@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from llm_test_support import SMOKE
 
-import llm.training.train
+import llm.training.stages.loop
 from llm.interface.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
@@ -52,7 +52,7 @@ def test_a_run_stopped_by_a_bug_logs_a_failed_event_with_its_error(tmp_path, cap
     def broken(*args, **kwargs):
         raise RuntimeError("the stage loop broke\nsecond line")
 
-    monkeypatch.setattr(llm.training.train, "run_stage", broken)
+    monkeypatch.setattr(llm.training.stages.loop, "run_stage", broken)
     with pytest.raises(RuntimeError, match="the stage loop broke"):
         main(["train", "--config", str(config), "--name", "r", "--no-progress"])
     logged = events(tmp_path / "runs" / "r")

@@ -22,7 +22,7 @@ import pytest
 from llm_test_support import SMOKE
 
 import llm.training.checkpoint
-import llm.training.train
+import llm.training.stages.loop
 from llm.interface.cli import main
 from llm.training.checkpoint import latest_checkpoint, recover_interrupted_writes
 from llm.training.runlock import LOCK_FILE, RunLockedError, acquire
@@ -145,7 +145,7 @@ def test_a_disk_fault_mid_run_ends_with_one_message_a_failed_event_and_exit_1(
 def test_a_run_directory_deleted_mid_run_is_not_recreated(tmp_path, capsys, monkeypatch):
     config = smoke_config(tmp_path, stages=3)
     run_dir = tmp_path / "runs" / "deleted"
-    real_run_stage = llm.training.train.run_stage
+    real_run_stage = llm.training.stages.loop.run_stage
 
     def run_stage_then_delete(*args, **kwargs):
         result = real_run_stage(*args, **kwargs)
@@ -153,7 +153,7 @@ def test_a_run_directory_deleted_mid_run_is_not_recreated(tmp_path, capsys, monk
             shutil.rmtree(run_dir)
         return result
 
-    monkeypatch.setattr(llm.training.train, "run_stage", run_stage_then_delete)
+    monkeypatch.setattr(llm.training.stages.loop, "run_stage", run_stage_then_delete)
     assert main(["train", "--config", str(config), "--name", "deleted", "--no-progress"]) == 1
     err = one_error_line(capsys.readouterr().err)
     assert "run directory was deleted during stage 2" in err

@@ -126,10 +126,10 @@ from pathlib import Path
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from trackio.sqlite_storage import SQLiteStorage
 
-import llm.training.train as train
+import llm.training.stages.loop as loop
 from llm.interface.cli import main
 
-write_checkpoint = train.write_checkpoint
+write_checkpoint = loop.write_checkpoint
 
 
 def observed(run_dir, point):
@@ -148,7 +148,7 @@ def observed(run_dir, point):
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-train.write_checkpoint = observed
+loop.write_checkpoint = observed
 sys.exit(main(sys.argv[1:]))
 """
 
