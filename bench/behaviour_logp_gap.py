@@ -2,7 +2,7 @@
 
 Before every update the updater checks that the rollouts' behaviour log-probs are its agent's
 (the ratio new/old is 1 to ``ratio_tolerance``, 1e-4); today those log-probs come from a scoring
-pass of the training model over every message of the agent (``llm.sampling.sampler
+pass of the training model over every message of the agent (``llm.sampling.rollouts
 .BehaviourLogps``, "behaviour log-probs" in ``docs/stage_cost.md``). ``generate`` has them for
 free: the distribution each token was drawn from. Whether they could replace the scoring pass
 depends on how far the two computations lie apart (the generating model is the merged copy with

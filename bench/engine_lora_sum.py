@@ -62,7 +62,7 @@ from llm.models.adapter_folder import write_adapter
 from llm.models.agents import AdapterWeights, LoraTeam
 from llm.models.base_folder import base_folder
 from llm.models.loading import load_tokenizer
-from llm.sampling.sampler import DialogueRollouts
+from llm.sampling.rollouts import DialogueRollouts
 from llm.training.builder import Components
 
 HF_VARIANTS = {

@@ -13,7 +13,8 @@ import numpy as np
 import torch
 
 from llm.logprobs.losses import group_normalised_advantages
-from llm.sampling.sampler import DialogueRollouts, DialogueSampler
+from llm.sampling.rollouts import DialogueRollouts
+from llm.sampling.sampler import DialogueSampler
 
 
 def alternating(count: int) -> list[float]:

@@ -27,7 +27,8 @@ import torch
 from llm.common import profiling
 from llm.conversation.router import make_router
 from llm.models.agents import AdapterWeights, LoraTeam
-from llm.sampling.sampler import DialogueRollouts, DialogueSampler
+from llm.sampling.rollouts import DialogueRollouts
+from llm.sampling.sampler import DialogueSampler
 from llm.training.builder import build
 from studies.llm.drift.scaling import StudySettings, unit_config
 

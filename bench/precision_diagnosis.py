@@ -50,7 +50,7 @@ from llm.conversation.dialogue import Episode, Turn
 from llm.logprobs.scoring import message_tokens
 from llm.models.agents import AdapterWeights
 from llm.models.lora_sum import lora_sum_of
-from llm.sampling.sampler import DialogueRollouts
+from llm.sampling.rollouts import DialogueRollouts
 from llm.training.builder import Components, build
 
 VARIANTS: dict[str, dict[str, str]] = {

@@ -45,7 +45,8 @@ import torch.distributed as dist
 from llm.common.collective import Collective
 from llm.common.config import ConfigError, RunConfig
 from llm.models.agents import AdapterWeights
-from llm.sampling.sampler import DialogueRollouts, DialogueSampler, group_signal, prefixes_reusable
+from llm.sampling.rollouts import DialogueRollouts, group_signal, prefixes_reusable
+from llm.sampling.sampler import DialogueSampler
 
 RENDEZVOUS_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 """What torchrun sets for every worker; ``init_process_group("env://")`` needs all of them."""

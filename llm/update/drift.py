@@ -32,7 +32,7 @@ from llm.conversation.dialogue import ChatFormat, Episode
 from llm.logprobs.losses import token_kl_from_log_probs
 from llm.logprobs.scoring import score_chunks
 from llm.models.agents import LoraTeam
-from llm.sampling.sampler import DialogueRollouts
+from llm.sampling.rollouts import DialogueRollouts
 
 
 def dialogue_kls(

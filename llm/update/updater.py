@@ -51,7 +51,7 @@ from llm.logprobs.losses import (
 from llm.logprobs.scoring import MessageBatch, message_logits, message_tokens, score_chunks
 from llm.models.agents import LoraTeam, weights_dtype
 from llm.models.precision import is_half
-from llm.sampling.sampler import DialogueRollouts
+from llm.sampling.rollouts import DialogueRollouts
 from llm.update.backtracking import ParameterSnapshot, backtracked_step
 from llm.update.mismatch import (
     MismatchTally,

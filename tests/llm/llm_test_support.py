@@ -20,7 +20,8 @@ from llm.logprobs.losses import group_normalised_advantages
 from llm.models.agents import AdapterWeights, LoraBackbone, LoraSettings, LoraTeam
 from llm.models.loading import tiny_llama
 from llm.problems.tasks import ArithmeticSuite
-from llm.sampling.sampler import DialogueRollouts, DialogueSampler, SamplerSettings
+from llm.sampling.rollouts import DialogueRollouts
+from llm.sampling.sampler import DialogueSampler, SamplerSettings
 
 SHORT_SYSTEM_PROMPT = "Solve."
 REPO = Path(__file__).resolve().parents[2]

@@ -20,12 +20,8 @@ from llm.conversation.router import FixedOrder
 from llm.problems.rewards import grade
 from llm.problems.task import FormatBonus, Task
 from llm.problems.tasks import Problem
-from llm.sampling.sampler import (
-    DialogueRollouts,
-    DialogueSampler,
-    SamplerSettings,
-    group_signal,
-)
+from llm.sampling.rollouts import DialogueRollouts, group_signal
+from llm.sampling.sampler import DialogueSampler, SamplerSettings
 from llm.training.distributed import check_world
 
 N_AGENTS = 2

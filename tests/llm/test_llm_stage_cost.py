@@ -29,7 +29,7 @@ from llm.common import profiling
 from llm.engines.messages import generate_messages
 from llm.logprobs.losses import per_token_kl, per_token_kl_from_log_probs
 from llm.logprobs.scoring import message_logits
-from llm.sampling.sampler import BehaviourLogps
+from llm.sampling.rollouts import BehaviourLogps
 from llm.update.updater import TrustRegionUpdater, UpdaterSettings
 from teamtr.penalty import EpisodicPenalty
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from llm.sampling.sampler import DialogueRollouts
+from llm.sampling.rollouts import DialogueRollouts
 from llm.update.outcome import lora_update
 from teamtr.reports import StageReport, UpdateRecord
 
