@@ -157,6 +157,14 @@ def test_config_keys_of_a_reasoning_gym_task():
         load_config(SMOKE, [parse_override('task.kind="reasoning_gym"')])
     with pytest.raises(ConfigError, match=r'are for kind = "reasoning_gym"'):
         load_config(SMOKE, [parse_override('task.datasets=["leg_counting"]')])
+    with pytest.raises(ConfigError, match=r"must name each dataset once"):
+        load_config(
+            SMOKE,
+            [
+                parse_override('task.kind="reasoning_gym"'),
+                parse_override('task.datasets=["a", "a"]'),
+            ],
+        )
     base = ['task.kind="reasoning_gym"', 'task.datasets=["leg_counting", "count_bits"]']
     with pytest.raises(ConfigError, match=r"needs one weight per dataset \(2"):
         load_config(SMOKE, [parse_override(s) for s in [*base, "task.dataset_weights=[1]"]])
