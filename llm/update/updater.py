@@ -15,10 +15,11 @@ result names the quantity (``llm.update.outcome``: how the update ended, typed).
 (no reward signal, the agent never spoke); (2) the behaviour log-probs
 (``DialogueRollouts.behaviour_logps``), one pass at the pre-update parameters
 (``_reference_pass``: the reference log-probs every ratio and KL is measured against, and the
-first step's gradient), and the check that the ratio is 1 there (``_check_on_policy``); (3) the
-trust-region steps (``_steps``), one ``llm.update.backtracking.backtracked_step`` per Adam step,
-whose gradient (``_accumulate_gradient``) and measurement (``_checked_measure``) are plain
-methods, and whose step size one ``StepSize`` keeps; (4) the report (``_report``).
+first step's gradient), and the check that the ratio is 1 there
+(``llm.update.reference.check_on_policy``); (3) the trust-region steps (``_steps``,
+``llm.update.steps``), one ``llm.update.backtracking.backtracked_step`` per Adam step, whose
+gradient (``_accumulate_gradient``) and measurement (``_checked_measure``) are plain methods,
+and whose step size one ``StepSize`` keeps; (4) the report (``_report``).
 
 What is reported (``llm.update.outcome.LoraUpdate``, a ``teamtr.reports.AgentUpdate``), on the turn-level episodic MDP of horizon H:
 - ``kl`` = E_{d̄}[KL_i] = (1/H) · mean over episodes of the sum of the agent's message KLs,
@@ -32,8 +33,7 @@ from __future__ import annotations
 
 import functools
 import math
-import operator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 import torch
@@ -52,126 +52,18 @@ from llm.logprobs.scoring import MessageBatch, message_logits, message_tokens, s
 from llm.models.agents import LoraTeam, weights_dtype
 from llm.models.precision import is_half
 from llm.sampling.rollouts import DialogueRollouts
-from llm.update.backtracking import ParameterSnapshot, backtracked_step
-from llm.update.mismatch import (
-    MismatchTally,
-    PolicyMismatch,
-    laid_out,
-    message_weights_of,
-    mismatch_kl_tolerance,
-    truncated_weights,
-)
+from llm.update.backtracking import ParameterSnapshot
 from llm.update.outcome import LoraUpdate, Outcome, effective_sample_size
-from teamtr.trust_region import TrustRegion, statistic_of
+from llm.update.reference import Reference, ReferencePass, check_on_policy, weighted_advantages
+from llm.update.steps import Measurement, NonFiniteUpdate, StepSize, Walk, take_steps
+from teamtr.trust_region import statistic_of
 
 STEP_SCALE_KEY = "teamtr_step_scale"
 """Optimiser param-group key holding the warm-started step size (saved with Adam's state)."""
 
 
-class NonFiniteUpdate(ArithmeticError):
-    """Raised inside an update when ``quantity`` (loss, gradient, kl, surrogate) is not finite."""
-
-    def __init__(self, quantity: str) -> None:
-        super().__init__(f"non-finite {quantity}")
-        self.quantity = quantity
-
-
-class RatioCheckError(AssertionError):
-    """Before an update the new/old ratio must be 1: the rollouts' behaviour log-probs do not
-    match the agent's policy (stale rollouts, a different temperature, or dropout)."""
-
-
 def _finite(gradient: list[torch.Tensor | None]) -> bool:
     return all(g is None or bool(torch.isfinite(g).all()) for g in gradient)
-
-
-@dataclass
-class _Reference:
-    """The pre-update policy on one chunk: what every KL and ratio is measured against."""
-
-    indices: list[int]
-    batch: MessageBatch
-    logps: torch.Tensor
-    advantages: torch.Tensor
-    log_probs: torch.Tensor | None = None
-    """(M, T, V) log-softmax of ``batch.logits``, kept once per update (None: recompute it)."""
-    message_weights: torch.Tensor | None = None
-    """(M,) min(π/μ, C) of each whole message where the update corrects for the sampler's
-    policy μ (``llm.update.mismatch``): the surrogate L̂_i's importance weight; None: 1."""
-
-    def vocabulary_log_probs(self) -> torch.Tensor:
-        return self.batch.log_probs() if self.log_probs is None else self.log_probs
-
-    @property
-    def has_signal(self) -> bool:
-        """False when every (weighted) advantage of the chunk is 0: its clipped surrogate is
-        0 x ratio whatever the parameters, so its gradient is exactly 0 and computing it can
-        be skipped. Dynamic sampling's filler groups (no reward difference) are such chunks."""
-        return bool(self.advantages.any())
-
-
-@dataclass(frozen=True)
-class _ReferencePass:
-    """What one pass over the batch at the pre-update parameters gives (``_reference_pass``)."""
-
-    chunks: list[_Reference]
-    n_tokens: int
-    """The agent's message tokens in the global batch (the pooled token mean's denominator)."""
-    first_gradient: list[torch.Tensor | None] | None
-    """The first step's gradient, summed over ranks (``reuse_work`` and signal; else None)."""
-    non_finite: str | None
-    """``"loss"`` or ``"gradient"`` when the first step's was not finite (the update is then
-    rejected before any step)."""
-
-
-@dataclass(frozen=True)
-class _Measurement:
-    kl: float
-    kl_quantile: float
-    surrogate: float
-    statistic: float
-
-
-@dataclass
-class _Walk:
-    """Where an update's trust-region steps got to (``TrustRegionUpdater._steps``)."""
-
-    step_size: StepSize
-    last: _Measurement | None = None
-    """The last admitted iterate's measurement (None: no step admitted)."""
-    last_tried: float = math.nan
-    """The statistic of the step that could not be brought inside, where one could not."""
-    backtracks: int = 0
-    steps: int = 0
-    non_finite: str | None = None
-
-
-@dataclass
-class StepSize:
-    """Where an agent's steps start, as a fraction of ``learning_rate``, and how that moves:
-    the whole step-size rule of an update in one place (as scipy's trust-region driver keeps
-    its radius rule). A rejected step (no shrink within ``max_backtracks`` fits the region)
-    leaves the next update starting where this one gave up; with ``warm_start`` an accepted
-    step starts the next one at its own scale; an update that never backtracked tries a step
-    ``1 / shrink`` larger next time (at most the full learning rate)."""
-
-    scale: float
-    shrink: float
-    max_backtracks: int
-    warm_start: bool
-
-    def on_accept(self, step_scale: float) -> None:
-        if self.warm_start:
-            self.scale = step_scale
-
-    def on_reject(self) -> None:
-        self.scale *= self.shrink**self.max_backtracks
-
-    def after_update(self, backtracks: int, non_finite: bool) -> float:
-        """The scale the agent's next update starts from (1 without ``warm_start``)."""
-        if not non_finite and backtracks == 0:
-            self.scale = min(1.0, self.scale / self.shrink)
-        return self.scale if self.warm_start else 1.0
 
 
 class TrustRegionUpdater:
@@ -187,7 +79,7 @@ class TrustRegionUpdater:
     KL measurement, each GRPO group's prompt is scored once (``llm.logprobs.scoring.message_logits``;
     the sampler's ``reuse_work`` must match, so that the ratio check compares two identical
     computations), and a chunk whose advantages are all 0 (dynamic sampling's filler groups)
-    gets no gradient pass: its gradient is exactly 0 (``_Reference.has_signal``; it is still
+    gets no gradient pass: its gradient is exactly 0 (``Reference.has_signal``; it is still
     scored, since the trust region's KL is a mean over the whole batch). ``reuse_work=False``
     is the straightforward path, kept as the reference the equality tests and the stage
     profile compare against.
@@ -254,7 +146,7 @@ class TrustRegionUpdater:
         return batch
 
     def _surrogate_loss(
-        self, batch: MessageBatch, reference: _Reference, n_tokens: int, logps: torch.Tensor
+        self, batch: MessageBatch, reference: Reference, n_tokens: int, logps: torch.Tensor
     ) -> torch.Tensor:
         """The chunk's share of the pooled token-mean loss -L (to be minimised)."""
         share = batch.n_tokens / n_tokens  # pooled token mean over all chunks
@@ -274,7 +166,7 @@ class TrustRegionUpdater:
         n_tokens: int,
         sampled: dict[tuple[int, int], torch.Tensor] | None = None,
         cap: float | None = None,
-    ) -> _ReferencePass:
+    ) -> ReferencePass:
         """The pre-update policy on every chunk: what every ratio and KL is measured against.
 
         With ``reuse_work`` the same pass back-propagates the first step's loss: at the
@@ -301,16 +193,14 @@ class TrustRegionUpdater:
             ):
                 log_probs = batch.log_probs()
                 logps = batch.token_logps(log_probs)
-                advantages, message_weights = _weighted_advantages(
+                advantages, message_weights = weighted_advantages(
                     rollouts, weights, batch, logps, sampled, cap
                 )
                 if not self.reuse_work:
-                    chunks.append(
-                        _Reference(chunk, batch, logps, advantages, None, message_weights)
-                    )
+                    chunks.append(Reference(chunk, batch, logps, advantages, None, message_weights))
                     continue
                 detached = MessageBatch(batch.refs, batch.tokens, batch.mask, batch.logits.detach())
-                reference = _Reference(
+                reference = Reference(
                     chunk, detached, logps.detach(), advantages, log_probs.detach(), message_weights
                 )
                 chunks.append(reference)
@@ -321,11 +211,11 @@ class TrustRegionUpdater:
                         with profiling.section("train backward"):
                             loss.backward()
         if not self.reuse_work:
-            return _ReferencePass(chunks, n_tokens, None, None)
+            return ReferencePass(chunks, n_tokens, None, None)
         if self.collective.any(not finite_loss):
-            return _ReferencePass(chunks, n_tokens, None, "loss")
+            return ReferencePass(chunks, n_tokens, None, "loss")
         gradient = self._taken_gradient(team, agent)
-        return _ReferencePass(chunks, n_tokens, gradient, None if _finite(gradient) else "gradient")
+        return ReferencePass(chunks, n_tokens, gradient, None if _finite(gradient) else "gradient")
 
     def _taken_gradient(self, team: LoraTeam, agent: int) -> list[torch.Tensor | None]:
         """The agent's gradient, summed over the ranks (the pooled token mean over the global
@@ -345,66 +235,12 @@ class TrustRegionUpdater:
             return self.settings.tis_cap
         return None
 
-    def _check_on_policy(
-        self,
-        agent: int,
-        chunks: list[_Reference],
-        behaviour: dict[tuple[int, int], torch.Tensor],
-        recorded: bool,
-        precision: torch.dtype,
-        cap: float | None,
-    ) -> PolicyMismatch | None:
-        """Before any step the new/old ratio must be 1: the reference pass's log-probs of every
-        message equal the behaviour log-probs (else ``RatioCheckError``: stale rollouts,
-        another temperature, dropout). In float32, every token to ``ratio_tolerance``; in half
-        precision the sampler's recorded log-probs, whose KL from the trainer's per token must
-        lie within what rounding explains (``llm.update.mismatch.mismatch_kl_tolerance``).
-        Checked once all ranks have scored their shard, so that all of them raise together.
-        Returns the sampler's mismatch where ``behaviour`` is what the sampler recorded (else
-        None: the behaviour log-probs are the trainer's own)."""
-        half = is_half(precision)
-        worst = (0.0, "")
-        tally = MismatchTally()
-        tolerance = self.settings.ratio_tolerance
-        for chunk in chunks:
-            for row, (e, t) in enumerate(chunk.batch.refs):
-                now = chunk.logps[row][chunk.batch.mask[row]]
-                gaps = now - behaviour[(e, t)].to(now.device)
-                gap = float(gaps.abs().max())
-                if math.isnan(gap):  # NaN > tolerance is False: count it as infinitely far
-                    gap = math.inf
-                if gap > worst[0]:
-                    worst = (gap, f"agent {agent}, episode {e}, turn {t}")
-                if recorded:
-                    tally.add(gaps, tolerance, cap)
-        largest = self.collective.max(worst[0])
-        mismatch = None
-        if recorded:
-            kl_tolerance = mismatch_kl_tolerance(precision) if half else math.inf
-            together = tally.summed(self.collective.sum, self.collective.max)
-            mismatch = together.result(tolerance, kl_tolerance)
-        if half and mismatch is not None:
-            if not mismatch.kl <= mismatch.kl_tolerance:  # NaN included
-                raise RatioCheckError(
-                    f"agent {agent}: the sampler's log-probs lie KL {mismatch.kl:.3g} nats a token "
-                    f"from the trainer's before the update, above the {mismatch.kl_tolerance:.3g} "
-                    f"that rounding to {str(precision).removeprefix('torch.')} explains "
-                    "(stale rollouts?)"
-                )
-            return mismatch
-        if not largest <= tolerance:  # NaN included
-            where = worst[1] if worst[0] == largest else f"agent {agent}, on another rank"
-            raise RatioCheckError(
-                f"{where}: |log new - log old| = {largest:.3g} before the update (ratio must be 1)"
-            )
-        return mismatch
-
     def _accumulate_gradient(
         self,
         team: LoraTeam,
         agent: int,
         rollouts: DialogueRollouts,
-        references: list[_Reference],
+        references: list[Reference],
         n_tokens: int,
     ) -> None:
         """Add the surrogate's gradient at the current parameters to their ``.grad`` (one
@@ -434,8 +270,8 @@ class TrustRegionUpdater:
         team: LoraTeam,
         agent: int,
         rollouts: DialogueRollouts,
-        references: list[_Reference],
-    ) -> _Measurement:
+        references: list[Reference],
+    ) -> Measurement:
         """``_kl_and_surrogate`` at the current parameters, refusing a non-finite KL or surrogate."""
         with profiling.section("kl measurement"):
             measured = self._kl_and_surrogate(team, agent, rollouts, references)
@@ -450,8 +286,8 @@ class TrustRegionUpdater:
         team: LoraTeam,
         agent: int,
         rollouts: DialogueRollouts,
-        references: list[_Reference],
-    ) -> _Measurement:
+        references: list[Reference],
+    ) -> Measurement:
         """E_d̄[KL_i] (its mean and quantile), the surrogate L̂_i and the admitted statistic."""
         model = team.backbone.training_model(agent)
         n_episodes = len(rollouts.episodes)
@@ -502,7 +338,7 @@ class TrustRegionUpdater:
         quantile = statistic_of(turn_level_kl, weights, "quantile", self.settings.quantile)
         surrogate = float(np.sum(weights * episode_gain) / np.sum(weights))
         statistic = max(mean, quantile) if self.settings.statistic == "quantile" else mean
-        return _Measurement(mean, quantile, surrogate, statistic)
+        return Measurement(mean, quantile, surrogate, statistic)
 
     def _without_a_pass(
         self, team: LoraTeam, agent: int, rollouts: DialogueRollouts, n_tokens: int
@@ -558,8 +394,15 @@ class TrustRegionUpdater:
         precision = weights_dtype(backbone.training_model(agent))
         cap = self._correction_cap(is_half(precision)) if sampled is not None else None
         reference = self._reference_pass(team, agent, rollouts, n_tokens, sampled, cap)
-        mismatch = self._check_on_policy(
-            agent, reference.chunks, behaviour, sampled is not None, precision, cap
+        mismatch = check_on_policy(
+            agent,
+            reference.chunks,
+            behaviour,
+            sampled is not None,
+            precision,
+            cap,
+            self.settings.ratio_tolerance,
+            self.collective,
         )
         backbone.mark_modified(agent)
 
@@ -580,59 +423,35 @@ class TrustRegionUpdater:
         team: LoraTeam,
         agent: int,
         rollouts: DialogueRollouts,
-        reference: _ReferencePass,
+        reference: ReferencePass,
         radius: float,
-    ) -> _Walk:
-        """Up to ``steps`` Adam steps, each starting where the last admitted one ended (with
-        ``warm_start``, at the step size the previous update admitted) and shrunk into the
-        region; a step that cannot be ends the walk at the last admitted iterate."""
+    ) -> Walk:
+        """Up to ``steps`` Adam steps from where the step-size policy says
+        (``llm.update.steps.take_steps``), each measured on the whole batch."""
         s = self.settings
         parameters = list(team.backbone.parameters_of(agent).values())
         accumulate_gradient = functools.partial(
             self._accumulate_gradient, team, agent, rollouts, reference.chunks, reference.n_tokens
         )
         measure = functools.partial(self._checked_measure, team, agent, rollouts, reference.chunks)
-        walk = _Walk(
+        walk = Walk(
             StepSize(self.step_scale(team, agent), s.shrink, s.max_backtracks, s.warm_start)
         )
         walk.non_finite = reference.non_finite
-        gradient = reference.first_gradient
-        for _ in range(s.steps if walk.non_finite is None else 0):
-            try:
-                result = backtracked_step(
-                    parameters,
-                    self.optimizer_for(team, agent),
-                    s.learning_rate,
-                    accumulate_gradient,
-                    measure,
-                    operator.attrgetter("statistic"),
-                    # No slack: the statistic admitted is the KL reported, never above delta_i
-                    # (the stage loop then checks it with its own kl_tolerance).
-                    TrustRegion(radius, tolerance=0.0),
-                    shrink=s.shrink,
-                    max_backtracks=s.max_backtracks,
-                    initial_scale=walk.step_size.scale,
-                    gradient=gradient,
-                    reuse_gradient=self.reuse_work,
-                )
-            except NonFiniteUpdate as event:
-                walk.non_finite = event.quantity
-                break
-            gradient = None  # the next step's gradient is at the new parameters
-            walk.backtracks += result.backtracks
-            if not result.accepted or result.candidate is None:
-                walk.last_tried = result.statistic
-                walk.step_size.on_reject()
-                break
-            walk.steps += 1
-            walk.last = result.candidate
-            walk.step_size.on_accept(result.step_scale)
-        if walk.non_finite is not None:
-            walk.last, walk.steps = None, 0
-        return walk
+        return take_steps(
+            walk,
+            parameters,
+            self.optimizer_for(team, agent),
+            s,
+            accumulate_gradient,
+            measure,
+            radius,
+            reference.first_gradient,
+            reuse_gradient=self.reuse_work,
+        )
 
     def _report(
-        self, team: LoraTeam, agent: int, a_max: float, n_tokens: int, walk: _Walk
+        self, team: LoraTeam, agent: int, a_max: float, n_tokens: int, walk: Walk
     ) -> LoraUpdate:
         """The update's result: the new policy where a step was admitted, else the old one."""
         backbone = team.backbone
@@ -660,29 +479,3 @@ class TrustRegionUpdater:
             tokens=n_tokens,
             steps=walk.steps,
         )
-
-
-def _weighted_advantages(
-    rollouts: DialogueRollouts,
-    weights: np.ndarray,
-    batch: MessageBatch,
-    logps: torch.Tensor,
-    sampled: dict[tuple[int, int], torch.Tensor] | None,
-    cap: float | None,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Each message's advantage times its episode's weight; with a correction ``cap`` C, each
-    token's further weighted by min(π/μ, C) against the ``sampled`` log-probs μ (truncated
-    importance sampling, ``llm.update.mismatch``), and the messages' weights beside."""
-    advantages = torch.tensor(
-        [rollouts.advantages[e] * weights[e] for e, _ in batch.refs],
-        dtype=torch.float32,
-        device=logps.device,
-    )
-    if cap is None or sampled is None:
-        return advantages, None
-    recorded = laid_out(sampled, batch.refs, batch.mask)
-    token_weights = truncated_weights(logps, recorded, batch.mask, cap)
-    return (
-        advantages.unsqueeze(-1) * token_weights,
-        message_weights_of(logps, recorded, batch.mask, cap),
-    )

@@ -30,7 +30,8 @@ from llm.update.mismatch import (
     mismatch_kl_tolerance,
     truncated_weights,
 )
-from llm.update.updater import RatioCheckError, TrustRegionUpdater
+from llm.update.reference import RatioCheckError
+from llm.update.updater import TrustRegionUpdater
 
 HALF = ("bfloat16", "float16")
 

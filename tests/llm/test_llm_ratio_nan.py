@@ -9,7 +9,8 @@ import torch
 from llm_test_support import arithmetic_sampler, with_rewards, with_sampled_logps
 
 from llm.logprobs.scoring import message_tokens
-from llm.update.updater import RatioCheckError, TrustRegionUpdater, UpdaterSettings
+from llm.update.reference import RatioCheckError
+from llm.update.updater import TrustRegionUpdater, UpdaterSettings
 
 
 @pytest.mark.parametrize("where", [0, -1])  # the first token, or the last of a message

@@ -12,7 +12,8 @@ from llm_test_support import arithmetic_sampler, with_rewards, with_sampled_logp
 from llm.common import profiling
 from llm.logprobs.scoring import message_tokens
 from llm.update.outcome import Outcome
-from llm.update.updater import STEP_SCALE_KEY, RatioCheckError, TrustRegionUpdater, UpdaterSettings
+from llm.update.reference import RatioCheckError
+from llm.update.updater import STEP_SCALE_KEY, TrustRegionUpdater, UpdaterSettings
 
 REWARDS = [1.0, 0.0, 0.0, 1.0]
 
