@@ -29,7 +29,6 @@ import io
 import json
 import logging
 import os
-import random
 import re
 import shutil
 from dataclasses import dataclass
@@ -41,8 +40,8 @@ import torch
 from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
 
-from llm.common.devices import cuda_rng_states, restore_cuda_rng_states
 from llm.models.agents import AdapterWeights, LoraTeam
+from llm.training.rng_states import RngStates
 from llm.update.updater import TrustRegionUpdater
 
 FORMAT_VERSION = 1
@@ -59,47 +58,6 @@ log = logging.getLogger(__name__)
 
 class RunDirectoryError(ValueError):
     """A run directory or checkpoint cannot be used; the message names the path and why."""
-
-
-@dataclass(frozen=True)
-class RngStates:
-    """Every random generator a run draws from."""
-
-    torch_state: torch.Tensor
-    numpy_global: list[Any]
-    python: list[Any]
-    sampler: dict[str, Any]
-    cuda_states: tuple[torch.Tensor, ...] = ()
-    """Every CUDA generator's state, on the CPU (empty for a run without CUDA)."""
-
-    @classmethod
-    def capture(cls, sampler_rng: np.random.Generator) -> RngStates:
-        # The legacy global generator is saved because library code may draw from it.
-        name, key, position, has_gauss, gauss = np.random.get_state(legacy=True)  # noqa: NPY002
-        version, internal, python_gauss = random.getstate()
-        return cls(
-            torch_state=torch.get_rng_state(),
-            numpy_global=[
-                name,
-                np.asarray(key).tolist(),
-                int(position),
-                int(has_gauss),
-                float(gauss),
-            ],
-            python=[version, list(internal), python_gauss],
-            sampler=copy.deepcopy(dict(sampler_rng.bit_generator.state)),
-            cuda_states=tuple(cuda_rng_states()),
-        )
-
-    def restore(self, sampler_rng: np.random.Generator) -> None:
-        torch.set_rng_state(self.torch_state)
-        restore_cuda_rng_states(list(self.cuda_states))
-        name, key, position, has_gauss, gauss = self.numpy_global
-        key_array = np.asarray(key, dtype=np.uint32)
-        np.random.set_state((name, key_array, position, has_gauss, gauss))  # noqa: NPY002
-        version, internal, python_gauss = self.python
-        random.setstate((version, tuple(internal), python_gauss))
-        sampler_rng.bit_generator.state = copy.deepcopy(self.sampler)
 
 
 @dataclass(frozen=True)
