@@ -1,6 +1,6 @@
 """``teamtr eval --data``: a user's file read by the one loader of ``[task] kind = "dataset"``.
 
-JSON, JSONL, CSV or Parquet (``llm.problems.configured.read_problems``), its columns mapped by
+JSON, JSONL, CSV or Parquet (``llm.problems.data_files.read_problems``), its columns mapped by
 the run's own ``question_column``, ``answer_column`` and ``notes_columns`` (their defaults,
 "question", "answer" and none, for a run of another kind), each replaceable on the command
 line; every other column goes into ``Problem.metadata``, where a reward reads it. A field the
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from llm.common.config import ConfigError, RunConfig, TaskSettings
 from llm.common.rules import reward_names
-from llm.problems.configured import read_problems
+from llm.problems.data_files import read_problems
 from llm.problems.task import reference_parses
 from llm.problems.tasks import Problem, TaskDataError
 
