@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator, Sequence
-from typing import TypeVar, cast
+from typing import NamedTuple, TypeVar, cast
 
 import numpy as np
 
@@ -173,11 +173,7 @@ def run_stage(
     """
     order = stage_order(config, team.n_agents, stage_index)
     radii = config.radii(team.n_agents)  # delta_i per agent, checked when config was built
-    values = PerTeamCache(evaluator) if evaluator is not None else None
-
-    def evaluate(team: TeamPolicy) -> float | None:
-        return float(values(team)) if values is not None else None
-
+    evaluate = _cached_values(evaluator)
     held_out_sampler = measuring_sampler(sampler, config)
     source = RolloutSource(config.scheme, held_out_sampler or sampler)
     source.start(team)
@@ -193,29 +189,14 @@ def run_stage(
         update = updater.update(base, agent, rollouts, radius)
         kept = inside_radius(update, radius, config.kl_tolerance)
         after = cast(TeamT, base.with_agent(agent, update.policy)) if kept else base
-        measured: MeasuredCertificate | None = None
-        resample: Rollouts | None = None
-        undone = False
+        measured = _NOT_MEASURED
         if kept and held_out_sampler is not None:
             last = position == len(order) - 1
-            if last:  # no update follows: continue the held-out groups alone
-                assert isinstance(held_out_sampler, PairingSampler)
-                pairs = held_out_sampler.continue_held_out(after, rollouts, agent)
-            else:  # the draw the next update needs, continuing them too
-                resample = source.resample(after, agent)
-                pairs = getattr(resample, "pairs", None)
-
-            def more_pairs(
-                count: int, old: TeamT = base, new: TeamT = after, updated: int = agent
-            ) -> PairedDifferences | None:
-                assert isinstance(held_out_sampler, SequentialPairingSampler)
-                return held_out_sampler.draw_pairs(old, new, updated, count)
-
-            measured = measured_update(pairs, agent, config, more_pairs)
-            if config.accept == "measured" and measured is not None and measured.bound < 0:
-                kept, undone, after = False, True, base
-                if not last:
-                    source.redraw(base)
+            measured = _measure_kept(
+                held_out_sampler, source, base, after, rollouts, agent, last, config
+            )
+            if measured.undone:  # accept = "measured" and its bound is below 0
+                kept, after = False, base
         charged = update_penalty(update, penalty, config.penalty_form) if kept else 0.0
         record = UpdateRecord(
             position=position,
@@ -230,9 +211,9 @@ def run_stage(
             base=base,
             rollouts=rollouts,
             fresh_rollouts=fresh,
-            measured=measured,
-            undone=undone,
-            resample=resample,
+            measured=measured.certificate,
+            undone=measured.undone,
+            resample=measured.resample,
         )
         records.append(record)
         if on_update is not None:
@@ -259,6 +240,64 @@ def run_stage(
         measured=stage_bound(records, config) if held_out_sampler is not None else None,
     )
     return report, team
+
+
+def _cached_values(evaluator: Evaluator | None) -> Callable[[TeamPolicy], float | None]:
+    """Exact J of a team, each team evaluated once (``PerTeamCache``); None without an
+    evaluator."""
+    values = PerTeamCache(evaluator) if evaluator is not None else None
+
+    def evaluate(team: TeamPolicy) -> float | None:
+        return float(values(team)) if values is not None else None
+
+    return evaluate
+
+
+class _KeptUpdateMeasured(NamedTuple):
+    """What the held-out groups say of a kept update (``_measure_kept``)."""
+
+    certificate: MeasuredCertificate | None
+    """Its measured certificate (``measured_update``); None where nothing is measured."""
+    resample: Rollouts | None
+    """The draw of the updated team that the next update needs (None after the last)."""
+    undone: bool
+    """``accept = "measured"`` undid the update: its bound is below 0."""
+
+
+_NOT_MEASURED = _KeptUpdateMeasured(None, None, False)
+
+
+def _measure_kept(
+    held_out_sampler: Sampler,
+    source: RolloutSource,
+    base: TeamT,
+    after: TeamT,
+    rollouts: Rollouts,
+    agent: int,
+    last: bool,
+    config: StageConfig,
+) -> _KeptUpdateMeasured:
+    """Agent ``agent``'s kept update measured: ``after`` continues ``base``'s held-out groups,
+    alone after the stage's last update, else in the draw the next update needs. Under
+    ``accept = "measured"`` a bound below 0 undoes it, and ``base`` is drawn afresh (its
+    earlier held-out groups decided the undo, so they measure nothing more)."""
+    resample: Rollouts | None = None
+    if last:  # no update follows: continue the held-out groups alone
+        assert isinstance(held_out_sampler, PairingSampler)
+        pairs = held_out_sampler.continue_held_out(after, rollouts, agent)
+    else:  # the draw the next update needs, continuing them too
+        resample = source.resample(after, agent)
+        pairs = getattr(resample, "pairs", None)
+
+    def more_pairs(count: int) -> PairedDifferences | None:
+        assert isinstance(held_out_sampler, SequentialPairingSampler)
+        return held_out_sampler.draw_pairs(base, after, agent, count)
+
+    measured = measured_update(pairs, agent, config, more_pairs)
+    undone = config.accept == "measured" and measured is not None and measured.bound < 0
+    if undone and not last:
+        source.redraw(base)
+    return _KeptUpdateMeasured(measured, resample, undone)
 
 
 def stage_bound(records: Sequence[UpdateRecord], config: StageConfig) -> MeasuredCertificate | None:
