@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import json
 import math
 import sys
@@ -51,15 +52,24 @@ TRAIN_PROMPTS = 20_000
 """Training problems drawn up front: more than any CPU budget here consumes."""
 
 
-def prompts_of(config: RunConfig, problems: list[Problem], tokenizer: Any) -> list[str]:
+def prompts_of(
+    config: RunConfig, problem_lists: list[list[Problem]], tokenizer: Any
+) -> list[list[str]]:
     """Each problem's first-turn context as teamtr's single agent sees it, as text that
-    ``tokenizer`` (as TRL calls it) turns back into teamtr's token ids."""
+    ``tokenizer`` (as TRL calls it) turns back into teamtr's token ids. teamtr's components
+    (its model and kept-context memory) are built once for this and let go before TRL loads."""
     parts = build(config, progress=False)
-    ids = [parts.chat.context(parts.sampler.open_episode(p, 0), 0) for p in problems]
-    prompts = [tokenizer.decode(i, skip_special_tokens=False) for i in ids]
-    if any(tokenizer(p)["input_ids"] != i for p, i in zip(prompts[:64], ids, strict=False)):
-        raise SystemExit("TRL's tokenisation of the prompts differs from teamtr's")
-    return prompts
+    rendered = []
+    for problems in problem_lists:
+        ids = [parts.chat.context(parts.sampler.open_episode(p, 0), 0) for p in problems]
+        prompts = [tokenizer.decode(i, skip_special_tokens=False) for i in ids]
+        if any(tokenizer(p)["input_ids"] != i for p, i in zip(prompts[:64], ids, strict=False)):
+            raise SystemExit("TRL's tokenisation of the prompts differs from teamtr's")
+        rendered.append(prompts)
+    parts.sampler.close()
+    del parts
+    gc.collect()
+    return rendered
 
 
 def held_out_accuracy(
@@ -126,8 +136,7 @@ def main(argv: list[str] | None = None) -> None:
     s = config.sampler
     tokenizer = load_tokenizer(config.model.source)
     train = task.draw(np.random.default_rng(args.seed), TRAIN_PROMPTS)
-    train_prompts = prompts_of(config, train, tokenizer)
-    test_prompts = prompts_of(config, list(task.test), tokenizer)
+    train_prompts, test_prompts = prompts_of(config, [train, list(task.test)], tokenizer)
 
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
@@ -151,7 +160,11 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as scratch:
         grpo = GRPOConfig(
             output_dir=scratch,
-            per_device_train_batch_size=s.prompts_per_batch * s.group_size,
+            # One group a forward pass, the batch's groups accumulated into one Adam step (TRL
+            # generates the whole batch at once and normalises the loss over all its tokens):
+            # the same step as one pass over the batch, without all its logits in memory at once.
+            per_device_train_batch_size=s.group_size,
+            gradient_accumulation_steps=s.prompts_per_batch,
             num_generations=s.group_size,
             max_completion_length=s.longest_message,
             temperature=s.temperature,
