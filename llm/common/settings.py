@@ -122,8 +122,8 @@ class SamplerSettings:
     """Where the updater's on-policy check (``[updater] ratio_tolerance``) reads the behaviour
     log-probs from. "sampled": those the generating model drew each token with, recorded while
     sampling, which saves one forward pass over the batch per update; only where the model
-    computes in float32 (their measured gap from the training pass, ~4e-5 a token on SmolLM2,
-    is float32 rounding of two computations; docs/stage_cost.md), elsewhere the pass runs.
+    computes in float32 (their gap from the training pass is float32 rounding of two
+    computations; measured in docs/stage_cost.md), elsewhere the pass runs.
     "scored": always that training forward pass. What the update computes is the same either
     way: the ratio's denominator is the pre-update pass, which the check compares against."""
     kept_contexts_mb: int = 2048
@@ -166,8 +166,8 @@ class SamplerSettings:
     """With engine "vllm" in half precision: how the server's adapted layers add the LoRA
     branch to the base product's output. "stochastic": in float32, the sum rounded to the
     model's dtype stochastically (teamtr's vLLM plugin, ``vllm_plugin/``; unbiased, so the
-    served policy keeps each update: 0.97 to 1.03 of float32's change against vLLM's 0.25 to
-    0.59, docs/scaling_out.md); "vllm": vLLM's own sum, rounded to nearest, which loses an
+    served policy keeps each update, where vLLM's own sum keeps a fraction of it: measured in
+    docs/scaling_out.md); "vllm": vLLM's own sum, rounded to nearest, which loses an
     update's small first steps. A float32 server is the same either way."""
     seed: int = 0
 

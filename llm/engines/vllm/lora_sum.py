@@ -3,8 +3,9 @@ engine_lora_sum``), through teamtr's vLLM plugin (``vllm_plugin/``, installed in
 environment by ``make vllm``; never imported here, since it lives in vLLM's environment).
 
 vLLM adds the branch into the base product's half-precision output, rounded to nearest: an
-update's small first steps round away (the served policy kept 0.25 and 0.58 of float32's change
-on the default relay's first updates, docs/scaling_out.md, "vLLM in bfloat16"). The plugin adds
+update's small first steps round away (the served policy keeps a fraction of float32's change
+on the default relay's first updates: docs/scaling_out.md, "vLLM in half precision: the LoRA
+sum", with the bench that measures it). The plugin adds
 it in float32 and rounds the sum stochastically, unbiased. The server is told by one variable
 in its environment, and says in its log, from each process it patched, that the plugin ran:
 a server whose vLLM lacks the plugin is refused rather than left to serve a lagging policy.
