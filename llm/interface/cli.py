@@ -117,87 +117,8 @@ def _command(commands: Any, name: str, summary: str, description: str) -> argpar
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="teamtr", description="Language-model teams.")
     commands = parser.add_subparsers(dest="command", required=True)
-    train = _command(
-        commands,
-        "train",
-        "train a team from a TOML config",
-        "Train a team of language-model agents (LoRA adapters on one base model) that take "
-        "turns in one dialogue, with KL trust-region updates, for [stage] stages; writes a "
-        "run directory (docs/runs.md).",
-    )
-    start = train.add_mutually_exclusive_group(required=True)
-    start.add_argument(
-        "--config",
-        help="TOML file, or the name of a shipped config: default (the run to start with), "
-        "reference (every key, with its meaning), smoke (a tiny random model, seconds), "
-        "chain/chain4_teamtr, ... (llm/configs/, which configs/ links to)",
-    )
-    start.add_argument(
-        "--resume", metavar="DIR", help="continue the run in DIR from its newest valid checkpoint"
-    )
-    train.add_argument("--name", help="run directory name (overrides [run] name)")
-    train.add_argument(
-        "--output-dir", help="parent of the run directory (overrides [run] output_dir)"
-    )
-    train.add_argument(
-        "--seed",
-        type=int,
-        help="overrides [run] seed and [sampler] seed (one seed for the repeats of a comparison)",
-    )
-    train.add_argument("--no-progress", action="store_true", help="hide progress bars and lines")
-    train.add_argument(
-        "--device",
-        help='override [run] device, e.g. "cpu" to resume on a CPU a run trained on a GPU',
-    )
-    train.add_argument(
-        "--nproc",
-        type=int,
-        metavar="N",
-        help="data-parallel on N local processes: starts `torchrun --nproc-per-node N -m teamtr "
-        "train ...` (gloo on the CPU, NCCL on CUDA; see llm/training/distributed.py)",
-    )
-    add_set_option(train)
-    _check_flag(train)
-    _real_flag(train)
-    evaluate = _command(
-        commands,
-        "eval",
-        "evaluate a trained or untrained team",
-        "Play every held-out question (or those of --data) greedily, or --samples K times; "
-        "write the accuracy (or score), its standard error and per-group tables to --json, "
-        "and every dialogue to a transcripts file beside it.",
-    )
-    source = evaluate.add_mutually_exclusive_group(required=True)
-    source.add_argument("--run", help="run directory of `teamtr train`")
-    source.add_argument(
-        "--config", help="TOML config, or a shipped config's name: evaluate the untrained team"
-    )
-    evaluate.add_argument(
-        "--step", type=integer_at_least(0), help="checkpoint stage (default: the latest)"
-    )
-    evaluate.add_argument(
-        "--data",
-        help="JSON, JSONL, CSV or Parquet file, columns mapped as the run's [task] maps them "
-        "(default: the config's held-out set)",
-    )
-    from llm.interface.eval_data import add_arguments as add_data_arguments
-
-    add_data_arguments(evaluate)
-    evaluate.add_argument("--json", required=True, help="the results file to write")
-    evaluate.add_argument(
-        "--transcripts",
-        help="JSONL file of every dialogue: question, notes, turns, parsed answer, reward "
-        "(default: beside --json, its name ending .transcripts.jsonl)",
-    )
-    evaluate.add_argument(
-        "--samples",
-        type=integer_at_least(1, MAX_SAMPLES),
-        default=1,
-        help=f"K: adds pass@K and majority vote (at most {MAX_SAMPLES})",
-    )
-    evaluate.add_argument("--no-progress", action="store_true", help="hide progress bars and lines")
-    add_set_option(evaluate)
-    _check_flag(evaluate)
+    _train_parser(commands)
+    _eval_parser(commands)
     from llm.interface.swap import add_arguments as add_swap_arguments
 
     swap = _command(
@@ -245,6 +166,97 @@ def _parser() -> argparse.ArgumentParser:
         )
     )
     return parser
+
+
+def _train_parser(commands: Any) -> None:
+    """``teamtr train``'s options: where the run starts (a config or a run to resume), its name
+    and place, its seed, device and processes, ``--set``, ``--check`` and ``--real``."""
+    train = _command(
+        commands,
+        "train",
+        "train a team from a TOML config",
+        "Train a team of language-model agents (LoRA adapters on one base model) that take "
+        "turns in one dialogue, with KL trust-region updates, for [stage] stages; writes a "
+        "run directory (docs/runs.md).",
+    )
+    start = train.add_mutually_exclusive_group(required=True)
+    start.add_argument(
+        "--config",
+        help="TOML file, or the name of a shipped config: default (the run to start with), "
+        "reference (every key, with its meaning), smoke (a tiny random model, seconds), "
+        "chain/chain4_teamtr, ... (llm/configs/, which configs/ links to)",
+    )
+    start.add_argument(
+        "--resume", metavar="DIR", help="continue the run in DIR from its newest valid checkpoint"
+    )
+    train.add_argument("--name", help="run directory name (overrides [run] name)")
+    train.add_argument(
+        "--output-dir", help="parent of the run directory (overrides [run] output_dir)"
+    )
+    train.add_argument(
+        "--seed",
+        type=int,
+        help="overrides [run] seed and [sampler] seed (one seed for the repeats of a comparison)",
+    )
+    train.add_argument("--no-progress", action="store_true", help="hide progress bars and lines")
+    train.add_argument(
+        "--device",
+        help='override [run] device, e.g. "cpu" to resume on a CPU a run trained on a GPU',
+    )
+    train.add_argument(
+        "--nproc",
+        type=int,
+        metavar="N",
+        help="data-parallel on N local processes: starts `torchrun --nproc-per-node N -m teamtr "
+        "train ...` (gloo on the CPU, NCCL on CUDA; see llm/training/distributed.py)",
+    )
+    add_set_option(train)
+    _check_flag(train)
+    _real_flag(train)
+
+
+def _eval_parser(commands: Any) -> None:
+    """``teamtr eval``'s options: the team (a run's checkpoint or a config's untrained team),
+    its problems, the files written and the samples per question."""
+    evaluate = _command(
+        commands,
+        "eval",
+        "evaluate a trained or untrained team",
+        "Play every held-out question (or those of --data) greedily, or --samples K times; "
+        "write the accuracy (or score), its standard error and per-group tables to --json, "
+        "and every dialogue to a transcripts file beside it.",
+    )
+    source = evaluate.add_mutually_exclusive_group(required=True)
+    source.add_argument("--run", help="run directory of `teamtr train`")
+    source.add_argument(
+        "--config", help="TOML config, or a shipped config's name: evaluate the untrained team"
+    )
+    evaluate.add_argument(
+        "--step", type=integer_at_least(0), help="checkpoint stage (default: the latest)"
+    )
+    evaluate.add_argument(
+        "--data",
+        help="JSON, JSONL, CSV or Parquet file, columns mapped as the run's [task] maps them "
+        "(default: the config's held-out set)",
+    )
+    from llm.interface.eval_data import add_arguments as add_data_arguments
+
+    add_data_arguments(evaluate)
+    evaluate.add_argument("--json", required=True, help="the results file to write")
+    evaluate.add_argument(
+        "--transcripts",
+        help="JSONL file of every dialogue: question, notes, turns, parsed answer, reward "
+        "(default: beside --json, its name ending .transcripts.jsonl)",
+    )
+    evaluate.add_argument(
+        "--samples",
+        type=integer_at_least(1, MAX_SAMPLES),
+        default=1,
+        help=f"K: adds pass@K and majority vote (at most {MAX_SAMPLES})",
+    )
+    evaluate.add_argument("--no-progress", action="store_true", help="hide progress bars and lines")
+    add_set_option(evaluate)
+    _check_flag(evaluate)
 
 
 def _train_config(args: argparse.Namespace, world_size: int):
@@ -327,7 +339,7 @@ def _real_signal(config, progress: bool) -> list[str]:
     import time
 
     from llm.training.builder import build
-    from llm.training.train import messages_cut
+    from llm.training.stages.console import messages_cut
 
     parts = build(config, progress=progress)
     started = time.perf_counter()
@@ -358,26 +370,14 @@ def _real_signal(config, progress: bool) -> list[str]:
 
 
 def _train(args: argparse.Namespace, argv: list[str]) -> int:
-    from llm.training.distributed import (
-        WorldSpec,
-        launch,
-        start_process_group,
-        stop_process_group,
-    )
+    from llm.training.distributed import WorldSpec, start_process_group, stop_process_group
     from llm.training.rundir import TrainingInterrupted
     from llm.training.train import resume, train
 
     if args.real and not args.check:
         raise ConfigError("--real: only with --check (`teamtr train --config FILE --check --real`)")
     if args.nproc is not None:
-        if args.nproc < 1:
-            raise ConfigError(f"--nproc: must be >= 1, got {args.nproc}")
-        if launched_by_torchrun():
-            raise ConfigError("--nproc starts torchrun itself; do not combine it with torchrun")
-        config = _train_config(args, args.nproc)
-        if args.check:
-            return _checked(args, config)
-        return launch(args.nproc, _without_nproc(argv[1:]))
+        return _launch(args, argv)
     collective = None
     try:
         if launched_by_torchrun():
@@ -432,6 +432,21 @@ def _train(args: argparse.Namespace, argv: list[str]) -> int:
     if rank_from_environment() == 0:
         print(f"run directory: {run_dir}")
     return 0
+
+
+def _launch(args: argparse.Namespace, argv: list[str]) -> int:
+    """``train --nproc N``: the config checked for N processes, then torchrun started with
+    this command line (without ``--nproc``) on N local processes."""
+    from llm.training.distributed import launch
+
+    if args.nproc < 1:
+        raise ConfigError(f"--nproc: must be >= 1, got {args.nproc}")
+    if launched_by_torchrun():
+        raise ConfigError("--nproc starts torchrun itself; do not combine it with torchrun")
+    config = _train_config(args, args.nproc)
+    if args.check:
+        return _checked(args, config)
+    return launch(args.nproc, _without_nproc(argv[1:]))
 
 
 def _lost_a_peer(error: RuntimeError) -> bool:

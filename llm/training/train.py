@@ -67,7 +67,6 @@ from llm.training.rundir import (
 )
 from llm.training.runlock import RunLock
 from llm.training.runlock import acquire as acquire_run_lock
-from llm.training.stages.console import messages_cut  # noqa: F401  (llm.interface.cli's import)
 from llm.training.stages.loop import run_stages
 from llm.training.task_check import check_task
 
