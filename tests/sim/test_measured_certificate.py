@@ -168,6 +168,18 @@ def test_the_training_twin_is_measured_not_optimistic_on_the_tabular_world(cover
         assert row["training_bias"] <= 3 * row["training_bias_se"], row
 
 
+def two_exact_stages(mdp, sampler, config: StageConfig):
+    """The reports of two stages from the uniform team, each update exact, J exact."""
+
+    def value(team):
+        return sim.evaluate(mdp, team).J
+
+    for report, _ in run_stages(
+        sim.uniform_team(mdp), sampler, sim.ExactUpdater(mdp), config, mdp.penalty_model(), 2, value
+    ):
+        yield report
+
+
 def test_the_stage_bound_holds_over_its_updates() -> None:
     violations, stages = 0, 0
     for seed in range(30):
@@ -175,18 +187,7 @@ def test_the_stage_bound_holds_over_its_updates() -> None:
         sampler = sim.SampledSampler(mdp, n_episodes=20, seed=seed)
         config = StageConfig(radius=0.3, certificate_groups=128, order="random", seed=seed)
 
-        def value(team, mdp=mdp):
-            return sim.evaluate(mdp, team).J
-
-        for report, _ in run_stages(
-            sim.uniform_team(mdp),
-            sampler,
-            sim.ExactUpdater(mdp),
-            config,
-            mdp.penalty_model(),
-            2,
-            value,
-        ):
+        for report in two_exact_stages(mdp, sampler, config):
             assert report.measured is not None and report.realised_gain is not None
             # Each recorded bound is the configured bound at the configured level, and the
             # stage's is theirs at alpha/m summed: the labels say what was computed.
@@ -222,18 +223,7 @@ def test_the_measured_accept_rule_undoes_updates_it_cannot_certify() -> None:
             radius=0.3, certificate_groups=128, order="random", seed=seed, accept="measured"
         )
 
-        def value(team, mdp=mdp):
-            return sim.evaluate(mdp, team).J
-
-        for report, _ in run_stages(
-            sim.uniform_team(mdp),
-            sampler,
-            sim.ExactUpdater(mdp),
-            config,
-            mdp.penalty_model(),
-            2,
-            value,
-        ):
+        for report in two_exact_stages(mdp, sampler, config):
             records = report.records
             for position, record in enumerate(records):
                 assert record.measured is not None or not record.update.accepted
@@ -282,18 +272,7 @@ def test_sequential_held_out_draws_cover_the_exact_gain_and_stop_by_the_rule() -
             seed=seed,
         )
 
-        def value(team, mdp=mdp):
-            return sim.evaluate(mdp, team).J
-
-        for report, _ in run_stages(
-            sim.uniform_team(mdp),
-            sampler,
-            sim.ExactUpdater(mdp),
-            config,
-            mdp.penalty_model(),
-            2,
-            value,
-        ):
+        for report in two_exact_stages(mdp, sampler, config):
             for record in report.records:
                 measured = record.measured
                 if measured is None:
