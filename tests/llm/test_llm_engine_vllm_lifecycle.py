@@ -209,6 +209,17 @@ def final_adapters(run_dir: Path, stage: int) -> dict[str, torch.Tensor]:
     }
 
 
+def resume(run_dir: Path) -> subprocess.CompletedProcess[str]:
+    """``teamtr train --resume`` of the run, to its end (it starts a server of its own)."""
+    return subprocess.run(
+        [*TEAMTR, "train", "--resume", str(run_dir), "--no-progress"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+
+
 def test_a_bfloat16_run_killed_and_resumed_is_the_straight_run_through_the_engine(tmp_path):
     """Half precision through the plugin's stochastic sum, whose rounding is hashed from what
     each row computes, not drawn from the server's generator: the resumed run's new server
@@ -230,13 +241,7 @@ def test_a_bfloat16_run_killed_and_resumed_is_the_straight_run_through_the_engin
     killed.kill()
     killed.communicate(timeout=300)
     assert not (run_dir / "checkpoints" / "stage_2").exists(), "killed too late"
-    resumed = subprocess.run(
-        [*TEAMTR, "train", "--resume", str(run_dir), "--no-progress"],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )
+    resumed = resume(run_dir)
     assert resumed.returncode == 0, resumed.stderr
     expected = records_without_timings(tmp_path / "runs" / "straight")
     stages = [json.loads(line) for line in expected if "updates" in json.loads(line)]
@@ -263,13 +268,7 @@ def test_a_server_that_dies_mid_run_stops_the_run_and_resume_continues(tmp_path)
     assert str(run_dir / "engine.log") in lines[-1]
     assert (run_dir / "checkpoints" / "stage_0").is_dir()  # the state it started from, whole
     # --resume starts a new server and finishes the run.
-    resumed = subprocess.run(
-        [*TEAMTR, "train", "--resume", str(run_dir), "--no-progress"],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )
+    resumed = resume(run_dir)
     assert resumed.returncode == 0, resumed.stderr
     events = [json.loads(line)["event"] for line in (run_dir / "events.jsonl").open()]
     assert events[-1] == "finished"
