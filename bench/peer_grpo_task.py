@@ -123,6 +123,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cpu-minutes", type=float, required=True)
     parser.add_argument("--source", default="", help="replace [model] source (tiny: a check)")
     parser.add_argument("--json", type=Path, required=True)
+    parser.add_argument(
+        "--skip-untrained",
+        action="store_true",
+        help="do not score the untrained model (it is `teamtr eval`'s score of the same config)",
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     config = load_config(args.config)
@@ -194,8 +199,10 @@ def main(argv: list[str] | None = None) -> None:
             peft_config=config.lora.peft_config(),
             callbacks=[budget.callback],
         )
-        untrained = held_out_accuracy(
-            trainer.model, tokenizer, task, test_prompts, s.longest_message
+        untrained = (
+            None
+            if args.skip_untrained
+            else held_out_accuracy(trainer.model, tokenizer, task, test_prompts, s.longest_message)
         )
         budget.started = time.process_time()
         trainer.train()
@@ -214,7 +221,8 @@ def main(argv: list[str] | None = None) -> None:
     }
     print(
         f"TRL GRPOTrainer on {args.config}, seed {args.seed}: held out "
-        f"{untrained['accuracy']:.3f} -> {trained['accuracy']:.3f} in {budget.steps} steps, "
+        f"{'not scored' if untrained is None else format(untrained['accuracy'], '.3f')} -> "
+        f"{trained['accuracy']:.3f} in {budget.steps} steps, "
         f"{cpu_seconds / 60:.1f} CPU-minutes"
     )
     args.json.parent.mkdir(parents=True, exist_ok=True)
