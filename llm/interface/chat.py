@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from llm.common.config import ConfigError
-from llm.evaluation.held_out import transcript_turn
+from llm.evaluation.held_out_problems import transcript_turn
 from llm.interface.cli_args import add_set_option, integer_at_least
 
 if TYPE_CHECKING:

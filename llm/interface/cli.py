@@ -513,7 +513,7 @@ def _write_file(path: Path, data: bytes, option: str, what: str) -> None:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from llm.evaluation.held_out import evaluate_team_with_episodes, transcript_records
+    from llm.evaluation.held_out_problems import evaluate_team_with_episodes, transcript_records
     from llm.models.agents import LoraTeam
     from llm.training.builder import build, problem_sources, require_dialogues_fit
     from llm.training.checkpoint import find_policies, run_format

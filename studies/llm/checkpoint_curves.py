@@ -69,7 +69,7 @@ def training_cpu_minutes(stages: list[dict[str, Any]]) -> list[float | None]:
 def evaluate_checkpoints(run_dir: Path, progress: bool) -> dict[str, Any]:
     """Every stage checkpoint of ``run_dir`` evaluated greedily on the run's held-out set."""
     from llm.common.config import load_config
-    from llm.evaluation.held_out import evaluate_team
+    from llm.evaluation.held_out_problems import evaluate_team
     from llm.models.agents import LoraTeam
     from llm.training.builder import build, problem_sources
     from llm.training.checkpoint import find_policies, stage_directories

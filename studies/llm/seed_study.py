@@ -180,7 +180,7 @@ def write_json(path: Path, data: Any) -> None:
 def eval_only_accuracy(evaluation: dict[str, Any]) -> float | None:
     """Accuracy on the questions of templates never trained on, from the per-template keys
     (None when the evaluation has no such template)."""
-    from llm.evaluation.held_out import EVAL_ONLY_TEMPLATES
+    from llm.evaluation.held_out_problems import EVAL_ONLY_TEMPLATES
 
     right = total = 0.0
     for template in EVAL_ONLY_TEMPLATES:

@@ -33,7 +33,7 @@ def test_mixed_chain_phrasing_holds_one_template_out_for_evaluation():
     test = {t.id for t in suite.templates("test")}
     assert train < test and test - train == {"chain.tally"}
     # and the evaluation reports it among the eval-only templates
-    from llm.evaluation.held_out import EVAL_ONLY_TEMPLATES
+    from llm.evaluation.held_out_problems import EVAL_ONLY_TEMPLATES
 
     assert test - train <= EVAL_ONLY_TEMPLATES
     assert {p.template for p in suite.fixed_set("test", 30)} == test

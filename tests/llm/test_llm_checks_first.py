@@ -16,7 +16,7 @@ from llm_test_support import SMOKE, arithmetic_sampler, make_team
 
 import llm.common.progress
 from llm.common.progress import StageProgress, library_bars
-from llm.evaluation.held_out import evaluate_team
+from llm.evaluation.held_out_problems import evaluate_team
 from llm.interface.cli import main
 from llm.problems.tasks import MAX_LINE_BYTES, Problem, TaskDataError, load_jsonl
 

@@ -215,7 +215,7 @@ def test_the_format_reward_pays_for_a_well_formed_final_answer(
 
 
 def test_the_format_reward_enters_training_rewards_not_the_evaluation(chat, team):
-    from llm.evaluation.held_out import evaluate_team
+    from llm.evaluation.held_out_problems import evaluate_team
 
     with_bonus, without = (sampler(chat, format_reward=f) for f in (0.5, 0.0))
     a, b = with_bonus.sample(team), without.sample(team)

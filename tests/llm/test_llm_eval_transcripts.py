@@ -11,7 +11,7 @@ import pytest
 from llm_test_support import SMOKE
 
 from llm.common.config import load_config
-from llm.evaluation.held_out import EVAL_ONLY_TEMPLATES, group_metrics
+from llm.evaluation.held_out_problems import EVAL_ONLY_TEMPLATES, group_metrics
 from llm.interface.cli import main
 from llm.problems.rewards import grade
 from llm.problems.tasks import Problem

@@ -14,7 +14,7 @@ import numpy as np
 from llm_test_support import TIMING_KEYS, arithmetic_sampler
 from test_llm_resume import final_state, write_config
 
-from llm.evaluation.held_out import evaluate_team
+from llm.evaluation.held_out_problems import evaluate_team
 from llm.interface.cli import main
 from llm.problems.tasks import ArithmeticSuite
 

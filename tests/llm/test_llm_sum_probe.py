@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from llm.evaluation.held_out import evaluate_team
+from llm.evaluation.held_out_problems import evaluate_team
 from llm.interface.cli import main as teamtr
 from llm.models.loading import tiny_char_tokenizer
 from llm.training.builder import build

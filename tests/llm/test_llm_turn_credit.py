@@ -1,5 +1,5 @@
 """Held-out turn credit of the running-sum chain: the share of turns that state the running
-total, the chain's dense reward evaluated on held-out problems (``llm.evaluation.held_out``)."""
+total, the chain's dense reward evaluated on held-out problems (``llm.evaluation.held_out_problems``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from llm_test_support import SHORT_SYSTEM_PROMPT, make_team
 from llm.common.settings import SamplerSettings
 from llm.conversation.dialogue import ChatFormat
 from llm.conversation.router import FixedOrder
-from llm.evaluation.held_out import evaluate_team_with_episodes
+from llm.evaluation.held_out_problems import evaluate_team_with_episodes
 from llm.problems.builtin import running_sum_credits
 from llm.problems.rewards import running_sum_reward
 from llm.problems.task import Task

@@ -21,7 +21,7 @@ from typing import Any, TextIO
 from llm.common import profiling
 from llm.common.progress import StageProgress
 from llm.common.trackers import open_trackers
-from llm.evaluation.held_out import evaluate_team
+from llm.evaluation.held_out_problems import evaluate_team
 from llm.models.agents import LoraTeam
 from llm.training.builder import Components
 from llm.training.checkpoint import (
