@@ -1,0 +1,188 @@
+"""The reasoning-gym comparison of docs/reasoning_gym.md: a team, teamtr's single agent and TRL's
+``GRPOTrainer``, each trained to the same budget of its process's CPU time on the same problems,
+then scored greedily on the same held-out problems. Reads what the study's commands wrote:
+
+- ``RESULTS/untrained/<dataset>.json`` and ``<dataset>_single.json``: ``teamtr eval --config``
+  of the untrained team and single agent (TRL's untrained model is the single agent's: the same
+  prompts, model and metric);
+- ``RESULTS/trained/<dataset>-{team,single}-s<seed>.json``: ``teamtr eval --run`` of each run,
+  and ``RESULTS/run_records/<dataset>-{team,single}-s<seed>/metrics.jsonl``: the CPU-seconds
+  and stages of its training;
+- ``RESULTS/trl/<dataset>-trl-s<seed>.json``: ``bench/peer_grpo_task.py``'s record.
+
+Prints the markdown table (held out untrained → trained, mean ± standard error over seeds, CPU,
+stages or steps) and writes it as JSON and as a figure::
+
+    python -m studies.llm.reasoning_gym_study --results results/reasoning_gym \\
+        --datasets chain_sum letter_counting --json results/reasoning_gym/study.json \\
+        --plot figures/reasoning_gym_study.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+from studies.llm.run_records import mean_and_error
+
+ARMS = ("team", "single", "trl")
+ARM_NAMES = {"team": "team of two", "single": "teamtr single agent", "trl": "TRL GRPOTrainer"}
+
+
+def untrained_accuracy(results: Path, dataset: str, arm: str) -> float:
+    """The untrained model's held-out accuracy in the arm's format (TRL's is the single
+    agent's: the same rendered prompts, model and metric)."""
+    name = dataset if arm == "team" else f"{dataset}_single"
+    return float(json.loads((results / "untrained" / f"{name}.json").read_text())["accuracy"])
+
+
+def trained_runs(results: Path, dataset: str, arm: str) -> list[dict[str, Any]]:
+    """Every finished seed of one arm: its held-out accuracy, CPU-seconds of training and the
+    stages (teamtr) or optimizer steps (TRL) those bought."""
+    runs = []
+    folder = results / ("trl" if arm == "trl" else "trained")
+    for path in sorted(folder.glob(f"{dataset}-{arm}-s*.json")):
+        seed = int(re.fullmatch(rf"{re.escape(dataset)}-{arm}-s(\d+)", path.stem).group(1))
+        record = json.loads(path.read_text())
+        if arm == "trl":
+            accuracy = record["trained"]["accuracy"]
+            cpu, steps = record["cpu_seconds"], record["steps"]
+        else:
+            accuracy = record["accuracy"]
+            metrics = results / "run_records" / path.stem / "metrics.jsonl"
+            lines = [json.loads(line) for line in metrics.read_text().splitlines() if line]
+            stages = [line for line in lines if "cpu_seconds" in line]
+            cpu, steps = sum(s["cpu_seconds"] for s in stages), len(stages)
+        runs.append({"seed": seed, "accuracy": accuracy, "cpu_seconds": cpu, "steps": steps})
+    return runs
+
+
+def study_table(results: Path, datasets: list[str]) -> dict[str, dict[str, Any]]:
+    table: dict[str, dict[str, Any]] = {}
+    for dataset in datasets:
+        table[dataset] = {}
+        for arm in ARMS:
+            runs = trained_runs(results, dataset, arm)
+            summary = mean_and_error([r["accuracy"] for r in runs]) if runs else None
+            table[dataset][arm] = {
+                "untrained": untrained_accuracy(results, dataset, arm),
+                "runs": runs,
+                "trained": summary,
+            }
+    return table
+
+
+def _percent(summary: dict[str, float | None] | None) -> str:
+    if summary is None:
+        return "not run"
+    text = f"{100 * summary['mean']:.1f}%"
+    if summary["standard_error"] is not None:
+        text += f" ± {100 * summary['standard_error']:.1f}"
+    return text
+
+
+def markdown(table: dict[str, dict[str, Any]]) -> str:
+    lines = [
+        "| dataset | arm | untrained | trained, per seed | trained, mean ± SE | gain (points) "
+        "| CPU-s of training, per seed | stages or steps |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for dataset, arms in table.items():
+        for arm, row in arms.items():
+            runs, summary = row["runs"], row["trained"]
+            per_seed = ", ".join(f"{100 * r['accuracy']:.0f}%" for r in runs) or "–"
+            gain = "–" if summary is None else f"{100 * (summary['mean'] - row['untrained']):+.1f}"
+            cpu = ", ".join(f"{r['cpu_seconds']:.0f}" for r in runs) or "–"
+            steps = ", ".join(str(r["steps"]) for r in runs) or "–"
+            lines.append(
+                f"| `{dataset}` | {ARM_NAMES[arm]} | {100 * row['untrained']:.0f}% | {per_seed} "
+                f"| {_percent(summary)} | {gain} | {cpu} | {steps} |"
+            )
+    return "\n".join(lines)
+
+
+def plot(table: dict[str, dict[str, Any]], path: Path) -> None:
+    """Per dataset, per arm: the untrained accuracy (hollow) and the trained mean ± SE (filled),
+    every seed a dot."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(2.6 + 2.2 * len(table), 4))
+    width = 0.26
+    for d, arms in enumerate(table.values()):
+        for a, (arm, row) in enumerate(arms.items()):
+            x = d + (a - 1) * width
+            color = f"C{a}"
+            label = ARM_NAMES[arm] if d == 0 else None
+            axes.bar(x, 100 * row["untrained"], width * 0.9, fill=False, edgecolor=color)
+            summary = row["trained"]
+            if summary is None:
+                continue
+            error = summary["standard_error"]
+            axes.bar(
+                x,
+                100 * summary["mean"],
+                width * 0.9,
+                color=color,
+                alpha=0.55,
+                yerr=None if error is None else 100 * error,
+                capsize=3,
+                label=label,
+            )
+            axes.plot(
+                [x] * len(row["runs"]), [100 * r["accuracy"] for r in row["runs"]], "k.", ms=4
+            )
+    axes.set_xticks(range(len(table)), list(table))
+    axes.set_ylabel("held-out accuracy (%), greedy")
+    top = max(
+        [
+            100 * r["accuracy"]
+            for arms in table.values()
+            for row in arms.values()
+            for r in row["runs"]
+        ]
+        + [100 * row["untrained"] for arms in table.values() for row in arms.values()]
+    )
+    axes.set_ylim(0, min(100, 10 * math.ceil(top / 10) + 10))
+    axes.set_title("hollow: untrained; filled: trained (mean ± SE); dots: seeds", fontsize=9)
+    axes.legend(fontsize=8)
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=120)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--results", type=Path, default=Path("results/reasoning_gym"))
+    parser.add_argument("--datasets", nargs="+", required=True)
+    parser.add_argument("--json", type=Path, help="the table as JSON")
+    parser.add_argument("--plot", type=Path, help="the figure (PNG)")
+    args = parser.parse_args(argv)
+    missing = [
+        str(p)
+        for d in args.datasets
+        for p in (
+            args.results / "untrained" / f"{d}.json",
+            args.results / f"untrained/{d}_single.json",
+        )
+        if not p.is_file()
+    ]
+    if missing:
+        parser.error(f"no untrained evaluation: {', '.join(missing)} (teamtr eval --config ...)")
+    table = study_table(args.results, args.datasets)
+    print(markdown(table))
+    if args.json:
+        args.json.write_text(json.dumps(table, indent=1) + "\n")
+    if args.plot:
+        plot(table, args.plot)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,70 @@
+"""``studies.llm.reasoning_gym_study``: the team / single agent / TRL table of
+docs/reasoning_gym.md, read from the files the study's commands write."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from studies.llm.reasoning_gym_study import main, study_table
+
+
+def write(path, record):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record))
+
+
+def write_teamtr_run(results, tag, accuracy, stage_cpu):
+    write(results / "trained" / f"{tag}.json", {"accuracy": accuracy, "n": 50})
+    lines = [{"stage": s, "cpu_seconds": c} for s, c in enumerate(stage_cpu)]
+    records = results / "run_records" / tag / "metrics.jsonl"
+    records.parent.mkdir(parents=True)
+    # a line without cpu_seconds (e.g. an evaluation's) is not a stage
+    records.write_text("".join(json.dumps(x) + "\n" for x in [*lines, {"eval": {}}]))
+
+
+@pytest.fixture
+def results(tmp_path):
+    write(tmp_path / "untrained" / "sum.json", {"accuracy": 0.2})
+    write(tmp_path / "untrained" / "sum_single.json", {"accuracy": 0.3})
+    write_teamtr_run(tmp_path, "sum-team-s0", 0.5, [100.0, 200.0])
+    write_teamtr_run(tmp_path, "sum-team-s1", 0.7, [150.0, 150.0, 100.0])
+    write_teamtr_run(tmp_path, "sum-single-s2", 0.4, [60.0])
+    write(
+        tmp_path / "trl" / "sum-trl-s0.json",
+        {"trained": {"accuracy": 0.36}, "untrained": None, "cpu_seconds": 480.5, "steps": 7},
+    )
+    return tmp_path
+
+
+def test_each_arm_its_own_untrained_format_seeds_cpu_and_mean(results):
+    row = study_table(results, ["sum"])["sum"]
+    team, single, trl = row["team"], row["single"], row["trl"]
+    assert team["untrained"] == 0.2 and single["untrained"] == trl["untrained"] == 0.3
+    assert [r["seed"] for r in team["runs"]] == [0, 1]
+    assert [r["cpu_seconds"] for r in team["runs"]] == [300.0, 400.0]
+    assert [r["steps"] for r in team["runs"]] == [2, 3]
+    assert team["trained"]["mean"] == pytest.approx(0.6, abs=1e-12)
+    assert math.isclose(team["trained"]["standard_error"], 0.1)
+    assert single["trained"]["standard_error"] is None  # one seed: no spread
+    assert trl["runs"] == [{"seed": 0, "accuracy": 0.36, "cpu_seconds": 480.5, "steps": 7}]
+
+
+def test_the_table_and_figure(results, tmp_path, capsys):
+    figure = tmp_path / "study.png"
+    assert main(["--results", str(results), "--datasets", "sum", "--plot", str(figure)]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "| `sum` | team of two | 20% | 50%, 70% | 60.0% ± 10.0 | +40.0 | 300, 400 | 2, 3 |" in out
+    )
+    assert "| `sum` | TRL GRPOTrainer | 30% | 36% | 36.0% | +6.0 | 480 | 7 |" in out
+    assert figure.stat().st_size > 0
+
+
+def test_a_dataset_without_its_untrained_evaluation_is_one_line(results, capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(["--results", str(results), "--datasets", "sum", "chain"])
+    assert stop.value.code == 2
+    assert "no untrained evaluation" in capsys.readouterr().err
