@@ -42,8 +42,8 @@ import teamtr
 from llm.common.config import ConfigError, RunConfig
 from llm.common.progress import library_bars
 from llm.engines.vllm.command import KEY_ENVIRONMENT, RUNTIME_LORA_ENVIRONMENT, ServeCommand
-from llm.engines.vllm.lora_sum import ENVIRONMENT as LORA_SUM_ENVIRONMENT
-from llm.engines.vllm.lora_sum import plugin_environment
+from llm.engines.vllm.engine_lora_sum import ENVIRONMENT as LORA_SUM_ENVIRONMENT
+from llm.engines.vllm.engine_lora_sum import plugin_environment
 from llm.export.chat_messages import chat_card, chat_description
 from llm.export.trained_team import (
     BASE_FOLDER,

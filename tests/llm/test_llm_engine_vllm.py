@@ -307,7 +307,7 @@ def test_a_bfloat16_server_whose_vllm_lacks_the_plugin_is_refused(tmp_path, monk
     """vLLM loads only the general plugins ``VLLM_PLUGINS`` names: a server told to load
     another one runs without teamtr's, as a vLLM without it installed would; the engine sees
     that in the server's log and refuses it, rather than sample a policy that lags each
-    update (``llm.engines.vllm.lora_sum.require_plugin``)."""
+    update (``llm.engines.vllm.engine_lora_sum.require_plugin``)."""
     monkeypatch.setenv("VLLM_PLUGINS", "lora_filesystem_resolver")
     config = load_config(write_config(tmp_path), [parse_override("run.dtype=bfloat16")])
     with pytest.raises(EngineUnavailable, match="no teamtr plugin"):

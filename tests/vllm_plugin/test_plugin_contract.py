@@ -1,6 +1,6 @@
 """What teamtr's engine and its vLLM plugin agree on: the variable that chooses the sum, the line
 the plugin prints in each process it patched, and the engine's refusal of a server whose log
-lacks that line (``llm/engines/vllm/lora_sum.py``; a real server is refused in
+lacks that line (``llm/engines/vllm/engine_lora_sum.py``; a real server is refused in
 tests/llm/test_llm_engine_vllm.py)."""
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ import teamtr_vllm_plugin
 import torch
 
 from llm.engines.protocol import EngineUnavailable
-from llm.engines.vllm import lora_sum
+from llm.engines.vllm import engine_lora_sum
 
 
 def test_the_engine_and_the_plugin_read_one_variable_with_one_set_of_choices():
-    assert lora_sum.ENVIRONMENT == teamtr_vllm_plugin.ENVIRONMENT
+    assert engine_lora_sum.ENVIRONMENT == teamtr_vllm_plugin.ENVIRONMENT
     assert set(teamtr_vllm_plugin.SUMS) == {"vllm", "stochastic"}
 
 
@@ -42,7 +42,7 @@ teamtr_vllm_plugin.register()
     printed = subprocess.run(
         [sys.executable, "-c", program], capture_output=True, text=True, check=True
     ).stdout
-    (found,) = lora_sum.RAN.findall(printed)
+    (found,) = engine_lora_sum.RAN.findall(printed)
     assert found[0] == "stochastic" and int(found[1]) > 0
 
 
@@ -50,16 +50,16 @@ def test_a_server_log_without_the_plugins_line_is_refused_in_half_precision_only
     log = tmp_path / "engine.log"
     log.write_text("INFO api_server.py: Started server process\n")
     with pytest.raises(EngineUnavailable, match="no teamtr plugin"):
-        lora_sum.require_plugin(log, torch.bfloat16, "stochastic")
-    lora_sum.require_plugin(log, torch.bfloat16, "vllm")  # vLLM's own sum asked for
-    lora_sum.require_plugin(log, torch.float32, "stochastic")  # float32: nothing to add
+        engine_lora_sum.require_plugin(log, torch.bfloat16, "stochastic")
+    engine_lora_sum.require_plugin(log, torch.bfloat16, "vllm")  # vLLM's own sum asked for
+    engine_lora_sum.require_plugin(log, torch.float32, "stochastic")  # float32: nothing to add
     log.write_text("teamtr_vllm_plugin: LoRA sum 'stochastic' in process 4242 (PunicaWrapperCPU)\n")
-    lora_sum.require_plugin(log, torch.bfloat16, "stochastic")
+    engine_lora_sum.require_plugin(log, torch.bfloat16, "stochastic")
 
 
 def test_the_server_is_told_the_sum_only_where_it_rounds():
-    assert lora_sum.plugin_environment(torch.bfloat16, "stochastic") == (
+    assert engine_lora_sum.plugin_environment(torch.bfloat16, "stochastic") == (
         ("TEAMTR_VLLM_LORA_SUM", "stochastic"),
     )
-    assert lora_sum.plugin_environment(torch.bfloat16, "vllm") == ()
-    assert lora_sum.plugin_environment(torch.float32, "stochastic") == ()
+    assert engine_lora_sum.plugin_environment(torch.bfloat16, "vllm") == ()
+    assert engine_lora_sum.plugin_environment(torch.float32, "stochastic") == ()

@@ -59,7 +59,7 @@ from llm.engines.protocol import (
     TurnRequest,
 )
 from llm.engines.vllm.command import ServeCommand
-from llm.engines.vllm.lora_sum import plugin_environment, require_plugin, sum_of
+from llm.engines.vllm.engine_lora_sum import plugin_environment, require_plugin, sum_of
 from llm.engines.vllm.probe import (
     PROBE_QUESTION,
     PROBE_TOKENS,
