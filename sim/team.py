@@ -1,7 +1,7 @@
 """Tabular teams: one S x A table whose rows of state s belong to agent(s) (THEORY.md §1).
 
 ``check_team_fits`` is called by every function that receives a team together with an MDP
-(``sim.evaluate``, the samplers, ``ExactUpdater``, ``sim.alignment``), so a team built for
+(``sim.evaluate``, the samplers, ``ExactUpdater``, ``sim.agent_alignment``), so a team built for
 another MDP is refused before it updates the wrong states.
 """
 

@@ -7,7 +7,7 @@ Per seed, on one instance of a built-in family (exact values throughout):
    are plausibly good but were trained against other teammates, the tabular analogue of a
    model from another run (or a larger model) that is dropped into the team;
 3. replace agent k of pi_A by pi_B's agent k directly, and after Stage-0 alignment with radius
-   delta0 (``sim.alignment.align_agent``); record J right after each swap (the swap shock) and
+   delta0 (``sim.agent_alignment.align_agent``); record J right after each swap (the swap shock) and
    after further TeamTR stages from each team, next to pi_A trained on without any swap;
 4. check that the Thm 3.4 certificate of the aligned swap (an update of agent k with
    KL(pi_new || pi_cur)(s) <= delta0) lies below its realised change, on every seed and for
@@ -36,7 +36,7 @@ from numpy.typing import NDArray
 from tqdm import tqdm
 
 import sim
-from sim.alignment import SwapCertificate, align_agent, swap_certificate
+from sim.agent_alignment import SwapCertificate, align_agent, swap_certificate
 from studies import options
 from studies.tabular.families import FAMILIES, build_family
 from studies.tabular.swap_sim_settings import REPLACEMENTS, StudySettings

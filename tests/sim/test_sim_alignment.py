@@ -1,4 +1,4 @@
-"""sim.alignment: the Stage-0 projection of a replacement agent on exact tabular teams.
+"""sim.agent_alignment: the Stage-0 projection of a replacement agent on exact tabular teams.
 
 The closed form (THEORY.md §2, last part) is checked against a generic optimiser that solves
 the full problem, E_{d_cur}-weighted objective over all of agent k's states at once, so the
@@ -13,7 +13,7 @@ import pytest
 from scipy.optimize import minimize
 
 import sim
-from sim.alignment import align_agent, swap_certificate
+from sim.agent_alignment import align_agent, swap_certificate
 from teamtr.divergence import kl
 
 

@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import sim
-import sim.alignment
+import sim.agent_alignment
 from teamtr import StageConfig, run_stage
 
 S, A = 12, 3
@@ -50,10 +50,10 @@ CONSUMERS: dict[str, Callable[[sim.TurnTakingMDP, sim.TabularTeam], Any]] = {
     "ExactUpdater.update": lambda mdp, team: sim.ExactUpdater(mdp).update(
         team, 0, sim.ExactSampler(mdp).sample(sim.uniform_team(mdp)), 0.1
     ),
-    "swap_certificate": lambda mdp, team: sim.alignment.swap_certificate(
+    "swap_certificate": lambda mdp, team: sim.agent_alignment.swap_certificate(
         mdp, team, 0, np.full((S, A), 1.0 / A)
     ),
-    "align_agent": lambda mdp, team: sim.alignment.align_agent(
+    "align_agent": lambda mdp, team: sim.agent_alignment.align_agent(
         mdp, team, 0, np.full((S, A), 1.0 / A), 0.1
     ),
     "run_stage": lambda mdp, team: run_stage(

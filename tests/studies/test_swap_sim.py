@@ -12,7 +12,7 @@ import matplotlib.image
 import pytest
 
 import sim
-from sim.alignment import align_agent
+from sim.agent_alignment import align_agent
 from studies.tabular.swap_sim import SEED_KEYS, optimal_value, replacement_table
 from teamtr.cli import main
 
