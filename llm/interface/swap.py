@@ -1,8 +1,9 @@
 """``teamtr swap``: replace one agent of a trained team by another adapter (THEORY.md §2, Stage-0).
 
 A swap reads a run directory, puts a new adapter π_pre in agent k's slot of the team in its
-checkpoint (directly, or after ``llm.update.alignment.align_adapter`` has projected it into
-E KL(π‖π_cur) ≤ δ0 on probe dialogues of the current team), and writes a new run directory:
+checkpoint (directly, or after ``llm.update.adapter_alignment.align_adapter`` has projected it
+into E KL(π‖π_cur) ≤ δ0 on probe dialogues of the current team), and writes a new run
+directory:
 
 - ``config.json``: the source run's config (same base model, LoRA shape, task), with
   ``[stage] stages`` replaced when ``--stages`` is given;
@@ -49,7 +50,12 @@ from llm.training.checkpoint import (
     write_atomically,
     write_checkpoint,
 )
-from llm.update.alignment import AlignmentError, AlignmentResult, AlignmentSettings, align_adapter
+from llm.update.adapter_alignment import (
+    AlignmentError,
+    AlignmentResult,
+    AlignmentSettings,
+    align_adapter,
+)
 from llm.update.updater import TrustRegionUpdater
 
 if TYPE_CHECKING:  # the builder loads torch models: imported where a swap runs

@@ -1,10 +1,11 @@
 """One optimiser step kept inside a trust region: snapshot, step, measure, restore, backtrack.
 
-Shared by the agent update (``llm.update.updater``) and the Stage-0 alignment (``llm.update.alignment``):
-both take Adam steps on LoRA parameters, measure each candidate, and shrink the step until the
-measurement is admitted (``teamtr.trust_region.backtrack``); a step that is never admitted
-leaves parameters and optimiser state exactly as they were (a rejected step must not move the
-policy, nor Adam's moments, which outlive it).
+Shared by the agent update (``llm.update.updater``) and the Stage-0 alignment
+(``llm.update.adapter_alignment``): both take Adam steps on LoRA parameters, measure each
+candidate, and shrink the step until the measurement is admitted
+(``teamtr.trust_region.backtrack``); a step that is never admitted leaves parameters and
+optimiser state exactly as they were (a rejected step must not move the policy, nor Adam's
+moments, which outlive it).
 
 Every try of one step starts from the same parameters, so its gradient is the same: it is
 computed once and reused by every backtrack (bit-identical to recomputing it, since the forward

@@ -1,4 +1,5 @@
-"""Stage-0 alignment of an adapter (llm.update.alignment): the constraint holds, the objective drops.
+"""Stage-0 alignment of an adapter (llm.update.adapter_alignment): the constraint holds, the
+objective drops.
 
 Every KL is re-measured here independently of ``align_adapter``: a fresh team with the candidate
 in agent k's slot, scored by ``llm.logprobs.scoring.message_logits``, compared token by token.
@@ -16,7 +17,7 @@ from llm.logprobs.losses import token_kl_from_logits
 from llm.logprobs.scoring import message_logits
 from llm.models.agents import AdapterWeights, LoraTeam
 from llm.sampling.sampler import SamplerSettings
-from llm.update.alignment import AlignmentError, AlignmentSettings, align_adapter
+from llm.update.adapter_alignment import AlignmentError, AlignmentSettings, align_adapter
 
 AGENT = 1
 
