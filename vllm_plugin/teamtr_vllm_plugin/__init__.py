@@ -47,6 +47,6 @@ def register() -> None:
     """vLLM's ``vllm.general_plugins`` entry point."""
     if chosen_sum() == "vllm":
         return
-    from teamtr_vllm_plugin.lora_sum import install
+    from teamtr_vllm_plugin.punica_patch import install
 
     install()
