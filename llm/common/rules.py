@@ -10,7 +10,8 @@ message. Three kinds, from narrow to wide:
   and ``check_section`` holds a ``Literal`` to);
 - ``SECTION_RULES``: keys of one section that must agree (``signal_groups`` at most
   ``prompts_per_batch``);
-- rules across sections live beside the whole config (``llm.common.config.CROSS_SECTION_RULES``).
+- rules across sections live beside the whole config
+  (``llm.common.config.across_sections.CROSS_SECTION_RULES``).
 
 This module imports neither torch nor the settings it checks (they import it).
 """

@@ -11,7 +11,7 @@ import typing
 import pytest
 from llm_test_support import teamtr
 
-import llm.common.config as config_module
+import llm.common.config.across_sections as across_sections
 from llm.common.config import CROSS_SECTION_RULES, ConfigError, RunConfig, load_config
 from llm.common.rules import KEY_RULES, SECTION_RULES, SettingError
 
@@ -202,7 +202,7 @@ def test_a_rule_across_sections_names_its_key_and_line(tmp_path, monkeypatch, na
         assert f"c.toml: [{section}] {key}: " in message, message
     # This rule and no other refuses the file: without it the file loads.
     others = tuple(r for r in CROSS_SECTION_RULES if r.__name__ != name)
-    monkeypatch.setattr(config_module, "CROSS_SECTION_RULES", others)
+    monkeypatch.setattr(across_sections, "CROSS_SECTION_RULES", others)
     load_config(tmp_path / "c.toml")
 
 
