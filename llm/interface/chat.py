@@ -27,10 +27,30 @@ from typing import TYPE_CHECKING, Any
 
 from llm.common.config import ConfigError
 from llm.evaluation.held_out_problems import transcript_turn
-from llm.interface.cli_args import add_set_option, integer_at_least
+from llm.interface.cli_args import add_command, add_set_option, integer_at_least
 
 if TYPE_CHECKING:
     from llm.export.trained_team import TrainedTeam
+
+
+EXAMPLES = """examples:
+  teamtr chat --run runs/try --question "What is 12 + 30?"
+  teamtr chat --run exported_team --question "..." --note "17" --note ""
+  teamtr chat --run runs/try --set sampler.max_new_tokens=64   # questions from stdin"""
+
+
+def add_parser(commands: Any) -> None:
+    """``teamtr chat``: its line in the list of commands, its ``--help`` and its options."""
+    parser = add_command(
+        commands,
+        "chat",
+        "ask a trained team a question",
+        "One dialogue of a trained team (a run directory or an export) about a question "
+        "of one's own, each turn printed with its speaker; without --question, questions "
+        "are read from stdin, one a line.",
+        EXAMPLES,
+    )
+    add_arguments(parser)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -1,16 +1,57 @@
-"""Argument types of the ``teamtr`` language-model commands: each number has a range.
+"""What every ``teamtr`` language-model command shares: how its parser is made, its exit codes,
+``--check``, ``--real``, ``--set``, and argument types in which each number has a range.
 
-Shared by ``llm.interface.cli`` (``train``, ``eval``) and ``llm.interface.swap`` (``swap``); argparse turns the
-``ArgumentTypeError`` they raise into a one-line error naming the option. ``add_set_option``
-gives a command ``--set SECTION.KEY=VALUE``, in one line wherever a command reads a config.
+Each command's module (``train_command``, ``eval_command``, ``swap``, ``chat``, ``export``,
+``plot``) makes its own parser with ``add_command``; ``llm.interface.cli`` only gathers them.
+argparse turns the ``ArgumentTypeError`` the types raise into a one-line error naming the
+option. ``add_set_option`` gives a command ``--set SECTION.KEY=VALUE``, in one line wherever a
+command reads a config.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import textwrap
+from typing import Any
 
 from llm.common.config import ConfigError, Override, parse_override
+
+RUN_FAILED = 1
+BAD_INPUT = 2
+INTERRUPTED = 130
+"""The exit codes of a command besides 0 (``llm.interface.cli`` says when each is given)."""
+
+
+def add_command(
+    commands: Any, name: str, summary: str, description: str, examples: str
+) -> argparse.ArgumentParser:
+    """A subcommand: ``summary`` in the list of commands, ``description`` and ``examples``
+    (lines under an ``examples:`` heading) in its own ``--help``."""
+    return commands.add_parser(
+        name,
+        help=summary,
+        description=textwrap.fill(description, 88),  # raw: the examples keep their lines
+        epilog=examples,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+
+
+def add_check_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="check arguments, config, data and paths, then exit without loading a model",
+    )
+
+
+def add_real_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--real",
+        action="store_true",
+        help="with --check: also load the real model, play one batch of dialogues and say "
+        "how many groups earned differing rewards (the only ones training learns from)",
+    )
 
 
 def integer_at_least(lowest: int, highest: int | None = None):

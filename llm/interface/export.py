@@ -10,9 +10,29 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 from llm.common.config import ConfigError
-from llm.interface.cli_args import integer_at_least
+from llm.interface.cli_args import add_command, integer_at_least
+
+EXAMPLES = """examples:
+  teamtr export --run runs/try --out exported_team
+  teamtr export --run runs/try --step 2 --out team_step2 --merge"""
+
+
+def add_parser(commands: Any) -> None:
+    """``teamtr export``: its line in the list of commands, its ``--help`` and its options."""
+    parser = add_command(
+        commands,
+        "export",
+        "write a trained team as PEFT adapters for vLLM",
+        "Write a checkpoint as a folder that opens without teamtr: one PEFT adapter per "
+        "agent, the tokenizer, team.json (how a dialogue is rendered), a model card with "
+        "the lines that build the base, and the vLLM line that serves it from that folder "
+        "(--with-base writes the base vLLM loads, a GGUF source's dequantised weights).",
+        EXAMPLES,
+    )
+    add_arguments(parser)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

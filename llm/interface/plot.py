@@ -17,9 +17,29 @@ from pathlib import Path
 from typing import Any
 
 from llm.common.config import ConfigError
+from llm.interface.cli_args import add_command
 
 CURVES_FILE = "curves.png"
 """Where the figure goes by default: inside the run directory."""
+
+
+EXAMPLES = """examples:
+  teamtr plot --run runs/try                       # runs/try/curves.png
+  teamtr plot --run runs/try --out try.png
+  tensorboard --logdir runs                        # every run's scalars, live"""
+
+
+def add_parser(commands: Any) -> None:
+    """``teamtr plot``: its line in the list of commands, its ``--help`` and its options."""
+    parser = add_command(
+        commands,
+        "plot",
+        "draw a run's training reward and held-out curve to a PNG",
+        "Draw one run's training reward, held-out accuracy (or score) and certificate per "
+        "stage from its metrics.jsonl, to a PNG; no model loads.",
+        EXAMPLES,
+    )
+    add_arguments(parser)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

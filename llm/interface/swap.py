@@ -35,7 +35,7 @@ from safetensors.torch import load_file
 
 from llm.common.config import ConfigError, RunConfig, load_config
 from llm.conversation.dialogue import Episode
-from llm.interface.cli_args import integer_at_least, positive_number
+from llm.interface.cli_args import add_check_flag, add_command, integer_at_least, positive_number
 from llm.models.adapter_folder import ADAPTER_FILE
 from llm.models.agents import AdapterWeights, LoraTeam
 from llm.problems.tasks import Problem, load_jsonl
@@ -74,6 +74,25 @@ class NewAdapter:
 
     weights: AdapterWeights
     description: dict[str, Any]
+
+
+EXAMPLES = """examples:
+  teamtr swap --run runs/a --agent 1 --model runs/b            # -> runs/a-swap1-direct
+  teamtr swap --run runs/a --agent 1 --model runs/b --align    # Stage-0 alignment first"""
+
+
+def add_parser(commands: Any) -> None:
+    """``teamtr swap``: its line in the list of commands, its ``--help`` and its options."""
+    parser = add_command(
+        commands,
+        "swap",
+        "replace one agent by another adapter, directly or after Stage-0 alignment",
+        "Replace agent k of a trained team by another adapter and measure the team before "
+        "and after, directly or after Stage-0 alignment of the newcomer (docs/llm_results.md).",
+        EXAMPLES,
+    )
+    add_arguments(parser)
+    add_check_flag(parser)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -316,8 +316,9 @@ def test_a_failure_after_the_ranks_met_ends_every_rank_with_exit_2(runs):
 SLOW_RANK_ZERO = """
 import os, sys, time
 import llm.interface.cli as cli
+import llm.interface.train_command as train_command
 
-checks = cli._train_config
+checks = train_command._train_config
 
 
 def slow_on_rank_zero(*args):
@@ -327,7 +328,7 @@ def slow_on_rank_zero(*args):
     return checks(*args)
 
 
-cli._train_config = slow_on_rank_zero
+train_command._train_config = slow_on_rank_zero
 raise SystemExit(cli.main(sys.argv[1:]))
 """
 
