@@ -236,9 +236,9 @@ class TrainedTeam:
         them so): every message is drawn there by the vLLM engine's client (token ids as teamtr
         renders them, to ``/v1/completions``), once the server lists every name and answers
         a probe question under each greedily as this process's policy does
-        (``VLLMEngine._check_served``). The key, where the server wants one, is read from the
-        environment variable ``key_variable``, never given as text. ``close`` lets the server
-        go."""
+        (``llm.engines.vllm.probe.check_served_adapters``). The key, where the server wants
+        one, is read from the environment variable ``key_variable``, never given as text.
+        ``close`` lets the server go."""
         settings = dataclasses.replace(
             self.config.sampler,
             engine="vllm",

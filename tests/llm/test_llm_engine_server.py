@@ -26,6 +26,7 @@ import torch
 
 from llm.engines.protocol import EngineStartFailed
 from llm.engines.vllm.command import ServeCommand
+from llm.engines.vllm.completions import completion_body
 from llm.engines.vllm.probe import check_served_policy, diagnose, trainer_logps
 from llm.engines.vllm.server import (
     EngineServer,
@@ -202,6 +203,26 @@ def test_the_probe_names_what_differs_between_a_server_and_the_trainer(probe_log
         assert found is None
     else:
         assert found is not None and found.startswith(cause), found
+
+
+def test_every_request_asks_for_the_policy_as_the_trainer_computes_it():
+    """A draw and a probe both ask for pure sampling (no top-k, top-p, min-p or penalty), end
+    at the chat's stop token or their longest (no ``min_tokens``, which would mask the end of
+    sequence before the softmax), and differ only where asked."""
+    draw = completion_body("p0", (5, 6), 24, 0.7, seed=11, stop_id=2, logprobs=True)
+    probe = completion_body("agent0", [5, 6], 8, 0.0)
+    for body in (draw, probe):
+        assert (body["top_p"], body["top_k"], body["min_p"], body["repetition_penalty"]) == (
+            1.0,
+            -1,
+            0.0,
+            1.0,
+        )
+        assert body["ignore_eos"] and body["return_token_ids"] and "min_tokens" not in body
+        assert body["prompt"] == [5, 6]
+    assert (draw["seed"], draw["stop_token_ids"], draw["logprobs"]) == (11, [2], 0)
+    assert not {"seed", "stop_token_ids", "logprobs"} & set(probe)
+    assert (probe["model"], probe["max_tokens"], probe["temperature"]) == ("agent0", 8, 0.0)
 
 
 def wait_listening(address: ServerAddress, timeout: float = 30) -> None:

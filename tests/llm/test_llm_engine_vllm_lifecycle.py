@@ -407,7 +407,7 @@ def test_a_server_at_engine_url_that_refuses_the_key_is_one_error_line(foreign_s
     address, config = foreign_server
     if given == "no key":  # no key variable named: the server refuses
         result = train_at(config, address)
-        said = "refuses no key"
+        said = "refuses a request without a key"
     else:
         result = train_at(config, address, KEY_VARIABLE, key="not-the-key")
         said = "refuses the key in TEAMTR_TEST_ENGINE_KEY"

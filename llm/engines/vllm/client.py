@@ -48,25 +48,18 @@ import torch
 from peft import LoraConfig, PeftModel
 from transformers import PreTrainedTokenizerBase
 
-from llm.common.devices import model_device
 from llm.common.settings import SamplerSettings
 from llm.conversation.dialogue import ChatFormat
 from llm.engines.protocol import (
     Drawn,
     EngineFailed,
-    EngineStartFailed,
     EngineUnavailable,
     TurnRequest,
 )
 from llm.engines.vllm.command import ServeCommand
+from llm.engines.vllm.completions import completion_body
 from llm.engines.vllm.engine_lora_sum import plugin_environment, require_plugin, sum_of
-from llm.engines.vllm.probe import (
-    PROBE_QUESTION,
-    PROBE_TOKENS,
-    check_served_policy,
-    engine_key,
-    require_refused_without_key,
-)
+from llm.engines.vllm.probe import check_served_adapters, check_served_policy, engine_key
 from llm.engines.vllm.server import (
     ADAPTER_FOLDER,
     KV_CACHE_GIB,
@@ -83,7 +76,6 @@ from llm.engines.vllm.server import (
     owned_folder,
     remove_dead_owners_folders,
     require_servable_heads,
-    served_models,
     vllm_python,
 )
 from llm.models.adapter_folder import write_adapter
@@ -93,9 +85,6 @@ from llm.models.precision import HALF_DTYPES
 
 SERVED_BASE = "base"
 """The base model's name on a server the engine starts."""
-SERVED_ARGMAX_MARGIN = 0.1
-"""How far below the policy's argmax (in logits) a served greedy token may lie: a near tie that
-a server computing in another order may break otherwise (``VLLMEngine._check_served``)."""
 ENGINE_POSITIONS = 8192
 """The longest context a server engine is started for (its key/value cache holds at least one
 of them), unless the model has fewer positions."""
@@ -169,7 +158,7 @@ class VLLMEngine:
                 assert isinstance(lora, LoraConfig)  # every slot is a LoRA adapter
                 load = functools.partial(self._adapter_name, team, 0)
                 if self.served:
-                    self._check_served(team)
+                    check_served_adapters(self.address, self.served, team, self.chat, self.settings)
                 else:
                     check_served_policy(self.address, load, team, self.chat, self.settings, lora.r)
             else:
@@ -288,23 +277,15 @@ class VLLMEngine:
         name = self._adapter_name(request.team, request.policy)
         greedy = request.temperature == 0
         bodies = [
-            {
-                "model": name,
-                "prompt": list(context),
-                "max_tokens": request.max_new_tokens,
-                "temperature": request.temperature,
-                "top_p": 1.0,
-                "top_k": -1,
-                "min_p": 0.0,
-                "repetition_penalty": 1.0,
-                "seed": seed,
-                "stop_token_ids": [self.chat.stop_id],
-                # The stop token is the chat's, whatever the tokenizer calls end of text.
-                "ignore_eos": True,
-                "return_token_ids": True,
-                "skip_special_tokens": False,
-                **({} if greedy or not request.record else {"logprobs": 0}),
-            }
+            completion_body(
+                name,
+                context,
+                request.max_new_tokens,
+                request.temperature,
+                seed=seed,
+                stop_id=self.chat.stop_id,  # the chat's, whatever the tokenizer's end of text
+                logprobs=request.record and not greedy,
+            )
             for context, seed in zip(request.contexts, map(int, seeds), strict=True)
         ]
         answers = list(self._pool.map(lambda body: self._post("/v1/completions", body), bodies))
@@ -346,57 +327,6 @@ class VLLMEngine:
             self._post("/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(folder)})
             self._loaded[policy] = (weights.version, name)
             return name
-
-    def _check_served(self, team: LoraTeam) -> None:
-        """With ``served`` names: the server lets the key in, lists every name, and under each
-        answers the probe's question greedily as ``team``'s policy does: each of the
-        ``PROBE_TOKENS`` tokens it plays is the policy's argmax, or within
-        ``SERVED_ARGMAX_MARGIN`` of it (a near tie). Its log-probs are not held to the
-        trainer's here (``check_served_policy``, the probe of a training run's own server,
-        does that)."""
-        assert self.address is not None
-        where = f"[sampler] engine_url = {self.address.url!r}"
-        try:
-            models = self.address.request("GET", "/v1/models", timeout=60)
-        except ServerRefused as refused:
-            variable = self.settings.engine_key_variable
-            given = f"the key in {variable}" if variable else "a request without a key"
-            raise EngineStartFailed(f"{where}: the server refuses {given}: {refused}") from None
-        except OSError as error:
-            raise EngineStartFailed(f"{where}: no vLLM server answers there ({error})") from None
-        if self.address.key is not None:
-            require_refused_without_key(self.address, where)
-        listed = [name for name, _ in served_models(models)]
-        if len(self.served) < team.n_agents or not set(self.served) <= set(listed):
-            raise EngineStartFailed(
-                f"{where}: the server serves {listed}, not the team's adapters "
-                f"{list(self.served)} (serve them under these names: the export's vLLM line does)"
-            )
-        prompt = list(self.chat.encode_prompt(PROBE_QUESTION))
-        for policy in range(team.n_agents):
-            body = {
-                "model": self.served[policy],
-                # All PROBE_TOKENS (ignore_eos); no min_tokens, which would mask the end of
-                # sequence and change the argmax where the policy's is that token.
-                **{"prompt": prompt, "max_tokens": PROBE_TOKENS},
-                **{"temperature": 0, "ignore_eos": True, "return_token_ids": True},
-            }
-            try:
-                answer = self._post("/v1/completions", body)
-            except EngineFailed as error:
-                raise EngineStartFailed(f"{where}: {error}") from None
-            tokens = [int(t) for t in answer["choices"][0]["token_ids"]]
-            model = team.use(policy)
-            ids = torch.tensor([prompt + tokens], device=model_device(model))
-            with torch.no_grad():
-                logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float()
-            chosen = logits.gather(-1, ids[0, len(prompt) :, None].to(logits.device))[:, 0]
-            margin = float((logits.max(-1).values - chosen).max())
-            if margin > SERVED_ARGMAX_MARGIN:
-                raise EngineStartFailed(
-                    f"{where}: the server's {self.served[policy]} does not answer as the team's "
-                    f"policy {policy}: a greedy token {margin:.3g} logits below its argmax"
-                )
 
     def _post(self, path: str, body: dict[str, Any]) -> Any:
         """The server's answer to ``body`` at ``path``. A server that refuses the request

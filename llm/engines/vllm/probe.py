@@ -12,10 +12,12 @@ rollouts?") once training began. Before the first stage, the engine therefore:
 2. loads agent 0's adapter: a server whose ``--max-lora-rank`` is below the team's rank refuses
    it ("rank");
 3. draws ``PROBE_TOKENS`` tokens of a fixed prompt at the run's temperature and compares the
-   log-probs the server returns with those of the trainer's own forward pass (``diagnose``).
-   The request sets ``ignore_eos`` and no ``min_tokens``: vLLM's ``min_tokens`` masks the
-   end-of-sequence token before the softmax (even with ``ignore_eos``), so each returned
-   log-prob would be log p - log(1 - p(eos)), not the policy's.
+   log-probs the server returns with those of the trainer's own forward pass (``diagnose``),
+   asked as every request of the engine is (``llm.engines.vllm.completions``).
+
+A server that already serves a trained team's adapters under names of their own (an export's
+``agent0``, ...: ``check_served_adapters``) passes step 1, lists every name and answers the
+same prompt greedily under each as the team's policy does.
 
 Any disagreement is one ``EngineStartFailed`` naming the cause: the CLI's one ``error:`` line,
 exit 2, before anything is written.
@@ -24,7 +26,8 @@ exit 2, before anything is written.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 
@@ -32,11 +35,17 @@ from llm.common.devices import model_device
 from llm.common.settings import SamplerSettings
 from llm.conversation.dialogue import ChatFormat
 from llm.engines.protocol import EngineFailed, EngineStartFailed, EngineUnavailable
-from llm.engines.vllm.server import ServerAddress, ServerRefused
+from llm.engines.vllm.completions import completion_body
+from llm.engines.vllm.server import ServerAddress, ServerRefused, served_models
 from llm.models.agents import LoraTeam, is_half_precision
 
 PROBE_QUESTION = "What is 2 + 3?"
 PROBE_TOKENS = 8
+PROBE_TIMEOUT = 600.0
+"""How long a probe's request may take (seconds): a few tokens, on a server that is ready."""
+SERVED_ARGMAX_MARGIN = 0.1
+"""How far below the policy's argmax (in logits) a served greedy token may lie: a near tie that
+a server computing in another order may break otherwise (``check_served_adapters``)."""
 MATCH_TOLERANCE = {False: 1e-3, True: 0.5}
 """The largest log-prob gap (nats) on a probe token at which the server's policy is the
 trainer's, by whether the team computes in half precision. float32 engines measured 1.2e-6
@@ -73,16 +82,7 @@ def check_served_policy(
     """The checks of the module's docstring; ``load_adapter`` loads agent 0's policy of
     ``team`` (LoRA rank ``rank``) into the server and returns its served name."""
     where = f"[sampler] engine_url = {address.url!r}"
-    try:
-        address.request("GET", "/v1/models", timeout=60)
-    except ServerRefused as refused:
-        variable = settings.engine_key_variable
-        given = f"the key in {variable}" if variable else "no key (engine_key_variable)"
-        raise EngineStartFailed(f"{where}: the server refuses {given}: {refused}") from None
-    except OSError as error:
-        raise EngineStartFailed(f"{where}: no vLLM server answers there ({error})") from None
-    if address.key is not None:
-        require_refused_without_key(address, where)
+    listed_models(address, settings, where)
     try:
         name = load_adapter()
     except EngineFailed as error:
@@ -92,27 +92,10 @@ def check_served_policy(
         ) from None
     prompt = list(chat.encode_prompt(PROBE_QUESTION))
     temperature = settings.temperature
-    body = {
-        "model": name,
-        "prompt": prompt,
-        "max_tokens": PROBE_TOKENS,  # all of them: ignore_eos, and no stop token
-        "temperature": temperature,
-        "top_p": 1.0,
-        "top_k": -1,
-        "min_p": 0.0,
-        "repetition_penalty": 1.0,
-        "seed": 0,
-        "ignore_eos": True,
-        "return_token_ids": True,
-        "logprobs": 0,
-    }
-    try:
-        answer = address.request("POST", "/v1/completions", body, timeout=600)
-        choice = answer["choices"][0]
-        tokens = [int(t) for t in choice["token_ids"]]
-        served = torch.tensor(choice["logprobs"]["token_logprobs"], dtype=torch.float64)
-    except (OSError, ServerRefused, KeyError, IndexError, TypeError, ValueError) as error:
-        raise EngineStartFailed(f"{where}: the probe request failed: {error}") from None
+    # All PROBE_TOKENS of them: no stop token (and ignore_eos, as every request).
+    body = completion_body(name, prompt, PROBE_TOKENS, temperature, seed=0, logprobs=True)
+    tokens, served = probe_answer(address, body, where)
+    assert served is not None  # asked for
     model = team.use(0)
     trained = trainer_logps(model, prompt, tokens, temperature)
     unscaled = trainer_logps(model, prompt, tokens, 1.0)
@@ -120,6 +103,73 @@ def check_served_policy(
     differs = diagnose(served, trained, unscaled, logits, is_half_precision(model))
     if differs is not None:
         raise EngineStartFailed(f"{where}: the server does not serve the run's policy: {differs}")
+
+
+def check_served_adapters(
+    address: ServerAddress,
+    served: Sequence[str],
+    team: LoraTeam,
+    chat: ChatFormat,
+    settings: SamplerSettings,
+) -> None:
+    """A server that serves ``team``'s policies under the names ``served`` (an export's
+    ``agent0``, ...) lets the key in, lists every name, and under each answers the probe's
+    question greedily as ``team``'s policy does: each of the ``PROBE_TOKENS`` tokens it plays
+    is the policy's argmax, or within ``SERVED_ARGMAX_MARGIN`` of it (a near tie that a server
+    computing in another order may break otherwise). Its log-probs are not held to the
+    trainer's here (``check_served_policy``, the probe of a training run's own adapter, does
+    that)."""
+    where = f"[sampler] engine_url = {address.url!r}"
+    listed = [name for name, _ in served_models(listed_models(address, settings, where))]
+    if len(served) < team.n_agents or not set(served) <= set(listed):
+        raise EngineStartFailed(
+            f"{where}: the server serves {listed}, not the team's adapters "
+            f"{list(served)} (serve them under these names: the export's vLLM line does)"
+        )
+    prompt = list(chat.encode_prompt(PROBE_QUESTION))
+    for policy in range(team.n_agents):
+        body = completion_body(served[policy], prompt, PROBE_TOKENS, 0.0)
+        tokens, _ = probe_answer(address, body, where)
+        logits = teacher_forced_logits(team.use(policy), prompt, tokens)
+        chosen = logits.gather(-1, torch.tensor(tokens, device=logits.device)[:, None])[:, 0]
+        margin = float((logits.max(-1).values - chosen).max())
+        if margin > SERVED_ARGMAX_MARGIN:
+            raise EngineStartFailed(
+                f"{where}: the server's {served[policy]} does not answer as the team's "
+                f"policy {policy}: a greedy token {margin:.3g} logits below its argmax"
+            )
+
+
+def listed_models(address: ServerAddress, settings: SamplerSettings, where: str) -> Any:
+    """The server's ``/v1/models``, asked with the run's key. Refused (the key, or its lack)
+    or no answer: ``EngineStartFailed`` naming which; where a key is sent, the same request
+    without it must be refused too (``require_refused_without_key``)."""
+    try:
+        models = address.request("GET", "/v1/models", timeout=60)
+    except ServerRefused as refused:
+        variable = settings.engine_key_variable
+        given = f"the key in {variable}" if variable else "a request without a key"
+        raise EngineStartFailed(f"{where}: the server refuses {given}: {refused}") from None
+    except OSError as error:
+        raise EngineStartFailed(f"{where}: no vLLM server answers there ({error})") from None
+    if address.key is not None:
+        require_refused_without_key(address, where)
+    return models
+
+
+def probe_answer(
+    address: ServerAddress, body: dict[str, Any], where: str
+) -> tuple[list[int], torch.Tensor | None]:
+    """The tokens the server draws for a probe's ``body``, and their log-probs where the body
+    asks for them; a refused, failed or malformed answer: ``EngineStartFailed``."""
+    try:
+        choice = address.request("POST", "/v1/completions", body, timeout=PROBE_TIMEOUT)
+        choice = choice["choices"][0]
+        tokens = [int(t) for t in choice["token_ids"]]
+        logps = choice["logprobs"]["token_logprobs"] if "logprobs" in body else None
+        return tokens, None if logps is None else torch.tensor(logps, dtype=torch.float64)
+    except (OSError, ServerRefused, KeyError, IndexError, TypeError, ValueError) as error:
+        raise EngineStartFailed(f"{where}: the probe request failed: {error}") from None
 
 
 def require_refused_without_key(address: ServerAddress, where: str) -> None:
@@ -140,6 +190,16 @@ def require_refused_without_key(address: ServerAddress, where: str) -> None:
     )
 
 
+def teacher_forced_logits(
+    model: torch.nn.Module, prompt: list[int], tokens: list[int]
+) -> torch.Tensor:
+    """(len(tokens), vocabulary), float64: the logits before each of ``tokens`` after
+    ``prompt``, by the training model's own forward pass (on the model's device)."""
+    ids = torch.tensor([prompt + tokens], device=model_device(model))
+    with torch.no_grad():
+        return model(input_ids=ids).logits[0, len(prompt) - 1 : -1].double()
+
+
 def trainer_logps(
     model: torch.nn.Module,
     prompt: list[int],
@@ -149,13 +209,11 @@ def trainer_logps(
 ) -> torch.Tensor:
     """Each of ``tokens``' log-probs after ``prompt`` under log softmax(logits / T), by the
     training model's own forward pass (``normalised=False``: their logits / T)."""
-    ids = torch.tensor([prompt + tokens], device=model_device(model))
-    with torch.no_grad():
-        logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1].double()
-    scaled = logits / temperature
+    scaled = teacher_forced_logits(model, prompt, tokens) / temperature
     if normalised:
         scaled = torch.log_softmax(scaled, dim=-1)
-    return scaled.gather(-1, ids[0, len(prompt) :, None].to(scaled.device))[:, 0].cpu()
+    drawn = torch.tensor(tokens, device=scaled.device)[:, None]
+    return scaled.gather(-1, drawn)[:, 0].cpu()
 
 
 def diagnose(
