@@ -12,16 +12,18 @@ machine or another, its key from the environment), checked by a probe before tra
   own, ``<tag>-p<policy>-v<version>``, after unloading the version it replaces. A new name
   for every version is what keeps it exact: a reused name keeps serving the old weights, and
   a name reloaded from the same path leaves the prefix cache serving keys and values the old
-  adapter computed (measured 1.13 and 0.90 nats off; vLLM keys cached blocks by an adapter's
-  name and path); under a new name nothing cached for another version is ever read;
+  adapter computed (vLLM keys cached blocks by an adapter's name and path; how far off each
+  served then, in docs/scaling_out.md, "Rollouts on vLLM"); under a new name nothing cached
+  for another version is ever read;
 - receives prompts as token ids (teamtr's rendering, each speaker's private notes in its own
   view only), one request per dialogue with a seed of its own, the stop token, the speaker's
   longest message, and pure sampling at the policy's temperature (no top-k, top-p, min-p or
   penalties, and ``--generation-config vllm`` so that no model default adds any);
 - returns each sampled token's log-prob under softmax(logits / T)
   (``--logprobs-mode processed_logprobs``): the sampler's μ, which the trainer's check compares
-  with its own pass (in float32 within float32 rounding, ~4e-5; in half precision the mismatch
-  record and its correction apply as to any sampler).
+  with its own pass (in float32 to float32's rounding, measured in docs/scaling_out.md,
+  "Rollouts on vLLM"; in half precision the mismatch record and its correction apply as to
+  any sampler).
 
 Lifecycle: a guard process (``llm.engines.vllm.guard``) starts the server in a session of
 its own and stops the whole group when teamtr closes the pipe between them or dies (``kill
@@ -210,8 +212,9 @@ class VLLMEngine:
         env = dict(os.environ)
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", KV_CACHE_GIB)
         env.update(command.environment())
-        # vLLM gives one model step 300 s; a batch of prompts prefilled whole on a CPU shared
-        # with training and other runs took longer, and the server stopped.
+        # vLLM limits one model step's time; a batch of prompts prefilled whole on a CPU shared
+        # with training and other runs can take longer, and the server stops (docs/scaling_out.md,
+        # "Rollouts on vLLM").
         env.setdefault("VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS", "3600")
         # A shared CPU: the server uses the run's threads, unpinned, as teamtr itself does.
         env.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
@@ -308,7 +311,7 @@ class VLLMEngine:
         of the version before it (unloaded first: between draws none of its requests is in
         flight). Each version has a name (and folder) of its own: the server keys its prefix
         cache by an adapter's name and folder, so keys and values computed by an earlier
-        version are never read for a later one (vLLM #42125)."""
+        version are never read for a later one (docs/scaling_out.md, "Rollouts on vLLM")."""
         if self.served:
             return self.served[policy]
         weights = team.agent(policy)

@@ -48,13 +48,14 @@ SERVED_ARGMAX_MARGIN = 0.1
 a server computing in another order may break otherwise (``check_served_adapters``)."""
 MATCH_TOLERANCE = {False: 1e-3, True: 0.5}
 """The largest log-prob gap (nats) on a probe token at which the server's policy is the
-trainer's, by whether the team computes in half precision. float32 engines measured 1.2e-6
-(``tests/llm/test_llm_engine_vllm.py``); bfloat16's rounding moves single tokens by up to a
-few tenths of a nat."""
+trainer's, by whether the team computes in half precision: far above float32's rounding, and
+above what half precision's rounding moves one token by (both measured in docs/scaling_out.md,
+"Rollouts on vLLM")."""
 PRECISION_GAP = 0.1
 """A float32 team's probe gap below this (and above ``MATCH_TOLERANCE``): the same weights
 computed in another precision (a server started with another ``--dtype``); above it, another
-base model. SmolLM2-135M in bfloat16 against float32 moves log-probs by about 1e-2."""
+base model: above what another precision moves log-probs by (docs/scaling_out.md, "Rollouts on
+vLLM")."""
 
 
 def engine_key(settings: SamplerSettings) -> str | None:

@@ -33,12 +33,13 @@ PYTHON_ENVIRONMENT = "TEAMTR_VLLM_PYTHON"
 """The Python of an environment with vLLM installed (default: ``.venv-vllm`` of the checkout)."""
 START_TIMEOUT_ENVIRONMENT = "TEAMTR_ENGINE_START_SECONDS"
 START_TIMEOUT = 900.0
-"""How long a server may take to answer its health check (about 50 s for a tiny model on two
-CPU threads; loading a 7B model on a GPU node can take minutes)."""
+"""How long a server may take to answer its health check: long enough for a large model to
+load on a GPU node (start times measured in docs/scaling_out.md, "Rollouts on vLLM")."""
 REQUEST_TIMEOUT = 1800.0
 KV_CACHE_GIB = "1"
 """``VLLM_CPU_KVCACHE_SPACE`` unless set: on a CPU vLLM otherwise reserves most of the memory
-for keys and values; 1 GiB holds thousands of SmolLM2-135M tokens."""
+for keys and values; a small model's contexts fit in this (docs/scaling_out.md, "Rollouts on
+vLLM")."""
 LOG_FOLDER = "engine"
 """The temporary folder of a server's log until the run directory exists."""
 SOCKET_FOLDER = "engine-socket"
