@@ -56,7 +56,7 @@ from precision_diagnosis import build_variant, cosine, rebound
 from llm.common.config import RunConfig, load_config
 from llm.conversation.dialogue import Episode
 from llm.engines.vllm.command import vllm_rank
-from llm.engines.vllm.server import vllm_python
+from llm.engines.vllm.installation import vllm_python
 from llm.logprobs.scoring import score_chunks, turns_of
 from llm.models.adapter_folder import write_adapter
 from llm.models.agents import AdapterWeights, LoraTeam

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from llm.common.config import RunConfig
 from llm.engines.vllm.command import ServeCommand
-from llm.engines.vllm.server import vllm_python
+from llm.engines.vllm.installation import vllm_python
 from llm.models.adapter_folder import write_adapter
 from llm.models.base_folder import base_folder
 from llm.models.loading import load_tokenizer

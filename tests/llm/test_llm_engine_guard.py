@@ -14,7 +14,8 @@ from pathlib import Path
 
 from llm_test_support import group_alive, wait_gone
 
-from llm.engines.vllm.server import GUARD, EngineServer, ServerAddress, last_error_line
+from llm.engines.vllm.server import GUARD, EngineServer, last_error_line
+from llm.engines.vllm.server_address import ServerAddress
 
 # A "server" that starts a worker of its own, as vLLM does: both must go.
 NOWHERE = ServerAddress("unix:/nonexistent/engine.sock")
@@ -45,7 +46,8 @@ def test_a_killed_owner_leaves_no_server(tmp_path):
         import os, sys, time
         sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})
         from pathlib import Path
-        from llm.engines.vllm.server import EngineServer, ServerAddress
+        from llm.engines.vllm.server import EngineServer
+        from llm.engines.vllm.server_address import ServerAddress
         log = Path({str(tmp_path / "e.log")!r})
         server = EngineServer({SERVER!r}, dict(os.environ), log, ServerAddress("unix:/none"))
         print(server.server_pid, flush=True)

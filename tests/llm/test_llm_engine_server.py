@@ -28,12 +28,8 @@ from llm.engines.protocol import EngineStartFailed
 from llm.engines.vllm.command import ServeCommand
 from llm.engines.vllm.completions import completion_body
 from llm.engines.vllm.probe import check_served_policy, diagnose, trainer_logps
-from llm.engines.vllm.server import (
-    EngineServer,
-    ServerAddress,
-    ServerRefused,
-    remove_dead_owners_folders,
-)
+from llm.engines.vllm.server import EngineServer, remove_dead_owners_folders
+from llm.engines.vllm.server_address import ServerAddress, ServerRefused
 from llm.models.loading import load_model, load_tokenizer
 
 REPO = Path(__file__).resolve().parents[2]

@@ -28,7 +28,7 @@ from llm.common.config import ConfigError, load_config, parse_override
 from llm.conversation.dialogue import Episode
 from llm.engines.protocol import EngineFailed, EngineUnavailable
 from llm.engines.vllm.client import ENGINE_POSITIONS, VLLMEngine
-from llm.engines.vllm.server import ServerRefused, served_models
+from llm.engines.vllm.server_address import ServerRefused, served_models
 from llm.models.adapter_folder import write_adapter
 from llm.models.agents import AdapterWeights
 from llm.models.loading import load_model, load_tokenizer

@@ -29,13 +29,8 @@ from test_llm_engine_vllm import REPO, TEAMTR, TOLERANCE, VLLM_PYTHON, write_con
 
 from llm.common.config import ConfigError, load_config, parse_override
 from llm.engines.vllm.command import ServeCommand
-from llm.engines.vllm.server import (
-    ADAPTER_FOLDER,
-    OWNED_FOLDER,
-    SOCKET_FOLDER,
-    EngineServer,
-    ServerAddress,
-)
+from llm.engines.vllm.server import ADAPTER_FOLDER, OWNED_FOLDER, SOCKET_FOLDER, EngineServer
+from llm.engines.vllm.server_address import ServerAddress
 from llm.models.base_folder import base_folder
 from llm.models.loading import load_tokenizer
 from llm.training.builder import build

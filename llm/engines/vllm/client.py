@@ -61,6 +61,7 @@ from llm.engines.protocol import (
 from llm.engines.vllm.command import ServeCommand
 from llm.engines.vllm.completions import completion_body
 from llm.engines.vllm.engine_lora_sum import plugin_environment, require_plugin, sum_of
+from llm.engines.vllm.installation import is_cpu_build, require_servable_heads, vllm_python
 from llm.engines.vllm.probe import check_served_adapters, check_served_policy, engine_key
 from llm.engines.vllm.server import (
     ADAPTER_FOLDER,
@@ -71,15 +72,11 @@ from llm.engines.vllm.server import (
     START_TIMEOUT,
     START_TIMEOUT_ENVIRONMENT,
     EngineServer,
-    ServerAddress,
-    ServerRefused,
-    is_cpu_build,
     last_error_line,
     owned_folder,
     remove_dead_owners_folders,
-    require_servable_heads,
-    vllm_python,
 )
+from llm.engines.vllm.server_address import ServerAddress, ServerRefused
 from llm.models.adapter_folder import write_adapter
 from llm.models.agents import LoraBackbone, LoraTeam, slot_name, weights_dtype
 from llm.models.base_folder import base_folder

@@ -36,7 +36,7 @@ from llm.common.settings import SamplerSettings
 from llm.conversation.dialogue import ChatFormat
 from llm.engines.protocol import EngineFailed, EngineStartFailed, EngineUnavailable
 from llm.engines.vllm.completions import completion_body
-from llm.engines.vllm.server import ServerAddress, ServerRefused, served_models
+from llm.engines.vllm.server_address import ServerAddress, ServerRefused, served_models
 from llm.models.agents import LoraTeam, is_half_precision
 
 PROBE_QUESTION = "What is 2 + 3?"

