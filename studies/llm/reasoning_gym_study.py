@@ -10,7 +10,8 @@ then scored greedily on the same held-out problems. Reads what the study's comma
   and stages of its training;
 - ``RESULTS/trl/<dataset>-trl-s<seed>.json``: ``bench/peer_grpo_task.py``'s record.
 
-Prints the markdown table (held out untrained → trained, mean ± standard error over seeds, CPU,
+Prints the markdown table (the accuracy of the held-out set's most common answer given to every
+problem, held out untrained → trained, mean ± standard error over seeds, CPU,
 stages or steps) and writes it as JSON and as a figure::
 
     python -m studies.llm.reasoning_gym_study --results results/reasoning_gym \\
@@ -24,6 +25,7 @@ import argparse
 import json
 import math
 import re
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +40,16 @@ def untrained_accuracy(results: Path, dataset: str, arm: str) -> float:
     agent's: the same rendered prompts, model and metric)."""
     name = dataset if arm == "team" else f"{dataset}_single"
     return float(json.loads((results / "untrained" / f"{name}.json").read_text())["accuracy"])
+
+
+def constant_answer(results: Path, dataset: str) -> tuple[str, float]:
+    """The held-out problems' most common reference answer and the accuracy of a model that
+    gives it to every problem: what a policy that learns the answers' prior, not the task,
+    reaches (read from the untrained evaluation's transcripts, which hold every reference)."""
+    path = results / "untrained" / f"{dataset}.transcripts.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line]
+    answer, count = Counter(row["reference_answer"] for row in rows).most_common(1)[0]
+    return answer, count / len(rows)
 
 
 def trained_runs(results: Path, dataset: str, arm: str) -> list[dict[str, Any]]:
@@ -64,7 +76,8 @@ def trained_runs(results: Path, dataset: str, arm: str) -> list[dict[str, Any]]:
 def study_table(results: Path, datasets: list[str]) -> dict[str, dict[str, Any]]:
     table: dict[str, dict[str, Any]] = {}
     for dataset in datasets:
-        table[dataset] = {}
+        answer, accuracy = constant_answer(results, dataset)
+        table[dataset] = {"constant answer": {"answer": answer, "accuracy": accuracy}}
         for arm in ARMS:
             runs = trained_runs(results, dataset, arm)
             summary = mean_and_error([r["accuracy"] for r in runs]) if runs else None
@@ -87,19 +100,22 @@ def _percent(summary: dict[str, float | None] | None) -> str:
 
 def markdown(table: dict[str, dict[str, Any]]) -> str:
     lines = [
-        "| dataset | arm | untrained | trained, per seed | trained, mean ± SE | gain (points) "
+        "| dataset | arm | a constant answer | untrained | trained, per seed | trained, mean ± SE | gain (points) "
         "| CPU-s of training, per seed | stages or steps |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    for dataset, arms in table.items():
-        for arm, row in arms.items():
+    for dataset, row_of in table.items():
+        constant = row_of["constant answer"]
+        best = f"'{constant['answer']}': {100 * constant['accuracy']:.0f}%"
+        for arm in ARMS:
+            row = row_of[arm]
             runs, summary = row["runs"], row["trained"]
             per_seed = ", ".join(f"{100 * r['accuracy']:.0f}%" for r in runs) or "–"
             gain = "–" if summary is None else f"{100 * (summary['mean'] - row['untrained']):+.1f}"
             cpu = ", ".join(f"{r['cpu_seconds']:.0f}" for r in runs) or "–"
             steps = ", ".join(str(r["steps"]) for r in runs) or "–"
             lines.append(
-                f"| `{dataset}` | {ARM_NAMES[arm]} | {100 * row['untrained']:.0f}% | {per_seed} "
+                f"| `{dataset}` | {ARM_NAMES[arm]} | {best} | {100 * row['untrained']:.0f}% | {per_seed} "
                 f"| {_percent(summary)} | {gain} | {cpu} | {steps} |"
             )
     return "\n".join(lines)
@@ -115,8 +131,11 @@ def plot(table: dict[str, dict[str, Any]], path: Path) -> None:
 
     figure, axes = plt.subplots(figsize=(2.6 + 2.2 * len(table), 4))
     width = 0.26
-    for d, arms in enumerate(table.values()):
-        for a, (arm, row) in enumerate(arms.items()):
+    for d, row_of in enumerate(table.values()):
+        constant = 100 * row_of["constant answer"]["accuracy"]
+        axes.hlines(constant, d - 1.6 * width, d + 1.6 * width, colors="grey", linestyles=":")
+        for a, arm in enumerate(ARMS):
+            row = row_of[arm]
             x = d + (a - 1) * width
             color = f"C{a}"
             label = ARM_NAMES[arm] if d == 0 else None
@@ -140,17 +159,18 @@ def plot(table: dict[str, dict[str, Any]], path: Path) -> None:
             )
     axes.set_xticks(range(len(table)), list(table))
     axes.set_ylabel("held-out accuracy (%), greedy")
+    rows = [row_of[arm] for row_of in table.values() for arm in ARMS]
     top = max(
-        [
-            100 * r["accuracy"]
-            for arms in table.values()
-            for row in arms.values()
-            for r in row["runs"]
-        ]
-        + [100 * row["untrained"] for arms in table.values() for row in arms.values()]
+        [100 * r["accuracy"] for row in rows for r in row["runs"]]
+        + [100 * row["untrained"] for row in rows]
+        + [100 * row_of["constant answer"]["accuracy"] for row_of in table.values()]
     )
     axes.set_ylim(0, min(100, 10 * math.ceil(top / 10) + 10))
-    axes.set_title("hollow: untrained; filled: trained (mean ± SE); dots: seeds", fontsize=9)
+    axes.set_title(
+        "hollow: untrained; filled: trained (mean ± SE); dots: seeds;\n"
+        "dotted: the held-out set's most common answer given to every problem",
+        fontsize=8,
+    )
     axes.legend(fontsize=8)
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -29,6 +29,10 @@ def write_teamtr_run(results, tag, accuracy, stage_cpu):
 def results(tmp_path):
     write(tmp_path / "untrained" / "sum.json", {"accuracy": 0.2})
     write(tmp_path / "untrained" / "sum_single.json", {"accuracy": 0.3})
+    references = ["7", "3", "7", "7", "5"]
+    (tmp_path / "untrained" / "sum.transcripts.jsonl").write_text(
+        "".join(json.dumps({"reference_answer": r}) + "\n" for r in references)
+    )
     write_teamtr_run(tmp_path, "sum-team-s0", 0.5, [100.0, 200.0])
     write_teamtr_run(tmp_path, "sum-team-s1", 0.7, [150.0, 150.0, 100.0])
     write_teamtr_run(tmp_path, "sum-single-s2", 0.4, [60.0])
@@ -41,6 +45,7 @@ def results(tmp_path):
 
 def test_each_arm_its_own_untrained_format_seeds_cpu_and_mean(results):
     row = study_table(results, ["sum"])["sum"]
+    assert row["constant answer"] == {"answer": "7", "accuracy": 0.6}
     team, single, trl = row["team"], row["single"], row["trl"]
     assert team["untrained"] == 0.2 and single["untrained"] == trl["untrained"] == 0.3
     assert [r["seed"] for r in team["runs"]] == [0, 1]
@@ -57,9 +62,10 @@ def test_the_table_and_figure(results, tmp_path, capsys):
     assert main(["--results", str(results), "--datasets", "sum", "--plot", str(figure)]) == 0
     out = capsys.readouterr().out
     assert (
-        "| `sum` | team of two | 20% | 50%, 70% | 60.0% ± 10.0 | +40.0 | 300, 400 | 2, 3 |" in out
+        "| `sum` | team of two | '7': 60% | 20% | 50%, 70% | 60.0% ± 10.0 | +40.0 | 300, 400 | 2, 3 |"
+        in out
     )
-    assert "| `sum` | TRL GRPOTrainer | 30% | 36% | 36.0% | +6.0 | 480 | 7 |" in out
+    assert "| `sum` | TRL GRPOTrainer | '7': 60% | 30% | 36% | 36.0% | +6.0 | 480 | 7 |" in out
     assert figure.stat().st_size > 0
 
 
