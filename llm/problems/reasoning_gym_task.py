@@ -53,6 +53,10 @@ ANSWER_LINE = re.compile(r"(?:final answer|answer)\s*(?:is|:)\s*:?\s*(.+)", re.I
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 PLAIN_NUMBER = re.compile(r"\s*-?\d+(?:\.\d+)?\s*")
 THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}\b)")
+ENUMERATOR = re.compile(r"(?m)^[ \t]*\d+[.)][ \t]+(?=\S)")
+"""A list item's number at the start of a line ("2. The text is ..."): it counts the steps, it
+does not answer; a trained model that numbered its lines would otherwise be read as answering
+1, 2, 3 (the answers most counting problems have). A line that is only a number ("12.") keeps it."""
 WRAPPERS = "*`\"' \t\n"
 
 
@@ -77,11 +81,12 @@ def answer_in(message: str, reference: str) -> str:
     """The answer a message gives: its ``answer_span``, and where the reference answer is a
     plain number (all of an arithmetic dataset's are), the last number in that span (commas
     between thousands dropped), so that "There are 12 legs." answers 12; a span without a
-    number (a message cut after "So") gives the message's last number."""
+    number (a message cut after "So") gives the message's last number. Numbers that only
+    number a list's items are not answers (``ENUMERATOR``)."""
     span = answer_span(message)
     if PLAIN_NUMBER.fullmatch(reference):
         for text in (span, message):
-            numbers = NUMBER.findall(THOUSANDS.sub("", text))
+            numbers = NUMBER.findall(THOUSANDS.sub("", ENUMERATOR.sub("", text)))
             if numbers:
                 return numbers[-1]
     return span

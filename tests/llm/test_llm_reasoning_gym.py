@@ -129,6 +129,17 @@ def test_a_number_answer_is_the_last_number_of_the_span():
     assert answer_in("The answer is ssiw.", "abc") == "ssiw."  # a word: the span itself
 
 
+def test_a_list_item_s_number_is_not_an_answer():
+    # a trained answerer's message cut in its second item: "2." numbers the item; the count
+    # it states is 10
+    cut = '1. The letter "e" appears 10 times in the text.\n2. The text is "der'
+    assert answer_in(cut, "2") == "10"
+    assert answer_in("1. Add them.\n2. So the answer is 3", "3") == "3"
+    assert answer_in("  3) The answer: 7", "7") == "7"
+    assert answer_in("12.", "12") == "12"  # a line that is only a number answers it
+    assert answer_in("The sum is\n12. ", "12") == "12"
+
+
 @pytest.mark.parametrize("path", TASK_CONFIGS, ids=lambda p: p.stem)
 def test_each_dataset_s_own_answers_written_as_models_write_them_score_1(path):
     task = task_of(path)
