@@ -173,47 +173,22 @@ def run_stage(
     """
     order = stage_order(config, team.n_agents, stage_index)
     radii = config.radii(team.n_agents)  # delta_i per agent, checked when config was built
-    evaluate = _cached_values(evaluator)
     held_out_sampler = measuring_sampler(sampler, config)
     source = RolloutSource(config.scheme, held_out_sampler or sampler)
     source.start(team)
+    parts = _StageParts(
+        updater, source, held_out_sampler, config, penalty, _cached_values(evaluator)
+    )
     start_team = team
     teams: list[TeamT] = [team]
     records: list[UpdateRecord] = []
     last_updated: int | None = None
 
     for position, agent in enumerate(order):
-        radius = radii[agent]
         base = start_team if source.simultaneous else team
-        rollouts, fresh = source.for_update(base, last_updated)
-        update = updater.update(base, agent, rollouts, radius)
-        kept = inside_radius(update, radius, config.kl_tolerance)
-        after = cast(TeamT, base.with_agent(agent, update.policy)) if kept else base
-        measured = _NOT_MEASURED
-        if kept and held_out_sampler is not None:
-            last = position == len(order) - 1
-            measured = _measure_kept(
-                held_out_sampler, source, base, after, rollouts, agent, last, config
-            )
-            if measured.undone:  # accept = "measured" and its bound is below 0
-                kept, after = False, base
-        charged = update_penalty(update, penalty, config.penalty_form) if kept else 0.0
-        record = UpdateRecord(
-            position=position,
-            agent=agent,
-            radius=radius,
-            update=update,
-            kept=kept,
-            penalty=charged,
-            certificate=update.surrogate - charged if kept else 0.0,
-            j_before=evaluate(base),
-            j_after=evaluate(after),
-            base=base,
-            rollouts=rollouts,
-            fresh_rollouts=fresh,
-            measured=measured.certificate,
-            undone=measured.undone,
-            resample=measured.resample,
+        last = position == len(order) - 1
+        record, after = _update_agent(
+            parts, base, position, agent, radii[agent], last_updated, last
         )
         records.append(record)
         if on_update is not None:
@@ -221,7 +196,7 @@ def run_stage(
         if not source.simultaneous:
             team = after
             teams.append(team)
-        last_updated = agent if kept else None
+        last_updated = agent if record.kept else None
 
     if source.simultaneous:
         team, certificate = _apply_jointly(start_team, records, penalty, config.penalty_form)
@@ -234,12 +209,73 @@ def run_stage(
         order=order,
         records=tuple(records),
         certificate=certificate,
-        j_start=evaluate(start_team),
-        j_end=evaluate(team),
+        j_start=parts.evaluate(start_team),
+        j_end=parts.evaluate(team),
         teams=tuple(teams) if keep_teams else (),
         measured=stage_bound(records, config) if held_out_sampler is not None else None,
     )
     return report, team
+
+
+class _StageParts(NamedTuple):
+    """What every update of one stage uses (``_update_agent``)."""
+
+    updater: AgentUpdater
+    source: RolloutSource
+    """Where each update's rollouts come from, as its scheme says."""
+    held_out_sampler: Sampler | None
+    """The sampler whose held-out groups measure each kept update; None: not measured."""
+    config: StageConfig
+    penalty: PenaltyModel
+    evaluate: Callable[[TeamPolicy], float | None]
+    """Exact J of a team (``_cached_values``); None without an evaluator."""
+
+
+def _update_agent(
+    parts: _StageParts,
+    base: TeamT,
+    position: int,
+    agent: int,
+    radius: float,
+    last_updated: int | None,
+    last: bool,
+) -> tuple[UpdateRecord, TeamT]:
+    """Update i = ``position`` of the stage, of ``agent`` from the team ``base``: its rollouts
+    (fresh samples of ``base`` for teamtr, Thm 3.4; the stage-start cache for stale and joint,
+    Thm 3.7), its trust-region step, kept only inside the radius (and, where measured, while
+    its bound allows), and its certificate L_i - penalty(epsilon_i, KL_i). Returns the update's
+    record and the team after it (``base`` where the update is not kept)."""
+    config = parts.config
+    rollouts, fresh = parts.source.for_update(base, last_updated)
+    update = parts.updater.update(base, agent, rollouts, radius)
+    kept = inside_radius(update, radius, config.kl_tolerance)
+    after = cast(TeamT, base.with_agent(agent, update.policy)) if kept else base
+    measured = _NOT_MEASURED
+    if kept and parts.held_out_sampler is not None:
+        measured = _measure_kept(
+            parts.held_out_sampler, parts.source, base, after, rollouts, agent, last, config
+        )
+        if measured.undone:  # accept = "measured" and its bound is below 0
+            kept, after = False, base
+    charged = update_penalty(update, parts.penalty, config.penalty_form) if kept else 0.0
+    record = UpdateRecord(
+        position=position,
+        agent=agent,
+        radius=radius,
+        update=update,
+        kept=kept,
+        penalty=charged,
+        certificate=update.surrogate - charged if kept else 0.0,
+        j_before=parts.evaluate(base),
+        j_after=parts.evaluate(after),
+        base=base,
+        rollouts=rollouts,
+        fresh_rollouts=fresh,
+        measured=measured.certificate,
+        undone=measured.undone,
+        resample=measured.resample,
+    )
+    return record, after
 
 
 def _cached_values(evaluator: Evaluator | None) -> Callable[[TeamPolicy], float | None]:

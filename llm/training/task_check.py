@@ -160,21 +160,7 @@ def check_task(
     train_played = _fitting(tiny, chat, train, "training", warnings)[:1]
     test_played = _fitting(tiny, chat, test, "test", warnings)[:1]
     if not train_played + test_played:
-        warnings.append(
-            f"no dialogue of {tiny.sampler.turns} turns fits the tiny model's {TINY_POSITIONS} "
-            "positions: the reward was not called"
-        )
-        return TaskCheck(
-            task.name,
-            len(train),
-            len(test),
-            0,
-            False,
-            (0.0, 0.0),
-            None,
-            tuple(warnings),
-            train_problems,
-        )
+        return _nothing_fits(task, train, test, tiny.sampler.turns, warnings, train_problems)
     played = _played(task, tiny, train_played, test_played, dialogues, seed)
     rewards, scores, per_turn = _scored_twice(task, played)
     texts = [dialogue for _, dialogue in played]
@@ -185,9 +171,6 @@ def check_task(
     )
     # A random model's text earns the lowest reward: the task's own answers try the rest.
     answers = try_answers(task, texts, train_rows, test)
-    answered = [problem for problem in train if problem.answer.strip()][:SHOWN_EXAMPLES]
-    shown = [_example(task, texts[0], problem) for problem in answered]
-    examples = tuple(example for example in shown if example is not None)
     return TaskCheck(
         task=task.name,
         train_drawn=len(train),
@@ -201,8 +184,43 @@ def check_task(
         rows_scored=rows_scored,
         answers=answers,
         environment_steps=environment_steps,
-        examples=examples,
+        examples=_examples(task, texts[0], train),
     )
+
+
+def _nothing_fits(
+    task: Task,
+    train: list[Problem],
+    test: list[Problem],
+    turns: int,
+    warnings: list[str],
+    train_problems: int | None,
+) -> TaskCheck:
+    """What the check finds where no dialogue of ``turns`` turns fits the tiny model: the
+    problems it drew and read, and a warning that the reward was not called."""
+    warnings.append(
+        f"no dialogue of {turns} turns fits the tiny model's {TINY_POSITIONS} "
+        "positions: the reward was not called"
+    )
+    return TaskCheck(
+        task.name,
+        len(train),
+        len(test),
+        0,
+        False,
+        (0.0, 0.0),
+        None,
+        tuple(warnings),
+        train_problems,
+    )
+
+
+def _examples(task: Task, played: Dialogue, train: Sequence[Problem]) -> tuple[Example, ...]:
+    """The first ``SHOWN_EXAMPLES`` drawn training problems with an answer, each with the
+    reward of that answer and of an empty message after ``played``'s turns (``_example``)."""
+    answered = [problem for problem in train if problem.answer.strip()][:SHOWN_EXAMPLES]
+    shown = [_example(task, played, problem) for problem in answered]
+    return tuple(example for example in shown if example is not None)
 
 
 def _example(task: Task, played: Dialogue, problem: Problem) -> Example | None:
