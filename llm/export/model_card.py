@@ -12,8 +12,9 @@ from llm.export.chat_messages import chat_card
 from llm.export.team_json import LOOPBACK
 
 UNKEYED_ROUTES = "/invocations, /tokenize, /adapters"
-"""Routes of vLLM 0.32's server that answer without its key (it guards only paths under
-``/v1``; docs/scaling_out.md lists every route, measured)."""
+"""Routes of vLLM's server that answer without its key (it guards only paths under ``/v1``),
+a few the card names; docs/scaling_out.md, "Why 127.0.0.1 and a proxy", lists every one, with
+the version and the bench that found them."""
 
 
 def model_card(team: dict[str, Any]) -> str:
