@@ -3,7 +3,7 @@ answers are read from messages, what each saved evaluation would have scored, wi
 the dialogues again (the messages are the transcripts' own; the problems are the config's
 held-out problems, in order, which the transcripts index).
 
-    python -m studies.llm.rescore_transcripts --config reasoning/letter_counting \\
+    python -m studies.llm.reasoning.rescore_transcripts --config reasoning/letter_counting \\
         results/reasoning_gym/trained/letter_counting-team-s0.transcripts.jsonl
 
 prints, for each file, the accuracy as recorded and as rescored, and how many dialogues changed.

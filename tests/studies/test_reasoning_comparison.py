@@ -1,4 +1,4 @@
-"""``studies.llm.reasoning_gym_study``: the team / single agent / TRL table of
+"""``studies.llm.reasoning.comparison``: the team / single agent / TRL table of
 docs/reasoning_gym.md, read from the files the study's commands write."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from studies.llm.reasoning_gym_study import main, study_table
+from studies.llm.reasoning.comparison import main, study_table
 
 
 def write(path, record):

@@ -14,7 +14,7 @@ Prints the markdown table (the accuracy of the held-out set's most common answer
 problem, held out untrained → trained, mean ± standard error over seeds, CPU,
 stages or steps) and writes it as JSON and as a figure::
 
-    python -m studies.llm.reasoning_gym_study --results results/reasoning_gym \\
+    python -m studies.llm.reasoning.comparison --results results/reasoning_gym \\
         --datasets chain_sum letter_counting --json results/reasoning_gym/study.json \\
         --plot figures/reasoning_gym_study.png
 """

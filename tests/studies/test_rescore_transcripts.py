@@ -1,4 +1,4 @@
-"""``studies.llm.rescore_transcripts``: saved held-out transcripts scored again by a config's
+"""``studies.llm.reasoning.rescore_transcripts``: saved held-out transcripts scored again by a config's
 metric as it is now, on the config's own held-out problems."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 
 from llm.common.config import load_config
 from llm.problems.configured import build_task
-from studies.llm.rescore_transcripts import main, rescore
+from studies.llm.reasoning.rescore_transcripts import main, rescore
 
 pytest.importorskip("reasoning_gym")
 
