@@ -88,6 +88,10 @@ class Episode:
     view (its shared opening is the prompt itself)."""
     first_speaker: int | None = None
     """Who the environment named to speak first (None: the router decides)."""
+    noise_seed: int | None = None
+    """A coupled dialogue's seed (a held-out pair's, ``llm.sampling.held_out``): every token of
+    its turn t is drawn from the numbers of (noise_seed, t) alone, whichever team plays it.
+    None: the engine's generator."""
 
     @property
     def ended(self) -> bool:
@@ -126,6 +130,7 @@ class Episode:
             tuple(turns),
             self.opening,
             self.first_speaker,
+            self.noise_seed,
         )
 
 

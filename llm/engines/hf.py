@@ -6,7 +6,8 @@ prefilled once per group (``llm.engines.messages``), and within one stage an unc
 continues from the keys and values it computed over the same prefix in the draw before
 (``llm.engines.context_cache``, ``[sampler] kept_contexts_mb``). Sampling draws from torch's
 generator, which the sampler seeds once per play: the samples are what they were before
-engines existed, bit for bit.
+engines existed, bit for bit; a request's coupled rows (``TurnRequest.seeds``) draw from their
+own seeds' numbers instead (``llm.engines.draw.CoupledDraw``).
 """
 
 from __future__ import annotations
@@ -70,6 +71,7 @@ class HFEngine:
             sampled_logps=recorded,
             kept=kept,
             draw=self.settings.draw,
+            seeds=request.seeds,
         )
         return Drawn(messages, recorded)
 

@@ -23,7 +23,7 @@ from llm.common.devices import model_device
 from llm.common.hf_compat import cache_argument, cache_of
 from llm.conversation.dialogue import ChatFormat
 from llm.engines.context_cache import ContextCaches, ContextSource, LayerTensors, SnapshotKey
-from llm.engines.draw import Draw, InverseCdfDraw
+from llm.engines.draw import CoupledDraw, Draw, InverseCdfDraw
 
 
 def generate_messages(
@@ -36,6 +36,7 @@ def generate_messages(
     sampled_logps: list[torch.Tensor] | None = None,
     kept: tuple[ContextCaches, SnapshotKey] | None = None,
     draw: Draw = "multinomial",
+    seeds: Sequence[int] | None = None,
 ) -> list[tuple[int, ...]]:
     """One message per context, sampled with the KV cache (temperature 0 = greedy).
 
@@ -58,7 +59,9 @@ def generate_messages(
     training forward pass, ``bench/behaviour_logp_gap.py``).
 
     ``draw`` (sampling only): how each token is drawn from that softmax
-    (``llm.engines.draw``).
+    (``llm.engines.draw``). ``seeds`` (one per context, sampling only): each row's tokens are
+    drawn from its own seed's numbers instead, whatever ``draw`` says (coupled rows,
+    ``llm.engines.draw.CoupledDraw``).
     """
     rows = len(contexts)
     layout: _CachedLayout | None = None
@@ -73,15 +76,11 @@ def generate_messages(
     greedy = temperature == 0
     record = sampled_logps is not None
     keeping = kept is not None and layout is not None and layout.keepable
-    if record and greedy:
-        raise ValueError("sampled_logps needs sampling (temperature > 0)")
-    # "inverse_cdf" runs generate greedily on scores whose argmax its processor drew, and
-    # records the log-probs itself (generate's scores are then those one-hot scores).
-    processor = (
-        None
-        if greedy or draw == "multinomial"
-        else InverseCdfDraw(temperature, [] if record else None)
-    )
+    if (record or seeds is not None) and greedy:
+        raise ValueError("sampled_logps and seeds need sampling (temperature > 0)")
+    # "inverse_cdf" and coupled rows run generate greedily on scores whose argmax their
+    # processor drew, and record the log-probs themselves (generate's scores are then one-hot).
+    processor = _draw_processor(temperature, draw, seeds, [] if record else None)
     sampling = not greedy and processor is None
     config = _generation_config(
         chat, max_new_tokens, temperature if sampling else None, record, keeping
@@ -114,6 +113,20 @@ def generate_messages(
     profiling.count("generation steps", sequences.shape[1] - width)
     profiling.count("generation rows", rows)
     return messages
+
+
+def _draw_processor(
+    temperature: float,
+    draw: Draw,
+    seeds: Sequence[int] | None,
+    logps: list[torch.Tensor] | None,
+) -> InverseCdfDraw | CoupledDraw | None:
+    """The processor that draws each token (None: greedy, or ``generate``'s multinomial)."""
+    if temperature == 0:
+        return None
+    if seeds is not None:
+        return CoupledDraw(temperature, seeds, logps)
+    return None if draw == "multinomial" else InverseCdfDraw(temperature, logps)
 
 
 def _left_padded(
@@ -155,7 +168,7 @@ def _generation_config(
 
 
 def _drawn_logps(
-    output: typing.Any, processor: InverseCdfDraw | None, new_tokens: torch.Tensor
+    output: typing.Any, processor: InverseCdfDraw | CoupledDraw | None, new_tokens: torch.Tensor
 ) -> torch.Tensor:
     """(rows, steps): the log-probability of each new token under the distribution it was
     drawn from, log softmax(logits / T)."""

@@ -12,7 +12,10 @@ its speaker's policy, whichever engine draws it.
 
 Randomness: the sampler seeds torch's generator once per play (``llm.common.devices.seeded``);
 every engine draws whatever it needs from that generator, in the order of the turns it is
-asked for, so a replayed play draws the same messages.
+asked for, so a replayed play draws the same messages. A request with ``seeds`` draws each row
+from the numbers of its own seed instead, the same numbers in whatever batch, call or draw the
+row comes (common random numbers): Hugging Face by an exponential race (Gumbel-max,
+``llm.engines.draw.CoupledDraw``), vLLM by the same race from each request's seed.
 """
 
 from __future__ import annotations
@@ -50,6 +53,11 @@ class TurnRequest:
     """Whether the sampled tokens' log-probs are wanted."""
     prompt_lengths: Sequence[int] | None = None
     """Each context's prompt length, where prompts are shared within the batch."""
+    seeds: Sequence[int] | None = None
+    """Per context, the seed (below 2**63) of the random numbers its message is drawn with: the
+    rows of coupled dialogues (a held-out pair's two sides, ``llm.sampling.held_out``), whose
+    tokens coincide where the same seed meets the same next-token distribution. None: the
+    engine's own generator."""
 
 
 @dataclass(frozen=True)

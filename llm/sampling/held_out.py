@@ -12,6 +12,17 @@ held out and their problems drawn independently, so the differences of one updat
 given it: the pairs of ``teamtr.measured`` (one per group, so n = groups). One dialogue a
 problem gives the most pairs for the tokens: the finite-n bounds pay for the reward's range
 as 1/n, and a group's mean narrows only the variance.
+
+**Coupled continuations** (``[sampler] held_out_coupled``, the default): a pair's two sides
+differ by the update and by the sampling noise of the turns after the cut. Each held-out
+dialogue gets a seed of its own (``Episode.noise_seed``), and every token of its turn t is drawn
+from the numbers of (seed, t) alone (``turn_seeds``; ``llm.engines.draw``), by the old team and
+by its continuation alike. The kept turns read only the numbers of the turns before the cut, so
+the continuation is an exact draw of the new team given them, as an uncoupled one: each side's
+marginal is unchanged and the pairs' mean still has expectation J(new) - J(old); the seeds are
+drawn independently per dialogue, so the pairs stay i.i.d. given the update. Where the two
+teams give the same next-token distribution, the same numbers give the same token, and a
+continuation that repeats its dialogue earns its reward: D = 0 (common random numbers).
 """
 
 from __future__ import annotations
@@ -31,7 +42,7 @@ class Player(Protocol):
     """What of the sampler the held-out groups need (``DialogueSampler`` has it)."""
 
     def new_episodes(
-        self, count: int | None = None, group_size: int | None = None
+        self, count: int | None = None, group_size: int | None = None, coupled: bool = False
     ) -> list[Episode]: ...
 
     def play(self, team: Any, episodes: list[Episode]) -> tuple[list[Episode], int]: ...
@@ -78,6 +89,23 @@ def check_in_range(rewards: np.ndarray, reward_range: tuple[float, float]) -> No
         )
 
 
+def turn_seeds(episodes: Sequence[Episode]) -> list[int] | None:
+    """Per episode, the seed of its next turn's numbers: a function of its ``noise_seed`` and
+    the turn's index alone (below 2**63); None where no episode is coupled."""
+    coupled = [e.noise_seed is not None for e in episodes]
+    if not any(coupled):
+        return None
+    if not all(coupled):
+        raise ValueError("a turn's batch mixes coupled and uncoupled dialogues")
+    seeds = []
+    for episode in episodes:
+        # Spawn keys >= 1 give independent streams for each (seed, turn).
+        sequence = np.random.SeedSequence(episode.noise_seed, spawn_key=(len(episode.turns) + 1,))
+        high, low = (int(word) for word in sequence.generate_state(2, np.uint32))
+        seeds.append((high << 32 | low) >> 1)
+    return seeds
+
+
 def draw_held_out(
     player: Player,
     team: Any,
@@ -86,12 +114,14 @@ def draw_held_out(
     training_range: tuple[float, float] | None,
     previous: HeldOut | None = None,
     updated_agent: int | None = None,
+    coupled: bool = True,
 ) -> HeldOut:
     """``groups`` fresh held-out groups of ``team`` and, where ``previous`` and
     ``updated_agent`` are given (and ``team`` differs from ``previous``'s team in that agent
     alone, which the caller checks), the pairs of its continuation. No pairs where the task's
-    training rewards have no declared range (``training_range`` None)."""
-    fresh, tokens = player.play(team, player.new_episodes(groups, group_size))
+    training rewards have no declared range (``training_range`` None). ``coupled``: the fresh
+    dialogues carry noise seeds, which their continuations will read."""
+    fresh, tokens = player.play(team, player.new_episodes(groups, group_size, coupled))
     _, rewards = player.graded(fresh)
     if previous is None or updated_agent is None:
         return HeldOut(tuple(fresh), rewards, group_size, tokens)
@@ -107,14 +137,16 @@ def draw_pairs(
     groups: int,
     group_size: int,
     training_range: tuple[float, float] | None,
+    coupled: bool = True,
 ) -> tuple[PairedDifferences | None, int]:
     """``groups`` fresh groups of ``old``, read by no update, continued by ``new`` from
     ``updated_agent``'s first turn (sequential held-out draws,
     ``teamtr.protocols.SequentialPairingSampler``): their pairs and the tokens generated.
-    Drawn after the update, they are independent of it and of the pairs before."""
+    Drawn after the update, they are independent of it and of the pairs before. ``coupled``:
+    the two sides read common random numbers."""
     if training_range is None:
         return None, 0
-    fresh, tokens = player.play(old, player.new_episodes(groups, group_size))
+    fresh, tokens = player.play(old, player.new_episodes(groups, group_size, coupled))
     _, rewards = player.graded(fresh)
     previous = HeldOut(tuple(fresh), rewards, group_size, tokens)
     pairs, _, more = continue_groups(player, new, previous, updated_agent, training_range)

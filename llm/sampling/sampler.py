@@ -44,7 +44,7 @@ from llm.problems.rewards import Grade
 from llm.problems.task import Dialogue, ProblemSource, Task, verdict_of
 from llm.problems.tasks import Problem
 from llm.sampling.dynamic import sample_with_signal
-from llm.sampling.held_out import continue_groups, draw_held_out, draw_pairs
+from llm.sampling.held_out import continue_groups, draw_held_out, draw_pairs, turn_seeds
 from llm.sampling.rollouts import (
     BehaviourLogps,
     DialogueRollouts,
@@ -145,6 +145,7 @@ class DialogueSampler:
             count,
             self.settings.held_out_group_size,
             self.task.training_range,
+            self.settings.held_out_coupled,
         )
         self.pair_draw_tokens.append(tokens)
         return pairs
@@ -162,17 +163,21 @@ class DialogueSampler:
 
     # -- generation ---------------------------------------------------------------------------
     def new_episodes(
-        self, count: int | None = None, group_size: int | None = None
+        self, count: int | None = None, group_size: int | None = None, coupled: bool = False
     ) -> list[Episode]:
         """Fresh problems (``count``, by default ``prompts_per_batch``, each repeated
-        ``group_size`` times, by default G, contiguously) and routing seeds."""
+        ``group_size`` times, by default G, contiguously) and routing seeds; ``coupled``: and a
+        noise seed each (``Episode.noise_seed``)."""
         s = self.settings
         problems = self.task.draw(self.rng, s.prompts_per_batch if count is None else count)
         episodes = []
         for problem in problems:
             for _ in range(s.group_size if group_size is None else group_size):
                 route_seed = int(self.rng.integers(2**31))
-                episodes.append(self.open_episode(problem, route_seed))
+                episode = self.open_episode(problem, route_seed)
+                if coupled:
+                    episode = replace(episode, noise_seed=int(self.rng.integers(2**62)))
+                episodes.append(episode)
         return episodes
 
     def open_episode(self, problem: Problem, route_seed: int) -> Episode:
@@ -251,6 +256,7 @@ class DialogueSampler:
                     temperature,
                     record=temperature > 0,
                     prompt_lengths=prompt_lengths,
+                    seeds=turn_seeds([episodes[i] for i in indices]),
                 )
                 with profiling.section(f"sampling turn {len(episodes[indices[0]].turns) + 1}"):
                     drawn = self.engine.draw(request)
@@ -385,6 +391,7 @@ class DialogueSampler:
                 self.task.training_range,
                 previous.held_out if reusable and previous is not None else None,
                 updated_agent,
+                self.settings.held_out_coupled,
             )
         return replace(rollouts, held_out=held_out)
 

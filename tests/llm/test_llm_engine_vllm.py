@@ -7,7 +7,8 @@ prompts whose cached key/value blocks an earlier version computed (and the pitfa
 name per version avoids is real), every update's mismatch stays within the float32 tolerance,
 a replayed draw is the same tokens, the run's server refuses requests without the run's key,
 dialogues are checked against the context the server serves, and a request the server refuses
-mid-run is the engine fault that keeps the checkpoint. The server's lifecycle and the probe of
+mid-run is the engine fault that keeps the checkpoint, and coupled rows (a held-out pair's)
+draw from their own seeds. The server's lifecycle and the probe of
 a server at ``engine_url`` are in tests/llm/test_llm_engine_vllm_lifecycle.py.
 """
 
@@ -18,6 +19,7 @@ import os
 import shutil
 import stat
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -325,6 +327,24 @@ def test_a_draw_replayed_with_its_seed_is_the_same_tokens(served):
     messages = [[t.message for t in e.turns] for e in first]
     assert messages == [[t.message for t in e.turns] for e in again]
     assert messages != [[t.message for t in e.turns] for e in other]
+
+
+def test_coupled_rows_send_their_own_seeds_and_draw_alike_in_any_batch(served):
+    """A held-out pair's coupled dialogues (``TurnRequest.seeds``): vLLM seeds each request's
+    generator with the row's seed and draws every step's race from it, so a row's tokens do not
+    depend on the batch it comes in, and the same team continuing its dialogues from the
+    second turn repeats them token for token (every pair 0), where other seeds do not."""
+    sampler = served.sampler
+    episodes = sampler.new_episodes(6, 1, coupled=True)
+    first, _ = sampler.play(served.team, list(episodes), seed=1)
+    alone, _ = sampler.play(served.team, [episodes[4], episodes[1]], seed=2)
+    assert [e.turns for e in alone] == [first[4].turns, first[1].turns]
+    cut, _ = sampler.cut_before(first, 1)
+    again, _ = sampler.play(served.team, cut, seed=3)
+    assert [e.turns for e in again] == [e.turns for e in first]
+    reseeded = [replace(e, noise_seed=e.noise_seed + 1) for e in cut]
+    other, _ = sampler.play(served.team, reseeded, seed=3)
+    assert [e.turns for e in other] != [e.turns for e in first]
 
 
 def test_dialogues_are_checked_against_the_context_the_server_serves(tmp_path):

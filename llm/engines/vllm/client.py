@@ -16,7 +16,8 @@ machine or another, its key from the environment), checked by a probe before tra
   served then, in docs/scaling_out.md, "Rollouts on vLLM"); under a new name nothing cached
   for another version is ever read;
 - receives prompts as token ids (teamtr's rendering, each speaker's private notes in its own
-  view only), one request per dialogue with a seed of its own, the stop token, the speaker's
+  view only), one request per dialogue with a seed of its own (a coupled row's,
+  ``TurnRequest.seeds``, where it has one), the stop token, the speaker's
   longest message, and pure sampling at the policy's temperature (no top-k, top-p, min-p or
   penalties, and ``--generation-config vllm`` so that no model default adds any);
 - returns each sampled token's log-prob under softmax(logits / T)
@@ -272,8 +273,14 @@ class VLLMEngine:
         if self.address is None or self._pool is None:
             raise RuntimeError("the vLLM engine was not started (VLLMEngine.start)")
         # One seed a request, from torch's generator, which the sampler seeds once per play:
-        # a replayed play (a resumed run) asks for the same seeds as the straight one.
-        seeds = torch.randint(0, 2**31 - 1, (len(request.contexts),)).tolist()
+        # a replayed play (a resumed run) asks for the same seeds as the straight one. Coupled
+        # rows bring their own: vLLM seeds the request's generator with it and draws each step's
+        # exponential race from it, so a held-out turn and its continuation share the numbers.
+        seeds = (
+            torch.randint(0, 2**31 - 1, (len(request.contexts),)).tolist()
+            if request.seeds is None
+            else list(request.seeds)
+        )
         name = self._adapter_name(request.team, request.policy)
         greedy = request.temperature == 0
         bodies = [
