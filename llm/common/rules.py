@@ -339,6 +339,11 @@ def _a_reasoning_gym_task_names_its_datasets(task: Any) -> str | None:
         return 'kind = "reasoning_gym" needs datasets = [<reasoning-gym dataset names>]'
     if task.datasets and task.kind != "reasoning_gym":
         return f'are for kind = "reasoning_gym", got kind = {task.kind!r}'
+    if not task.partial_credit and task.kind != "reasoning_gym":
+        return (
+            f'partial_credit = false is for kind = "reasoning_gym" (its verifiers\' partial '
+            f"credit), got kind = {task.kind!r}"
+        )
     if len(set(task.datasets)) < len(task.datasets):
         return (
             f"must name each dataset once (dataset_weights weighs one), got {list(task.datasets)}"

@@ -201,7 +201,7 @@ def reasoning_gym_task(settings: TaskSettings) -> Task:
             problems.append(_training_problem(built[int(index)], rng, held_out_seeds, held_out))
         return problems
 
-    def reward(dialogue: Dialogue) -> float:
+    def verifier_score(dialogue: Dialogue) -> float:
         problem = dialogue.problem
         generator = by_name[problem.metadata["dataset"]]
         answer = answer_in(dialogue.final, problem.answer)
@@ -210,7 +210,9 @@ def reasoning_gym_task(settings: TaskSettings) -> Task:
 
     def solved(dialogue: Dialogue) -> float:
         """1 when the dataset's verifier gives the answer its full score."""
-        return float(reward(dialogue) >= 1.0)
+        return float(verifier_score(dialogue) >= 1.0)
+
+    reward = verifier_score if settings.partial_credit else solved
 
     solved.grading = True  # type: ignore[attr-defined]
     return Task(

@@ -162,6 +162,20 @@ def test_each_dataset_s_own_answers_written_as_models_write_them_score_1(path):
             assert reward < 1.0 and score == 0.0, (path.stem, problem.answer, other)
 
 
+def test_without_partial_credit_only_a_full_score_is_rewarded():
+    config = REPO / "llm" / "configs" / "reasoning" / "letter_counting.toml"
+    with_credit = task_of(config)
+    without = task_of(config, "task.partial_credit=false")
+    problem = next(p for p in with_credit.test if p.answer == "1")
+    # "100" holds the reference "1": the verifier's partial credit, len("1") / len("100")
+    gamed = final(with_credit, problem, "The answer is 100.")
+    assert gamed == (pytest.approx(1 / 3), 0.0)
+    assert final(without, problem, "The answer is 100.") == (0.0, 0.0)
+    assert final(without, problem, "The answer is 1.") == (1.0, 1.0)
+    with pytest.raises(ConfigError, match=r"partial_credit = false is for kind"):
+        load_config(SMOKE, [parse_override("task.partial_credit=false")])
+
+
 # -- bad names -----------------------------------------------------------------------------------
 def test_config_keys_of_a_reasoning_gym_task():
     with pytest.raises(ConfigError, match=r'kind = "reasoning_gym" needs datasets'):

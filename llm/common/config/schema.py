@@ -189,6 +189,12 @@ class TaskSettings:
     """For kind = "reasoning_gym": each dataset's own options, one table a name, e.g.
     ``{basic_arithmetic = {min_terms = 2, max_terms = 2}}`` (its config class's fields; the
     seed and size are the task's)."""
+    partial_credit: bool = True
+    """For kind = "reasoning_gym": the reward is the verifier's score, with the partial credit
+    most datasets give an answer that contains the reference (true: the dataset's own), or 1
+    where the verifier gives full score and 0 elsewhere (false). A policy can game partial
+    credit ("100" earns a third where the answer is 1): docs/reasoning_gym.md, "What the
+    dialogues show". The held-out metric counts full scores either way."""
     eval_size: int = 200
     """Held-out questions in the periodic evaluation (first N of the test split)."""
     eval_seed: int = 1234
