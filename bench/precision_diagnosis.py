@@ -18,8 +18,8 @@ same start. Reported per variant, agent and seed:
 
 Variants (``--variants``): ``float32``; ``bfloat16`` (PEFT's sum, ``half_precision_sum =
 "peft"``: the layer's bfloat16 product rounded, the LoRA branch added, rounded again: the
-behaviour before ``llm.models.lora_sum``); ``bf16-attn-bf16`` (as bfloat16, with attention in
-torch's bfloat16 SDPA instead of float32); ``bf16-round-once`` (W x + s B A x in float32,
+behaviour before ``llm.models.half_precision_sum``); ``bf16-attn-bf16`` (as bfloat16, with
+attention in torch's bfloat16 SDPA instead of float32); ``bf16-round-once`` (W x + s B A x in float32,
 rounded once); ``bf16-float32-sum`` (the bfloat16 product's output plus the branch, kept in
 float32: the default); ``float16-float32-sum`` (float16 with the same sum; on a GPU,
 ``bench/gpu_check.py --parts diagnosis``).
@@ -49,7 +49,7 @@ from llm.common.config import RunConfig, load_config
 from llm.conversation.dialogue import Episode, Turn
 from llm.logprobs.scoring import message_tokens
 from llm.models.agents import AdapterWeights
-from llm.models.lora_sum import lora_sum_of
+from llm.models.half_precision_sum import lora_sum_of
 from llm.sampling.rollouts import DialogueRollouts
 from llm.training.builder import Components, build
 

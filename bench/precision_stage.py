@@ -42,7 +42,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from llm.common import profiling
 from llm.common.config import load_config
-from llm.models import lora_sum
+from llm.models import half_precision_sum
 from llm.models.precision import (
     FLOAT32_ATTENTION,
     half_precision_attention,
@@ -117,15 +117,16 @@ def stage_sections(model: torch.nn.Module) -> Iterator[None]:
         for name in ("sdpa", FLOAT32_ATTENTION)
         if name in ALL_ATTENTION_FUNCTIONS
     }
-    casts = (lora_sum.to_product_dtype, lora_sum.to_float32)
+    casts = (half_precision_sum.to_product_dtype, half_precision_sum.to_float32)
     draw = (torch.multinomial, torch.nn.functional.softmax)
     linear = torch.nn.functional.linear
     vocabulary = base.lm_head.weight.shape[0]
     torch.nn.functional.linear = _base_products(linear, vocabulary)  # type: ignore[assignment]
     for name, function in saved.items():
         ALL_ATTENTION_FUNCTIONS[name] = _timed("attention", function)
-    lora_sum.to_product_dtype = _timed("casts of the float32 sum", casts[0])  # type: ignore[assignment]
-    lora_sum.to_float32 = _timed("casts of the float32 sum", casts[1])  # type: ignore[assignment]
+    sums = half_precision_sum
+    sums.to_product_dtype = _timed("casts of the float32 sum", casts[0])  # type: ignore[assignment]
+    sums.to_float32 = _timed("casts of the float32 sum", casts[1])  # type: ignore[assignment]
     torch.multinomial = _timed("draw (softmax, multinomial)", draw[0])  # type: ignore[assignment]
     torch.nn.functional.softmax = _timed("draw (softmax, multinomial)", draw[1])  # type: ignore[assignment]
     try:
@@ -133,7 +134,7 @@ def stage_sections(model: torch.nn.Module) -> Iterator[None]:
     finally:
         for name in saved:
             del ALL_ATTENTION_FUNCTIONS[name]  # the local override: the registered one again
-        lora_sum.to_product_dtype, lora_sum.to_float32 = casts  # type: ignore[assignment]
+        sums.to_product_dtype, sums.to_float32 = casts  # type: ignore[assignment]
         torch.multinomial, torch.nn.functional.softmax = draw  # type: ignore[assignment]
         torch.nn.functional.linear = linear  # type: ignore[assignment]
 
@@ -250,14 +251,14 @@ def spread(values: list[float]) -> dict[str, float]:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
-class SubmoduleSumLoraLinear(lora_sum.Float32SumLoraLinear):
+class SubmoduleSumLoraLinear(half_precision_sum.Float32SumLoraLinear):
     """The float32 sum's layer as it was before the cuts of docs/stage_cost.md ("A bfloat16
     stage, part by part"): PEFT's submodules called for the branch, one cast per product."""
 
     def forward(self, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
         base = self.get_base_layer()
         result = base(x.to(base.weight.dtype), *args, **kwargs).float()
-        branch = lora_sum._lora_branch(self, x)  # noqa: SLF001
+        branch = half_precision_sum._lora_branch(self, x)  # noqa: SLF001
         return result if branch is None else result + branch
 
 
@@ -265,7 +266,7 @@ def before_the_cuts(model: torch.nn.Module) -> int:
     """``bfloat16+before``: the float32 sum's layers computed as before the cuts."""
     changed = 0
     for module in model.modules():
-        if type(module) is lora_sum.Float32SumLoraLinear:
+        if type(module) is half_precision_sum.Float32SumLoraLinear:
             module.__class__ = SubmoduleSumLoraLinear
             changed += 1
     return changed

@@ -51,9 +51,10 @@ class LoraSettings:
     """Which linear layers get an adapter ("all-linear": every one except the output head)."""
     half_precision_sum: Literal["float32", "round_once", "peft"] = "float32"
     """How an adapted layer of a bfloat16/float16 model adds s·B·A·x to W·x
-    (``llm.models.lora_sum``): "float32", the half-precision product's output plus the branch,
-    kept in float32; "round_once", both in float32, rounded once; "peft", PEFT's, which rounds
-    W·x first and so loses a branch under half a unit of its last place. No effect in float32."""
+    (``llm.models.half_precision_sum``): "float32", the half-precision product's output plus the
+    branch, kept in float32; "round_once", both in float32, rounded once; "peft", PEFT's, which
+    rounds W·x first and so loses a branch under half a unit of its last place. No effect in
+    float32."""
 
     def __post_init__(self) -> None:
         check_section(self, "lora")

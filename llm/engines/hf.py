@@ -26,7 +26,7 @@ from llm.engines.context_cache import ContextCaches
 from llm.engines.messages import generate_messages
 from llm.engines.protocol import Drawn, TurnRequest
 from llm.models.agents import LoraBackbone, LoraTeam, is_half_precision, weights_dtype
-from llm.models.lora_sum import lora_sum_of
+from llm.models.half_precision_sum import lora_sum_of
 
 
 class HFEngine:

@@ -30,7 +30,7 @@ from transformers import PreTrainedModel
 from llm.common.devices import seeded
 from llm.common.settings import LoraSettings
 from llm.models.generation import MergedGenerationCopy
-from llm.models.lora_sum import install_lora_sum
+from llm.models.half_precision_sum import install_lora_sum
 from llm.models.precision import is_half
 
 GRADIENT_CHECKPOINTING_NOTICE = r"`is_gradient_checkpointing` is deprecated"

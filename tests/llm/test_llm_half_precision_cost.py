@@ -21,9 +21,9 @@ from llm_test_support import gamma
 from peft import LoraConfig, get_peft_model
 from peft.tuners.lora import Linear as LoraLinear
 
-from llm.models import lora_sum
+from llm.models import half_precision_sum
+from llm.models.half_precision_sum import Float32SumLoraLinear, install_lora_sum, to_product_dtype
 from llm.models.loading import load_model
-from llm.models.lora_sum import Float32SumLoraLinear, install_lora_sum, to_product_dtype
 from llm.models.precision import half_precision_attention, half_precision_head_for_sampling
 
 
@@ -142,13 +142,13 @@ def test_products_of_one_input_share_its_cast_and_only_while_it_is_unchanged():
 def _input_gradient(model, x: torch.Tensor, cast) -> torch.Tensor:
     """The gradient of the block's output sum with respect to its float32 input, with
     ``cast`` in place of ``to_product_dtype``."""
-    original = lora_sum.to_product_dtype
-    lora_sum.to_product_dtype = cast
+    original = half_precision_sum.to_product_dtype
+    half_precision_sum.to_product_dtype = cast
     try:
         inp = x.clone().requires_grad_(True)
         model(inp).sum().backward()
     finally:
-        lora_sum.to_product_dtype = original
+        half_precision_sum.to_product_dtype = original
     assert inp.grad is not None
     return inp.grad
 
@@ -166,10 +166,10 @@ def test_with_gradients_each_product_casts_its_own_input():
 
     assert not torch.equal(_input_gradient(model, x, always_shared), separate)
     assert torch.equal(_input_gradient(model, x, to_product_dtype), separate)
-    lora_sum._last_cast = None
+    half_precision_sum._last_cast = None
     with torch.no_grad():  # without gradients the shared cast computes the same output
         shared_output = model(x)
-        assert lora_sum._last_cast is not None and lora_sum._last_cast[0] is x
+        assert half_precision_sum._last_cast is not None and half_precision_sum._last_cast[0] is x
     assert torch.equal(shared_output, model(x).detach())
 
 

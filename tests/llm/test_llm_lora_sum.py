@@ -1,5 +1,5 @@
-"""How a half-precision model adds its LoRA branch (``llm.models.lora_sum``): the rounding that
-lost bfloat16's signal, and the sums that keep it.
+"""How a half-precision model adds its LoRA branch (``llm.models.half_precision_sum``): the
+rounding that lost bfloat16's signal, and the sums that keep it.
 
 PEFT rounds ``W x`` to bfloat16, adds ``s B A x`` and rounds again: a branch under half a unit
 in the last place of ``W x`` vanishes. These tests build such branches on purpose and check
@@ -21,7 +21,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from llm.common.devices import seeded
 from llm.common.settings import LoraSettings
 from llm.models.agents import AdapterWeights, LoraBackbone
-from llm.models.lora_sum import (
+from llm.models.half_precision_sum import (
     Float32SumLoraLinear,
     RoundOnceLoraLinear,
     install_lora_sum,

@@ -4,8 +4,8 @@ A float32 value v between two neighbouring half-precision values lo <= v <= hi i
 with probability (v - lo) / (hi - lo) and to lo otherwise, so that E[round(v)] = v exactly: the
 rounding is unbiased wherever v lies on the grid. Round-to-nearest is not: an output already on
 the grid (a half-precision product's) plus a branch under half the grid's spacing rounds back to
-the same output every time, and the branch is lost (``llm/models/lora_sum.py`` tells the same of
-PEFT's sum, which vLLM's LoRA layers share).
+the same output every time, and the branch is lost (``llm/models/half_precision_sum.py`` tells
+the same of PEFT's sum, which vLLM's LoRA layers share).
 
 The uniform each value is compared with is not drawn from a generator: it is a hash of the
 value's own float32 bits and of its column (its output feature), a counter-based stream in the
