@@ -34,7 +34,7 @@ import torch
 from llm.common.config import load_config
 from llm.common.devices import DTYPES
 from llm.conversation.dialogue import Episode, Turn
-from llm.engines.messages import generate_messages
+from llm.engines.hf.messages import generate_messages
 from llm.models.agents import AdapterWeights, LoraTeam
 from llm.sampling.sampler import DialogueSampler
 from llm.training.builder import build

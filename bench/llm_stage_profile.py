@@ -47,7 +47,7 @@ from graded_rollouts import AlternatingRewards
 
 from llm.common import profiling
 from llm.common.config import RunConfig, load_config
-from llm.engines.messages import generate_messages
+from llm.engines.hf.messages import generate_messages
 from llm.training.builder import Components, build
 from llm.training.train import train
 

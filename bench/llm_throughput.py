@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 
 from llm.common.config import RunConfig
-from llm.engines.messages import generate_messages
+from llm.engines.hf.messages import generate_messages
 from llm.models.agents import LoraBackbone, LoraSettings, SeparateBackbone
 from llm.models.loading import load_model
 from llm.problems.tasks import ArithmeticSuite

@@ -28,7 +28,7 @@ import torch
 
 from llm.common import profiling
 from llm.common.config import load_config
-from llm.engines.draw import DRAWS
+from llm.engines.hf.draw import DRAWS
 from llm.training.builder import build
 
 

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 Estimator = Literal["exact", "k1", "k3"]
 Direction = Literal["reverse", "forward"]
 Draw = Literal["multinomial", "inverse_cdf"]
-"""How a sampled token is drawn (``llm.engines.draw``)."""
+"""How a sampled token is drawn (``llm.engines.hf.draw``)."""
 ESTIMATORS: tuple[str, ...] = ("exact", "k1", "k3")
 DIRECTIONS: tuple[str, ...] = ("reverse", "forward")
 
@@ -135,14 +135,14 @@ class SamplerSettings:
     way: the ratio's denominator is the pre-update pass, which the check compares against."""
     kept_contexts_mb: int = 2048
     """The most memory (MiB) the keys and values each speaker computed over its contexts may
-    hold, kept for the next draw of the stage (``llm.engines.context_cache``): after an
+    hold, kept for the next draw of the stage (``llm.engines.hf.context_cache``): after an
     update, an unchanged later speaker then reads only what was regenerated, not the prompt
     and kept turns again. The same samples up to float rounding; a call whose cache would
     exceed the limit is not kept (its contexts are read afresh next time). About 46 KB a
     token for SmolLM2-135M: 0.7 GB for the 8-agent chain's 8 dialogues. Only dialogues of 3 or
     more turns keep any. 0: off."""
     draw: Draw = "multinomial"
-    """How engine "hf" draws a token from softmax(logits / T) (``llm.engines.draw``): both
+    """How engine "hf" draws a token from softmax(logits / T) (``llm.engines.hf.draw``): both
     exactly, with other random numbers. "multinomial": ``generate``'s own, one exponential
     variate per vocabulary entry (every earlier run's samples). "inverse_cdf": one uniform per
     row against the cumulative probabilities, about 30 ms a decoding step less for SmolLM2's

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from llm.common.settings import SamplerSettings
 from llm.conversation.dialogue import ChatFormat
-from llm.engines.hf import HFEngine
+from llm.engines.hf.engine import HFEngine
 from llm.engines.protocol import Engine
 from llm.engines.vllm.client import VLLMEngine
 

@@ -15,7 +15,7 @@ every engine draws whatever it needs from that generator, in the order of the tu
 asked for, so a replayed play draws the same messages. A request with ``seeds`` draws each row
 from the numbers of its own seed instead, the same numbers in whatever batch, call or draw the
 row comes (common random numbers): Hugging Face by an exponential race (Gumbel-max,
-``llm.engines.draw.CoupledDraw``), vLLM by the same race from each request's seed.
+``llm.engines.hf.draw.CoupledDraw``), vLLM by the same race from each request's seed.
 """
 
 from __future__ import annotations

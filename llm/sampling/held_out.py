@@ -16,7 +16,7 @@ as 1/n, and a group's mean narrows only the variance.
 **Coupled continuations** (``[sampler] held_out_coupled``, the default): a pair's two sides
 differ by the update and by the sampling noise of the turns after the cut. Each held-out
 dialogue gets a seed of its own (``Episode.noise_seed``), and every token of its turn t is drawn
-from the numbers of (seed, t) alone (``turn_seeds``; ``llm.engines.draw``), by the old team and
+from the numbers of (seed, t) alone (``turn_seeds``; ``llm.engines.hf.draw``), by the old team and
 by its continuation alike. The kept turns read only the numbers of the turns before the cut, so
 the continuation is an exact draw of the new team given them, as an uncoupled one: each side's
 marginal is unchanged and the pairs' mean still has expectation J(new) - J(old); the seeds are

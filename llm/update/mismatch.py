@@ -1,6 +1,6 @@
 """The sampler's policy against the trainer's: measured at every update, checked, corrected.
 
-The rollouts of an update are drawn by the generating model (``llm.engines.messages``), whose
+The rollouts of an update are drawn by the generating model (``llm.engines.hf.messages``), whose
 recorded log-probs ``log μ(y_t)`` come from cached one-token-at-a-time decoding; the updater
 scores the same tokens with the training forward pass over whole transcripts, ``log π(y_t)``.
 In float32 the two agree to rounding (|gap| ~ 4e-5 a token on SmolLM2, ``ratio_tolerance``

@@ -1,5 +1,5 @@
 """An unchanged speaker's kept keys and values (``[sampler] kept_contexts_mb``) sample what a fresh
-prefill samples (llm.engines.context_cache).
+prefill samples (llm.engines.hf.context_cache).
 
 The tiny 3-agent team is resampled after agent 1's update, with and without the kept contexts,
 from the same generator states: the messages must be the same token for token (a wrong key,
@@ -23,7 +23,7 @@ import torch
 from llm_test_support import arithmetic_sampler, perturb_agent
 
 from llm.common import profiling
-from llm.engines.context_cache import ContextCaches, ContextSource, SpeakerContexts
+from llm.engines.hf.context_cache import ContextCaches, ContextSource, SpeakerContexts
 
 ROOT = Path(__file__).resolve().parents[2]
 FLOAT_TOLERANCE = dict(rtol=1e-4, atol=1e-6)

@@ -1,6 +1,6 @@
 """Coupled continuations of held-out pairs (``[sampler] held_out_coupled``): a held-out dialogue
 and its continuation by the next team draw every token of turn t from the numbers of (the
-dialogue's seed, t), by an exponential race (Gumbel-max, ``llm.engines.draw.CoupledDraw``).
+dialogue's seed, t), by an exponential race (Gumbel-max, ``llm.engines.hf.draw.CoupledDraw``).
 Checked on tiny random models: the same team on both sides gives the same tokens (every pair 0,
 where independent noise does not); each side's tokens are exact draws of the engine's
 softmax(logits / T); the pairs' mean is the exact J(new) - J(old) within its standard errors,
@@ -19,7 +19,7 @@ from scipy.stats import chi2
 
 import llm
 from llm.conversation.dialogue import Turn
-from llm.engines.messages import generate_messages
+from llm.engines.hf.messages import generate_messages
 from llm.engines.protocol import TurnRequest
 from llm.models.agents import AdapterWeights, LoraTeam
 from llm.problems.task import Dialogue, Task

@@ -12,8 +12,8 @@ import torch
 from llm_test_support import arithmetic_sampler, perturb_agent
 
 from llm.common.config import ConfigError, load_config, parse_override
-from llm.engines.draw import InverseCdfDraw, inverse_cdf_tokens
-from llm.engines.messages import generate_messages
+from llm.engines.hf.draw import InverseCdfDraw, inverse_cdf_tokens
+from llm.engines.hf.messages import generate_messages
 
 TEMPERATURE = 0.7
 Z = 5.0  # standard errors allowed per token

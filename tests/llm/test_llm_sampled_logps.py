@@ -16,7 +16,7 @@ from llm_test_support import (
 )
 
 from llm.conversation.dialogue import Turn
-from llm.engines.messages import generate_messages
+from llm.engines.hf.messages import generate_messages
 
 TEMPERATURE = 0.7
 

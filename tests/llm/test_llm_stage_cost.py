@@ -26,7 +26,7 @@ from llm_test_support import (
 )
 
 from llm.common import profiling
-from llm.engines.messages import generate_messages
+from llm.engines.hf.messages import generate_messages
 from llm.logprobs.losses import per_token_kl, per_token_kl_from_log_probs
 from llm.logprobs.scoring import message_logits
 from llm.sampling.rollouts import BehaviourLogps

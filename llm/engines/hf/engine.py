@@ -2,12 +2,12 @@
 
 The speaker's adapter is merged into a plain copy of the base model (``llm.models.generation``)
 in float32, or applied by the training model's own LoRA layers in half precision; prompts are
-prefilled once per group (``llm.engines.messages``), and within one stage an unchanged speaker
+prefilled once per group (``llm.engines.hf.messages``), and within one stage an unchanged speaker
 continues from the keys and values it computed over the same prefix in the draw before
-(``llm.engines.context_cache``, ``[sampler] kept_contexts_mb``). Sampling draws from torch's
+(``llm.engines.hf.context_cache``, ``[sampler] kept_contexts_mb``). Sampling draws from torch's
 generator, which the sampler seeds once per play: the samples are what they were before
 engines existed, bit for bit; a request's coupled rows (``TurnRequest.seeds``) draw from their
-own seeds' numbers instead (``llm.engines.draw.CoupledDraw``).
+own seeds' numbers instead (``llm.engines.hf.draw.CoupledDraw``).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from llm.common.settings import SamplerSettings
 from llm.conversation.dialogue import ChatFormat
-from llm.engines.context_cache import ContextCaches
-from llm.engines.messages import generate_messages
+from llm.engines.hf.context_cache import ContextCaches
+from llm.engines.hf.messages import generate_messages
 from llm.engines.protocol import Drawn, TurnRequest
 from llm.models.agents import LoraBackbone, LoraTeam, is_half_precision, weights_dtype
 from llm.models.half_precision_sum import lora_sum_of

@@ -1,7 +1,7 @@
 """One message per context, sampled with the key/value cache, and the caches it starts from.
 
 ``generate_messages`` runs each group's prompt once (its rows continue from that cache) and,
-given the contexts a speaker snapshot read in earlier draws (``llm.engines.context_cache``),
+given the contexts a speaker snapshot read in earlier draws (``llm.engines.hf.context_cache``),
 continues each row from the longest prefix whose keys and values it already has. Either way the
 messages are drawn from the speaker's own softmax(logits / T): the cached keys and values are
 those a fresh prefill of the same tokens computes (causal attention), up to float rounding.
@@ -22,8 +22,8 @@ from llm.common import profiling
 from llm.common.devices import model_device
 from llm.common.hf_compat import cache_argument, cache_of
 from llm.conversation.dialogue import ChatFormat
-from llm.engines.context_cache import ContextCaches, ContextSource, LayerTensors, SnapshotKey
-from llm.engines.draw import CoupledDraw, Draw, InverseCdfDraw
+from llm.engines.hf.context_cache import ContextCaches, ContextSource, LayerTensors, SnapshotKey
+from llm.engines.hf.draw import CoupledDraw, Draw, InverseCdfDraw
 
 
 def generate_messages(
@@ -49,7 +49,7 @@ def generate_messages(
     group of G dialogues on one problem pays for its prompt once instead of G times.
 
     ``kept`` (with ``prompt_lengths``): the contexts ``model``'s snapshot read before
-    (``llm.engines.context_cache``). A row whose context shares a longer prefix with one of
+    (``llm.engines.hf.context_cache``). A row whose context shares a longer prefix with one of
     them than its prompt continues from that context's keys and values; afterwards every row's
     context is kept there for later calls.
 
@@ -59,9 +59,9 @@ def generate_messages(
     training forward pass, ``bench/behaviour_logp_gap.py``).
 
     ``draw`` (sampling only): how each token is drawn from that softmax
-    (``llm.engines.draw``). ``seeds`` (one per context, sampling only): each row's tokens are
+    (``llm.engines.hf.draw``). ``seeds`` (one per context, sampling only): each row's tokens are
     drawn from its own seed's numbers instead, whatever ``draw`` says (coupled rows,
-    ``llm.engines.draw.CoupledDraw``).
+    ``llm.engines.hf.draw.CoupledDraw``).
     """
     rows = len(contexts)
     layout: _CachedLayout | None = None
