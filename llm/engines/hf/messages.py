@@ -63,55 +63,77 @@ def generate_messages(
     drawn from its own seed's numbers instead, whatever ``draw`` says (coupled rows,
     ``llm.engines.hf.draw.CoupledDraw``).
     """
-    rows = len(contexts)
-    layout: _CachedLayout | None = None
+    layout = None
     if prompt_lengths is None:
         input_ids, attention = _left_padded(contexts, chat.pad_id)
-        width, cache = input_ids.shape[1], None
+        cache = None
     else:
         caches, key = kept if kept is not None else (None, None)
         layout = _cached_layout(model, contexts, chat, prompt_lengths, caches, key)
         input_ids, attention, cache = layout.input_ids, layout.attention, layout.cache
-        width = input_ids.shape[1]
     greedy = temperature == 0
     record = sampled_logps is not None
     keeping = kept is not None and layout is not None and layout.keepable
     if (record or seeds is not None) and greedy:
         raise ValueError("sampled_logps and seeds need sampling (temperature > 0)")
-    # "inverse_cdf" and coupled rows run generate greedily on scores whose argmax their
-    # processor drew, and record the log-probs themselves (generate's scores are then one-hot).
     processor = _draw_processor(temperature, draw, seeds, [] if record else None)
     sampling = not greedy and processor is None
     config = _generation_config(
         chat, max_new_tokens, temperature if sampling else None, record, keeping
     )
+    output = _generate(model, input_ids, attention, cache, config, processor)
+    sequences = output.sequences if record or keeping else output
+    if keeping:
+        assert kept is not None and layout is not None
+        layout.keep_contexts(contexts, cache_of(output), *kept)
+    width = input_ids.shape[1]
+    new_tokens = sequences[:, width:]
+    drawn = _drawn_logps(output, processor, new_tokens) if sampled_logps is not None else None
+    messages = _cut_at_stop(new_tokens, chat.stop_id, drawn, sampled_logps)
+    profiling.count("generated tokens", sum(len(m) for m in messages))
+    profiling.count("generation steps", sequences.shape[1] - width)
+    profiling.count("generation rows", len(contexts))
+    return messages
+
+
+def _generate(
+    model: PreTrainedModel | PeftModel,
+    input_ids: torch.Tensor,
+    attention: torch.Tensor,
+    cache: typing.Any,
+    config: GenerationConfig,
+    processor: InverseCdfDraw | CoupledDraw | None,
+) -> typing.Any:
+    """``model.generate`` on the laid-out batch, continuing from ``cache`` where one is given."""
     device = model_device(model)
     # A PeftModel forwards ``generate`` to the model it wraps; its stubs do not declare it.
     generate = typing.cast(Callable[..., typing.Any], model.generate)
     with torch.no_grad():
-        output = generate(
+        return generate(
             input_ids=input_ids.to(device),
             attention_mask=attention.to(device),
             generation_config=config,
             **cache_argument(cache),
             **({} if processor is None else {"logits_processor": LogitsProcessorList([processor])}),
         )
-    sequences = output.sequences if record or keeping else output
-    if keeping:
-        assert kept is not None and layout is not None
-        layout.keep_contexts(contexts, cache_of(output), *kept)
+
+
+def _cut_at_stop(
+    new_tokens: torch.Tensor,
+    stop_id: int,
+    drawn: torch.Tensor | None,
+    sampled_logps: list[torch.Tensor] | None,
+) -> list[tuple[int, ...]]:
+    """Each row's message: its new tokens up to and including the first ``stop_id`` (all of
+    them where none was drawn); with ``sampled_logps``, each message's ``drawn`` log-probs are
+    appended to it."""
     messages = []
-    new_tokens = sequences[:, width:]
-    if sampled_logps is not None:
-        drawn = _drawn_logps(output, processor, new_tokens)
     for row, tokens in enumerate(new_tokens.tolist()):
-        cut = tokens.index(chat.stop_id) + 1 if chat.stop_id in tokens else len(tokens)
+        cut = tokens.index(stop_id) + 1 if stop_id in tokens else len(tokens)
         messages.append(tuple(tokens[:cut]))
         if sampled_logps is not None:
+            assert drawn is not None
             sampled_logps.append(drawn[row, :cut])
-    profiling.count("generated tokens", sum(len(m) for m in messages))
-    profiling.count("generation steps", sequences.shape[1] - width)
-    profiling.count("generation rows", rows)
     return messages
 
 
@@ -121,7 +143,10 @@ def _draw_processor(
     seeds: Sequence[int] | None,
     logps: list[torch.Tensor] | None,
 ) -> InverseCdfDraw | CoupledDraw | None:
-    """The processor that draws each token (None: greedy, or ``generate``'s multinomial)."""
+    """The processor that draws each token (None: greedy, or ``generate``'s multinomial).
+    "inverse_cdf" and coupled rows run ``generate`` greedily on scores whose argmax their
+    processor drew, and record the log-probs themselves (``generate``'s scores are then
+    one-hot)."""
     if temperature == 0:
         return None
     if seeds is not None:
@@ -259,17 +284,7 @@ def _cached_layout(
     missing = [row for row in range(rows) if sources[row] is None]
     if missing:
         distinct = list(dict.fromkeys(prompts[row] for row in missing))
-        prefix_ids, prefix_mask = _left_padded(distinct, chat.pad_id)
-        prompt_width = prefix_ids.shape[1]
-        with torch.no_grad():
-            prompt_cache = cache_of(
-                model(
-                    input_ids=prefix_ids.to(device),
-                    attention_mask=prefix_mask.to(device),
-                    position_ids=(prefix_mask.cumsum(-1) - 1).clamp(min=0).to(device),
-                    use_cache=True,
-                )
-            )
+        prompt_cache, prompt_width = _prompts_cache(model, distinct, chat.pad_id, device)
         prompt_layers = _layer_tensors(prompt_cache)
         if len(missing) == rows:
             # No kept row: one cache row per context from the prompts' own cache.
@@ -289,6 +304,39 @@ def _cached_layout(
                 torch.arange(start, prompt_width),
             )
     ready = typing.cast(list[tuple[LayerTensors, int, torch.Tensor]], sources)
+    return _assembled_layout(contexts, ready, set(missing), chat, device)
+
+
+def _prompts_cache(
+    model: torch.nn.Module,
+    prompts: Sequence[Sequence[int]],
+    pad_id: int,
+    device: torch.device,
+) -> tuple[typing.Any, int]:
+    """One forward pass over ``prompts``, left-padded (positions follow the mask): its
+    key/value cache, one row per prompt, and its width."""
+    prefix_ids, prefix_mask = _left_padded(prompts, pad_id)
+    with torch.no_grad():
+        prompt_cache = cache_of(
+            model(
+                input_ids=prefix_ids.to(device),
+                attention_mask=prefix_mask.to(device),
+                position_ids=(prefix_mask.cumsum(-1) - 1).clamp(min=0).to(device),
+                use_cache=True,
+            )
+        )
+    return prompt_cache, prefix_ids.shape[1]
+
+
+def _assembled_layout(
+    contexts: Sequence[Sequence[int]],
+    ready: Sequence[tuple[LayerTensors, int, torch.Tensor]],
+    fresh: set[int],
+    chat: ChatFormat,
+    device: torch.device,
+) -> _CachedLayout:
+    """The layout over one cache gathered from every row's source (``ready``: where its cached
+    part's keys and values lie); ``fresh``: the rows whose prompt this call ran."""
     cached_width = max(len(positions) for _, _, positions in ready)
     # Per row, the source positions of its cached part, right-aligned in ``cached_width``; the
     # padding slots repeat its first position (finite values that the mask hides).
@@ -300,7 +348,6 @@ def _cached_layout(
     ).to(device)
     assembled = _gathered_layers(ready, index, device)
     cached_prefixes = [tuple(contexts[r][: len(p)]) for r, (_, _, p) in enumerate(ready)]
-    fresh = set(missing)
     profiling.count(
         "kept context positions", sum(len(p) for r, (_, _, p) in enumerate(ready) if r not in fresh)
     )
