@@ -4,14 +4,16 @@ Both ways draw token i with probability p_i = softmax(z / T)_i, exactly as far a
 go; they differ in the random numbers they use, so the same seed gives other samples.
 
 - ``"multinomial"`` (the default): Hugging Face ``generate``'s own ``torch.multinomial(p, 1)``,
-  which draws one exponential variate per vocabulary entry and takes argmax(p / q). On a
-  49,152-token vocabulary that is 1.6M variates for 32 rows, about 30 ms a decoding step on one
-  CPU thread, whatever the model's precision (``bench/sampling_draw.py``). Runs recorded before
-  this setting existed reproduce only with it.
+  which draws one exponential variate per vocabulary entry and row and takes argmax(p / q): a
+  cost per decoding step that grows with the vocabulary, whatever the model's precision. Runs
+  recorded before this setting existed reproduce only with it.
 - ``"inverse_cdf"``: one float64 uniform u per row and the first token whose cumulative
   probability exceeds u times the total. The cumulative sums are float64 over float32
   probabilities, so each token's share of [0, total) is its p_i to about 1e-12 relative: the
-  same distribution at a few milliseconds a step.
+  same distribution for one random number a row.
+
+What either costs a step is measured in docs/scaling_out.md, "Half precision" ("Is it faster?",
+with ``bench/sampling_draw.py``).
 
 **Coupled rows** (``CoupledDraw``; a held-out pair's two sides, ``llm.sampling.held_out``),
 whatever ``draw`` says: each row has a generator of its own, seeded with the row's seed, and at
@@ -29,6 +31,7 @@ where mass moves between tokens on either side of a third, that third's draws mo
 neighbours, and where rewards alternate with token ids that can spread the pairs more than
 independent noise does (docs/measured_certificate.md, "Coupled continuations on language
 models"). The race's numbers cost what ``"multinomial"`` spends on every row anyway.
+
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ def environment_part(record: StageMetrics) -> str:
 def messages_cut(episodes: Sequence[Any], sampler: Any) -> tuple[int, int]:
     """Of the messages of ``episodes``, those cut at their speaker's ``max_new_tokens``, and
     all: a cut message fills its limit without the stop token, which one that ended on its
-    own carries as its last token (``llm.sampling.messages``)."""
+    own carries as its last token (``llm.engines.hf.messages``)."""
     stop = sampler.chat.stop_id
     turns = [turn for episode in episodes for turn in episode.turns]
     cut = sum(
