@@ -22,7 +22,12 @@ the continuation is an exact draw of the new team given them, as an uncoupled on
 marginal is unchanged and the pairs' mean still has expectation J(new) - J(old); the seeds are
 drawn independently per dialogue, so the pairs stay i.i.d. given the update. Where the two
 teams give the same next-token distribution, the same numbers give the same token, and a
-continuation that repeats its dialogue earns its reward: D = 0 (common random numbers).
+continuation that repeats its dialogue earns its reward: D = 0 (common random numbers). A
+turn of an agent the update did not change, after a continuation that so far repeats its old
+dialogue, is the old turn's message, not drawn again (``Replay``): the same policy, the same
+context and the same numbers drew it, so drawing it again would compute the same tokens (up to
+float rounding); a relay's continuation whose first message came out the same then costs one
+turn instead of two.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
+import torch
 
 from llm.conversation.dialogue import Episode
 from llm.problems.rewards import Grade
@@ -45,7 +51,9 @@ class Player(Protocol):
         self, count: int | None = None, group_size: int | None = None, coupled: bool = False
     ) -> list[Episode]: ...
 
-    def play(self, team: Any, episodes: list[Episode]) -> tuple[list[Episode], int]: ...
+    def play(
+        self, team: Any, episodes: list[Episode], *, replay: Replay | None = None
+    ) -> tuple[list[Episode], int]: ...
 
     def graded(self, episodes: Sequence[Episode]) -> tuple[list[Grade], np.ndarray]: ...
 
@@ -87,6 +95,35 @@ def check_in_range(rewards: np.ndarray, reward_range: tuple[float, float]) -> No
             f"the task's reward range [{low:g}, {high:g}] (llm.Task reward_range, plus a format "
             "bonus's weight): the measured certificate needs every reward inside it"
         )
+
+
+@dataclass(frozen=True)
+class Replay:
+    """A coupled continuation's old dialogues, aligned with the episodes played, and the policy
+    the update changed (see ``replayed_messages``)."""
+
+    episodes: Sequence[Episode]
+    changed_policy: int
+
+
+def replayed_messages(
+    episodes: Sequence[Episode], indices: Sequence[int], policy: int, replay: Replay | None
+) -> dict[int, tuple[tuple[int, ...], torch.Tensor | None]]:
+    """Of ``indices``, the episodes whose next turn, spoken for ``policy``, is its old
+    dialogue's next turn again, with that turn's message and recorded log-probs: coupled
+    episodes whose turns so far equal their old dialogue's, where ``policy`` is not the one the
+    update changed (the same policy at the same context with the same numbers)."""
+    if replay is None or policy == replay.changed_policy:
+        return {}
+    found = {}
+    for index in indices:
+        episode, old = episodes[index], replay.episodes[index]
+        turn = len(episode.turns)
+        if episode.noise_seed is None or episode.noise_seed != old.noise_seed:
+            continue
+        if turn < len(old.turns) and old.turns[:turn] == episode.turns:
+            found[index] = (old.turns[turn].message, old.turns[turn].sampled_logps)
+    return found
 
 
 def turn_seeds(episodes: Sequence[Episode]) -> list[int] | None:
@@ -166,7 +203,7 @@ def continue_groups(
     if training_range is None:
         return None, (), 0
     cut, _ = player.cut_before(previous.episodes, updated_agent)
-    continued, tokens = player.play(team, cut)
+    continued, tokens = player.play(team, cut, replay=Replay(previous.episodes, updated_agent))
     _, new_rewards = player.graded(continued)
     for batch in (previous.rewards, new_rewards):
         check_in_range(batch, training_range)

@@ -44,7 +44,14 @@ from llm.problems.rewards import Grade
 from llm.problems.task import Dialogue, ProblemSource, Task, verdict_of
 from llm.problems.tasks import Problem
 from llm.sampling.dynamic import sample_with_signal
-from llm.sampling.held_out import continue_groups, draw_held_out, draw_pairs, turn_seeds
+from llm.sampling.held_out import (
+    Replay,
+    continue_groups,
+    draw_held_out,
+    draw_pairs,
+    replayed_messages,
+    turn_seeds,
+)
 from llm.sampling.rollouts import (
     BehaviourLogps,
     DialogueRollouts,
@@ -208,19 +215,22 @@ class DialogueSampler:
         temperature: float | None = None,
         seed: int | None = None,
         on_messages: Callable[[int], None] | None = None,
+        replay: Replay | None = None,
     ) -> tuple[list[Episode], int]:
         """Complete every episode to H turns; returns them and the number of generated tokens.
 
         ``temperature`` overrides the policy's (0 = greedy, for evaluation only). Generation is
         seeded with ``seed``, by default the next draw of the sampler's generator (a sharded
         sampler draws every shard's seed itself, ``llm.training.distributed``). ``on_messages`` hears
-        how many messages each generated batch added (for progress).
+        how many messages each generated batch added (for progress). ``replay``: a coupled
+        continuation's old dialogues, whose turns it repeats where nothing could differ
+        (``llm.sampling.held_out.Replay``).
         """
         temperature = self.settings.temperature if temperature is None else temperature
         episodes = list(episodes)
         seed = int(self.rng.integers(2**31)) if seed is None else seed
         with seeded(seed):
-            return self._play(team, episodes, temperature, on_messages)
+            return self._play(team, episodes, temperature, on_messages, replay)
 
     def _play(
         self,
@@ -228,6 +238,7 @@ class DialogueSampler:
         episodes: list[Episode],
         temperature: float,
         on_messages: Callable[[int], None] | None,
+        replay: Replay | None = None,
     ) -> tuple[list[Episode], int]:
         s = self.settings
         generated = 0
@@ -243,37 +254,57 @@ class DialogueSampler:
                 return episodes, generated
             for agent in sorted(pending):
                 indices = pending[agent]
-                contexts = [self.chat.context(episodes[i], agent) for i in indices]
-                lengths = [len(episodes[i].prompt) for i in indices]
-                # Whole contexts when prompts are not shared (a one-token prompt shares nothing).
-                prompt_lengths = lengths if self.reuse_work and min(lengths) >= 2 else None
-                request = TurnRequest(
-                    team,
-                    agent,
-                    self.chat.policy(agent),
-                    contexts,
-                    s.max_tokens_of(agent),
-                    temperature,
-                    record=temperature > 0,
-                    prompt_lengths=prompt_lengths,
-                    seeds=turn_seeds([episodes[i] for i in indices]),
-                )
-                with profiling.section(f"sampling turn {len(episodes[indices[0]].turns) + 1}"):
-                    drawn = self.engine.draw(request)
-                messages, recorded = drawn.messages, drawn.logps
-                for k, (index, message) in enumerate(zip(indices, messages, strict=True)):
-                    episode = episodes[index]
-                    logps = None if recorded is None else recorded[k]
+                drawn = replayed_messages(episodes, indices, self.chat.policy(agent), replay)
+                fresh = [i for i in indices if i not in drawn]
+                if fresh:
+                    messages = self._draw_turn(team, episodes, fresh, agent, temperature)
+                    drawn.update(zip(fresh, messages, strict=True))
+                    generated += sum(len(drawn[i][0]) for i in fresh)
+                for index in indices:
+                    message, logps = drawn[index]
                     session = sessions[index]
                     turn = (
                         Turn(agent, message, logps)
                         if session is None
                         else session.turn(agent, message, logps)
                     )
-                    episodes[index] = episode.with_turns([*episode.turns, turn])
-                    generated += len(message)
+                    episodes[index] = episodes[index].with_turns([*episodes[index].turns, turn])
                 if on_messages is not None:
-                    on_messages(len(messages))
+                    on_messages(len(indices))
+
+    def _draw_turn(
+        self,
+        team: LoraTeam,
+        episodes: Sequence[Episode],
+        indices: Sequence[int],
+        agent: int,
+        temperature: float,
+    ) -> list[tuple[tuple[int, ...], torch.Tensor | None]]:
+        """The engine's next message of ``agent`` in each episode of ``indices``, with its
+        tokens' recorded log-probs (None where not recorded)."""
+        s = self.settings
+        contexts = [self.chat.context(episodes[i], agent) for i in indices]
+        lengths = [len(episodes[i].prompt) for i in indices]
+        # Whole contexts when prompts are not shared (a one-token prompt shares nothing).
+        prompt_lengths = lengths if self.reuse_work and min(lengths) >= 2 else None
+        request = TurnRequest(
+            team,
+            agent,
+            self.chat.policy(agent),
+            contexts,
+            s.max_tokens_of(agent),
+            temperature,
+            record=temperature > 0,
+            prompt_lengths=prompt_lengths,
+            seeds=turn_seeds([episodes[i] for i in indices]),
+        )
+        with profiling.section(f"sampling turn {len(episodes[indices[0]].turns) + 1}"):
+            drawn = self.engine.draw(request)
+        recorded = drawn.logps
+        return [
+            (message, None if recorded is None else recorded[k])
+            for k, message in enumerate(drawn.messages)
+        ]
 
     def scored_logps(self, team: LoraTeam, episodes: tuple[Episode, ...]) -> BehaviourLogps:
         """Every message's token log-probs under its speaker, by the training forward pass:
