@@ -52,7 +52,9 @@ class TurnRequest:
     record: bool
     """Whether the sampled tokens' log-probs are wanted."""
     prompt_lengths: Sequence[int] | None = None
-    """Each context's prompt length, where prompts are shared within the batch."""
+    """Each context's prompt length (its group's opening, the same for every dialogue of the
+    group), where the engine runs each distinct prompt once (``Engine.shares_prompts``); None:
+    it draws whole contexts."""
     seeds: Sequence[int] | None = None
     """Per context, the seed (below 2**63) of the random numbers its message is drawn with: the
     rows of coupled dialogues (a held-out pair's two sides, ``llm.sampling.held_out``), whose
@@ -82,6 +84,13 @@ class Engine(Protocol):
         """Make the engine ready to draw for ``team`` (a server engine starts or checks its
         server here, before the run directory exists); ``positions``: the model's,
         ``threads``: the CPU threads it may use (0: torch's count)."""
+        ...
+
+    def shares_prompts(self, prompt_lengths: Sequence[int]) -> bool:
+        """Whether this engine runs each distinct prompt of a batch once, for contexts whose
+        prompts are ``prompt_lengths`` tokens long (it is then given them in
+        ``TurnRequest.prompt_lengths``); False: each request holds whole contexts (a server
+        keeps its own prefix cache)."""
         ...
 
     def drawing(self, team: LoraTeam, continues: bool) -> AbstractContextManager[None]:

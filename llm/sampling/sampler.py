@@ -99,9 +99,10 @@ class DialogueSampler:
         self.settings = settings
         self.reuse_work = reuse_work
         """Score each group's prompt once (``llm.logprobs.scoring.message_logits``; the updater must do
-        the same, so that its ratio check compares identical computations) and each agent's
-        behaviour log-probs only when first asked for (``BehaviourLogps``). False: the
-        straightforward path, kept as the reference of the equality tests and the profile."""
+        the same, so that its ratio check compares identical computations), have it drawn once
+        where the engine can (``Engine.shares_prompts``) and each agent's behaviour log-probs
+        computed only when first asked for (``BehaviourLogps``). False: the straightforward
+        path, kept as the reference of the equality tests and the profile."""
         self.engine: Engine = make_engine(chat, settings, reuse_work)
         """What draws the messages (``[sampler] engine``, ``llm.engines``); a server engine is
         started by ``llm.training.builder.build`` and stopped by ``close``."""
@@ -285,8 +286,7 @@ class DialogueSampler:
         s = self.settings
         contexts = [self.chat.context(episodes[i], agent) for i in indices]
         lengths = [len(episodes[i].prompt) for i in indices]
-        # Whole contexts when prompts are not shared (a one-token prompt shares nothing).
-        prompt_lengths = lengths if self.reuse_work and min(lengths) >= 2 else None
+        shared = self.reuse_work and self.engine.shares_prompts(lengths)
         request = TurnRequest(
             team,
             agent,
@@ -295,7 +295,7 @@ class DialogueSampler:
             s.max_tokens_of(agent),
             temperature,
             record=temperature > 0,
-            prompt_lengths=prompt_lengths,
+            prompt_lengths=lengths if shared else None,
             seeds=turn_seeds([episodes[i] for i in indices]),
         )
         with profiling.section(f"sampling turn {len(episodes[indices[0]].turns) + 1}"):

@@ -26,7 +26,9 @@ from llm_test_support import (
 )
 
 from llm.common import profiling
+from llm.common.settings import SamplerSettings
 from llm.engines.hf.messages import generate_messages
+from llm.engines.vllm.client import VLLMEngine
 from llm.logprobs.losses import per_token_kl, per_token_kl_from_log_probs
 from llm.logprobs.scoring import message_logits
 from llm.sampling.rollouts import BehaviourLogps
@@ -269,6 +271,16 @@ def test_generation_from_shared_prompts_samples_what_whole_contexts_sample(
             torch.manual_seed(1)
             shared = generate_messages(model, contexts, char_chat, 6, temperature, prompt_lengths)
             assert shared == whole, turn
+
+
+def test_the_in_process_engine_runs_a_groups_prompt_once_and_a_server_engine_does_not(char_chat):
+    """The sampler asks its engine whether to send each context's prompt length: the
+    in-process engine shares every prompt of two tokens or more (a one-token prompt shares
+    nothing); a server keeps its own prefix cache and is sent whole contexts."""
+    engine = arithmetic_sampler(char_chat).engine
+    assert engine.shares_prompts([7, 7, 9]) and not engine.shares_prompts([7, 1])
+    served = SamplerSettings(engine="vllm", engine_url="http://127.0.0.1:1")
+    assert not VLLMEngine(char_chat, served).shares_prompts([7, 7, 9])
 
 
 RADIUS_FOR_TWO = 0.02

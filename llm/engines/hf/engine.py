@@ -13,7 +13,7 @@ own seeds' numbers instead (``llm.engines.hf.draw.CoupledDraw``).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import torch
@@ -49,6 +49,12 @@ class HFEngine:
         self, team: LoraTeam, tokenizer: PreTrainedTokenizerBase, positions: int, threads: int
     ) -> None:
         pass  # in process: the team's own models draw
+
+    def shares_prompts(self, prompt_lengths: Sequence[int]) -> bool:
+        """Each group's prompt is run once and its rows continue from that cache, which keeps
+        all but a prompt's last token (every row keeps one of its own to process): a one-token
+        prompt shares nothing."""
+        return min(prompt_lengths) >= 2
 
     def draw(self, request: TurnRequest) -> Drawn:
         model = self.speaker_model(request.team, request.speaker)

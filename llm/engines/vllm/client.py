@@ -265,6 +265,9 @@ class VLLMEngine:
             self._adapters = None
 
     # -- the Engine protocol ------------------------------------------------------------------
+    def shares_prompts(self, prompt_lengths: Sequence[int]) -> bool:
+        return False  # each request is a whole context: the server's prefix cache shares them
+
     @contextlib.contextmanager
     def drawing(self, team: LoraTeam, continues: bool) -> Iterator[None]:
         yield  # the server keeps its own prefix cache, keyed by each adapter's name
