@@ -116,9 +116,9 @@ class SamplerSettings:
     held_out_coupled: bool = True
     """With ``[stage] certificate_groups`` > 0: each held-out dialogue and its continuation by
     the updated team draw their tokens from common random numbers (a seed per dialogue and
-    turn, ``llm.sampling.held_out``), so that where the two teams agree the continuation repeats
-    the dialogue and the pair is 0: the same mean, a smaller variance. False: independent
-    noise."""
+    turn, ``llm.sampling.held_out_groups``), so that where the two teams agree the continuation
+    repeats the dialogue and the pair is 0: the same mean, a smaller variance. False:
+    independent noise."""
     merged_generation: bool = True
     """Generate with the speaker's adapter merged into a plain copy of the base model
     (``llm.models.generation``): the same policy up to float rounding, at the bare model's speed, for

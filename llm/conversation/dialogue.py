@@ -89,9 +89,9 @@ class Episode:
     first_speaker: int | None = None
     """Who the environment named to speak first (None: the router decides)."""
     noise_seed: int | None = None
-    """A coupled dialogue's seed (a held-out pair's, ``llm.sampling.held_out``): every token of
-    its turn t is drawn from the numbers of (noise_seed, t) alone, whichever team plays it.
-    None: the engine's generator."""
+    """A coupled dialogue's seed (a held-out pair's, ``llm.sampling.held_out_groups``): every
+    token of its turn t is drawn from the numbers of (noise_seed, t) alone, whichever team plays
+    it. None: the engine's generator."""
 
     @property
     def ended(self) -> bool:

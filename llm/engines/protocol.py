@@ -57,8 +57,8 @@ class TurnRequest:
     it draws whole contexts."""
     seeds: Sequence[int] | None = None
     """Per context, the seed (below 2**63) of the random numbers its message is drawn with: the
-    rows of coupled dialogues (a held-out pair's two sides, ``llm.sampling.held_out``), whose
-    tokens coincide where the same seed meets the same next-token distribution. None: the
+    rows of coupled dialogues (a held-out pair's two sides, ``llm.sampling.held_out_groups``),
+    whose tokens coincide where the same seed meets the same next-token distribution. None: the
     engine's own generator."""
 
 

@@ -51,7 +51,7 @@ from llm.common.settings import SamplerSettings
 from llm.conversation.dialogue import Episode
 from llm.models.agents import LoraTeam
 from llm.problems.rewards import Grade
-from llm.sampling.held_out import Player
+from llm.sampling.held_out_groups import Player
 from llm.sampling.rollouts import DialogueRollouts, group_signal
 
 

@@ -15,7 +15,7 @@ import torch
 
 from llm.conversation.dialogue import Episode, Turn
 from llm.models.agents import LoraTeam
-from llm.sampling.held_out import HeldOut
+from llm.sampling.held_out_groups import HeldOut
 from teamtr.measured import PairedDifferences
 
 
@@ -118,7 +118,7 @@ class DialogueRollouts:
     """What drew the messages (``Engine.drawn_by``): engine, precision, LoRA sum."""
     held_out: HeldOut | None = None
     """Groups played beside these that no update reads, and the pairs of this draw's
-    continuation of the previous draw's (``llm.sampling.held_out``); None without any."""
+    continuation of the previous draw's (``llm.sampling.held_out_groups``); None without any."""
 
     @property
     def pairs(self) -> PairedDifferences | None:

@@ -44,7 +44,7 @@ from llm.problems.rewards import Grade
 from llm.problems.task import Dialogue, ProblemSource, Task, verdict_of
 from llm.problems.tasks import Problem
 from llm.sampling.dynamic import sample_with_signal
-from llm.sampling.held_out import (
+from llm.sampling.held_out_groups import (
     Replay,
     continue_groups,
     draw_held_out,
@@ -117,7 +117,7 @@ class DialogueSampler:
 
     def with_held_out(self, groups: int) -> DialogueSampler:
         """This sampler (its engine, task and generator shared) holding out ``groups`` groups
-        per draw (``teamtr.protocols.PairingSampler``; ``llm.sampling.held_out``)."""
+        per draw (``teamtr.protocols.PairingSampler``; ``llm.sampling.held_out_groups``)."""
         if groups < 0:
             raise ValueError(f"held-out groups must be >= 0, got {groups}")
         other = copy.copy(self)
@@ -142,7 +142,8 @@ class DialogueSampler:
         self, old: LoraTeam, new: LoraTeam, updated_agent: int, count: int
     ) -> PairedDifferences | None:
         """``count`` fresh held-out groups of ``old`` continued by ``new``
-        (``teamtr.protocols.SequentialPairingSampler``; ``llm.sampling.held_out.draw_pairs``).
+        (``teamtr.protocols.SequentialPairingSampler``;
+        ``llm.sampling.held_out_groups.draw_pairs``).
         Played outside a draw, as an evaluation is: the engine's kept contexts stay those of
         the last draw."""
         pairs, tokens = draw_pairs(
@@ -225,7 +226,7 @@ class DialogueSampler:
         sampler draws every shard's seed itself, ``llm.training.distributed``). ``on_messages`` hears
         how many messages each generated batch added (for progress). ``replay``: a coupled
         continuation's old dialogues, whose turns it repeats where nothing could differ
-        (``llm.sampling.held_out.Replay``).
+        (``llm.sampling.held_out_groups.Replay``).
         """
         temperature = self.settings.temperature if temperature is None else temperature
         episodes = list(episodes)

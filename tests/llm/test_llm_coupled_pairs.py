@@ -24,7 +24,7 @@ from llm.engines.protocol import TurnRequest
 from llm.models.agents import AdapterWeights, LoraTeam
 from llm.problems.task import Dialogue, Task
 from llm.problems.tasks import Problem
-from llm.sampling.held_out import HeldOut, continue_groups, turn_seeds
+from llm.sampling.held_out_groups import HeldOut, continue_groups, turn_seeds
 
 TEMPERATURE = 0.7
 Z = 4.0

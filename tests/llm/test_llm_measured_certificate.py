@@ -12,7 +12,7 @@ import llm
 from llm.interface.plot import draw, measured_bounds
 from llm.problems.task import Dialogue, FormatBonus, Task, TaskError
 from llm.problems.tasks import Problem
-from llm.sampling.held_out import check_in_range, group_differences
+from llm.sampling.held_out_groups import check_in_range, group_differences
 from llm.training.stages.console import certificate_parts
 from llm.training.stages.records import StageMetrics
 from teamtr import StageConfig, run_stage

@@ -15,8 +15,8 @@ go; they differ in the random numbers they use, so the same seed gives other sam
 What either costs a step is measured in docs/scaling_out.md, "Half precision" ("Is it faster?",
 with ``bench/sampling_draw.py``).
 
-**Coupled rows** (``CoupledDraw``; a held-out pair's two sides, ``llm.sampling.held_out``),
-whatever ``draw`` says: each row has a generator of its own, seeded with the row's seed, and at
+**Coupled rows** (``CoupledDraw``; a held-out pair's two sides,
+``llm.sampling.held_out_groups``), whatever ``draw`` says: each row has a generator of its own, seeded with the row's seed, and at
 every step draws one uniform u_i per vocabulary entry from it; the token is argmax_i p_i / E_i
 with E_i = -log u_i, the first of independent exponential clocks of rates p_i to ring, which
 is token i with probability p_i / sum p: an exact draw of softmax(logits / T) (the same pure
