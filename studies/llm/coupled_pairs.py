@@ -4,7 +4,8 @@ For one config and seed it plays the first stage's updates as a stage does (a tr
 the agent's trust-region update, the next draw from the new team), and after each update draws
 ``--pairs`` fresh held-out dialogues of the old team continued by the new one twice: with
 common random numbers (``[sampler] held_out_coupled = true``) and with independent noise. Per
-update and way it reports the pairs' mean and standard deviation, how often D was 0, the fixed-n
+update and way it reports the pairs' mean and standard deviation, each side's mean reward, how
+often D was 0, the fixed-n
 hedged bound on all of them, where sequential draws of ``--batch`` would have stopped (and
 their anytime bound there), and the CPU-seconds the pairs took.
 
@@ -29,6 +30,7 @@ import numpy as np
 import torch
 
 from llm.common.config import load_config
+from llm.sampling.held_out_groups import HeldOut, continue_groups
 from llm.training.builder import build
 from teamtr.measured import ANYTIME, lower_bound, sequential_stop
 
@@ -74,11 +76,18 @@ def measure_update(parts, old, new, agent: int, args: argparse.Namespace) -> dic
         sampler = copy.copy(parts.sampler)
         sampler.settings = replace(parts.sampler.settings, held_out_coupled=coupled)
         started = cpu_seconds()
-        pairs = sampler.draw_pairs(old, new, agent, args.pairs)
+        # draw_pairs's steps, keeping each side's rewards
+        fresh, tokens = sampler.play(old, sampler.new_episodes(args.pairs, 1, coupled))
+        _, rewards = sampler.graded(fresh)
+        held = HeldOut(tuple(fresh), rewards, 1, tokens)
+        training_range = sampler.task.training_range
+        pairs, continued, more = continue_groups(sampler, new, held, agent, training_range)
         assert pairs is not None, "the task's training rewards declare no range"
         way = summary(pairs.differences, pairs.reward_width, args.batch, args.cap)
+        way["old_mean"] = float(rewards.mean())
+        way["new_mean"] = float(sampler.graded(continued)[1].mean())
         way["cpu_seconds"] = cpu_seconds() - started
-        way["tokens"] = sampler.take_pair_draw_tokens()
+        way["tokens"] = tokens + more
         row["coupled" if coupled else "independent"] = way
         print(f"agent {agent}, coupled {coupled}: {json.dumps(way)}", flush=True)
     spreads = row["independent"]["sd"], row["coupled"]["sd"]
