@@ -116,7 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     order = list(np.random.default_rng(args.seed).permutation(parts.team.n_agents))
     team, rollouts, rows = parts.team, parts.sampler.sample(parts.team), []
     for agent in [int(a) for a in order[: args.updates]]:
-        update = parts.updater.update(team, agent, rollouts, config.stage.radius)
+        radius = config.stage.radius  # one δ for every agent, or one per agent
+        delta = radius[agent] if isinstance(radius, tuple) else radius
+        update = parts.updater.update(team, agent, rollouts, delta)
         new = team.with_agent(agent, update.policy)
         rows.append(measure_update(parts, team, new, agent, args))
         team, rollouts = new, parts.sampler.sample(new, previous=rollouts, updated_agent=agent)

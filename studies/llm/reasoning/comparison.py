@@ -58,7 +58,10 @@ def trained_runs(results: Path, dataset: str, arm: str) -> list[dict[str, Any]]:
     runs = []
     folder = results / ("trl" if arm == "trl" else "trained")
     for path in sorted(folder.glob(f"{dataset}-{arm}-s*.json")):
-        seed = int(re.fullmatch(rf"{re.escape(dataset)}-{arm}-s(\d+)", path.stem).group(1))
+        named = re.fullmatch(rf"{re.escape(dataset)}-{arm}-s(\d+)", path.stem)
+        if named is None:  # e.g. another dataset whose name starts with this one's
+            continue
+        seed = int(named.group(1))
         record = json.loads(path.read_text())
         if arm == "trl":
             accuracy = record["trained"]["accuracy"]
@@ -92,7 +95,7 @@ def study_table(results: Path, datasets: list[str]) -> dict[str, dict[str, Any]]
 def _percent(summary: dict[str, float | None] | None) -> str:
     if summary is None:
         return "not run"
-    text = f"{100 * summary['mean']:.1f}%"
+    text = f"{100 * float(summary['mean'] or 0.0):.1f}%"
     if summary["standard_error"] is not None:
         text += f" ± {100 * summary['standard_error']:.1f}"
     return text

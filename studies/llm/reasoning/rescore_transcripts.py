@@ -38,7 +38,7 @@ def rescore(task: Task, rows: list[dict[str, Any]]) -> list[bool]:
             tuple(turn["text"] for turn in turns),
             tuple(turn["agent"] for turn in turns),
         )
-        verdicts.append(task.metric(dialogue) >= 1.0)
+        verdicts.append(task.score(dialogue) >= 1.0)
     return verdicts
 
 
