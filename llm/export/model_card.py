@@ -126,12 +126,15 @@ def _half_precision(team: dict[str, Any]) -> str:
         return ""
     return (
         "\n\nIn half precision vLLM adds each adapter's branch into the base product's rounded"
-        " output, where an update's small steps round away (the served policy kept 0.25 and 0.58"
-        " of the trained change on the default relay's first updates). The lines above set"
+        " output, where an update's small steps round away: the served policy keeps only part of"
+        " the trained change. The lines above set"
         f" `{LORA_SUM_ENVIRONMENT}=stochastic` for teamtr's vLLM plugin, which adds the branch in"
-        " float32 and rounds the sum without bias (0.97 to 1.03 kept): install it into the"
-        " server's environment with `pip install ./vllm_plugin` from teamtr's source (`make"
-        " vllm` does); without it the variable is ignored and vLLM's own sum serves."
+        " float32 and rounds the sum up or down with the chances that make its expectation the"
+        " float32 sum, so no part of the change is lost on average: install it into the server's"
+        " environment with `pip install ./vllm_plugin` from teamtr's source (`make vllm` does);"
+        " without it the variable is ignored and vLLM's own sum serves. teamtr's"
+        ' docs/scaling_out.md, "vLLM in half precision: the LoRA sum", measures the share of the'
+        " change each sum keeps."
     )
 
 
