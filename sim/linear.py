@@ -36,8 +36,8 @@ from numpy.typing import NDArray
 from scipy.sparse.csgraph import reverse_cuthill_mckee
 
 DIRECT_MAX_STATES = 300
-"""Up to this many states a sparse LU is cheap whatever the structure. Beyond, a random MDP
-fills the factors in: at S = 4000 (16 entries per row) splu takes ~10 s, the Krylov path 0.02 s."""
+"""Up to this many states a sparse LU is cheap whatever the structure. Beyond, a random MDP fills
+its factors in and the Krylov path is far cheaper (docs/tabular_results.md, "The exact solver")."""
 DAG_MAX_LEVELS = 4096
 """Topological peeling gives up after this many levels (a long chain stored out of order)."""
 SLOW_MIXING_DIRECT_MAX_STATES = 50_000
@@ -275,11 +275,11 @@ def _deflated_richardson(
     """Preconditioned Richardson x <- x + M (b - A x), falling back to GMRES when it is slow.
 
     With the deflation M the iteration matrix is gamma (K - 1 v^T), spectral radius
-    gamma |lambda_2(K)| (module docstring). On random MDPs that is ~0.3 and Richardson needs as
-    few products as GMRES while costing one product and a few vector operations per step
-    (GMRES's orthogonalisation would cost more than the sparse product itself). When the
-    observed contraction is poor (slowly mixing chains, grids), GMRES takes over from the
-    current iterate.
+    gamma |lambda_2(K)| (module docstring). Random MDPs mix fast, so it is small there and
+    Richardson needs as few products as GMRES while costing one product and a few vector
+    operations per step (GMRES's orthogonalisation would cost more than the sparse product
+    itself). When the observed contraction is poor (slowly mixing chains, grids), GMRES takes
+    over from the current iterate.
     """
     scale = _safe_norm(rhs)
     if scale == 0.0:

@@ -138,15 +138,15 @@ class SamplerSettings:
     hold, kept for the next draw of the stage (``llm.engines.hf.context_cache``): after an
     update, an unchanged later speaker then reads only what was regenerated, not the prompt
     and kept turns again. The same samples up to float rounding; a call whose cache would
-    exceed the limit is not kept (its contexts are read afresh next time). About 46 KB a
-    token for SmolLM2-135M: 0.7 GB for the 8-agent chain's 8 dialogues. Only dialogues of 3 or
-    more turns keep any. 0: off."""
+    exceed the limit is not kept (its contexts are read afresh next time). What they take a
+    token and a stage: docs/stage_cost.md, "The unchanged speakers' keys and values". Only
+    dialogues of 3 or more turns keep any. 0: off."""
     draw: Draw = "multinomial"
     """How engine "hf" draws a token from softmax(logits / T) (``llm.engines.hf.draw``): both
     exactly, with other random numbers. "multinomial": ``generate``'s own, one exponential
     variate per vocabulary entry (every earlier run's samples). "inverse_cdf": one uniform per
-    row against the cumulative probabilities, about 30 ms a decoding step less for SmolLM2's
-    49k-token vocabulary at 32 rows on one CPU thread."""
+    row against the cumulative probabilities, less work a decoding step over a large vocabulary
+    (measured in docs/scaling_out.md, "Half precision", "Is it faster?")."""
     engine: Literal["hf", "vllm"] = "hf"
     """What draws the messages (``llm.engines``): "hf", Hugging Face ``generate`` in
     this process; "vllm", a vLLM server (``make vllm``) holding the base once and one LoRA

@@ -7,10 +7,11 @@ the float32 branch ``s B A x`` and rounds the sum to bfloat16 again. A branch un
 grid's spacing at ``W x`` (2^-9 of it, relatively) is then rounded away *deterministically*:
 the output is exactly the base's, whatever the adapter. An update's first steps (from B = 0)
 are such small branches, so the bfloat16 model's policy moves a fraction of what the same
-parameters move the float32 model's (``bench/precision_diagnosis.py``: the same Adam step,
-from the same weights, on the same batch, reaches ~0.4x the KL; docs/scaling_out.md, "Where
-bfloat16 loses its signal"). The gradient is not at fault: rounding's backward pass is the
-identity, so the bfloat16 gradient matches float32's (cosine ~0.99).
+parameters move the float32 model's: the same Adam step, from the same weights, on the same
+batch, reaches only part of float32's KL (``bench/precision_diagnosis.py``, measured in
+docs/scaling_out.md, "Where bfloat16 loses its signal"). The gradient is not at fault:
+rounding's backward pass is the identity, so the bfloat16 gradient matches float32's (their
+cosine is measured there too).
 
 ``half_precision_sum`` (``[lora]``) chooses the sum:
 

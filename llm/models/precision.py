@@ -85,9 +85,9 @@ def float32_sdpa_attention(module, query, key, value, attention_mask, *args, **k
     """transformers' SDPA attention on float32 copies of a half-precision model's queries,
     keys and values, rounded back to the model's dtype.
 
-    On CPUs without AMX, torch's bfloat16 attention kernel is about 3x slower than its float32
-    one at a decoding step's shape (one query against ~100 keys: 3.5 against 1.1 ms for
-    SmolLM2's 9 heads x 32 rows), and no faster over whole transcripts; the products around
+    On CPUs without AMX, torch's bfloat16 attention kernel is slower than its float32 one at a
+    decoding step's shape (one query against the keys so far) and no faster over whole
+    transcripts (docs/scaling_out.md, "Half precision", "Is it faster?"); the products around
     it are what half precision speeds up. In float32 the softmax also rounds less.
     """
     dtype = query.dtype

@@ -41,13 +41,13 @@ def mismatch_kl_tolerance(dtype: torch.dtype) -> float:
     transcripts. The two round every matrix product's output to the format's unit roundoff u
     after summing in another order, and the differences compound through the layers into a
     per-token log-prob gap g whose root mean square is a multiple k of u; the KL the two
-    distributions lie apart is E[g²]/2 = k²u²/2 (second order in g). Measured on SmolLM2 in
-    bfloat16 (``bench/behaviour_logp_gap.py``; docs/scaling_out.md, "Half precision"): rms g
-    ≈ 11u to 14u, KL 7.5e-4 to 1.8e-3 nats a token. The tolerance admits k up to √(2c) ≈ 45,
-    three times that: 0.016 nats a token in bfloat16 (u = 2^-8), 2.4e-4 in float16 (u = 2^-11). A
-    rollout stale by one update of radius δ per turn lies ~δ/(tokens per turn) away: refused
-    from δ ≈ 0.1 per turn at SmolLM2's 6-token turns; below that, the truncated importance
-    weights (``truncated_weights``) correct for it as for the rounding.
+    distributions lie apart is E[g²]/2 = k²u²/2 (second order in g). The tolerance admits k up
+    to √(2c) ≈ 45, several times the k measured on SmolLM2 in bfloat16 (docs/scaling_out.md,
+    "Half precision", with ``bench/behaviour_logp_gap.py``): 0.016 nats a token in bfloat16
+    (u = 2^-8), 2.4e-4 in float16 (u = 2^-11). A rollout stale by one update of radius δ per
+    turn lies ~δ/(tokens per turn) away: refused from δ ≈ 0.016 nats times a turn's tokens in
+    bfloat16; below that, the truncated importance weights (``truncated_weights``) correct for
+    it as for the rounding.
     """
     return KL_TOLERANCE_FACTOR * unit_roundoff(dtype) ** 2
 
