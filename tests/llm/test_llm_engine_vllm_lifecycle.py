@@ -1,6 +1,7 @@
 """The vLLM engine's server through ``teamtr train`` (``make vllm``; skipped without
 ``.venv-vllm``): the smoke run through the engine, the server gone on every way teamtr can end
-(done, SIGTERM, Ctrl-C, kill -9), a server that dies mid-run, and faults said in one ``error:``
+(done, SIGTERM, Ctrl-C, kill -9), a server that dies mid-run (and the resumed run, in
+bfloat16, the straight one bit for bit), and faults said in one ``error:``
 line, among them a server at ``engine_url`` that refuses the run's key or serves another policy
 than the trainer's (the probe before training); and a run that trains against a keyed server
 it did not start, started as docs/scaling_out.md starts one.
@@ -86,18 +87,14 @@ def wait_for_server(
     raise AssertionError("the server did not start")
 
 
-def test_the_smoke_run_trains_through_the_engine_and_leaves_no_server(tmp_path):
-    """The shipped smoke config as a user runs it, from a folder outside the checkout (the
-    engine's environment found beside teamtr's code, not the working directory)."""
-    engine = ("--set", "sampler.engine=vllm", "--set", "run.dtype=float32")
-    where = ("--output-dir", str(tmp_path / "runs"))
-    process = start_training("smoke", "done", *engine, *where, cwd=tmp_path)
-    group = wait_for_server(tmp_path / "runs" / "done", process)
+def check_smoke_run(run_dir: Path, process: subprocess.Popen[str], group: int) -> None:
+    """The shipped smoke config, run through the engine as a user runs it: it ends well, trains
+    both agents in both stages, checks every update against the engine, and leaves no server."""
     _, err = process.communicate(timeout=900)
     assert process.returncode == 0, err
     assert not group_alive(group)
-    assert "Application startup complete" in (tmp_path / "runs/done/engine.log").read_text()
-    records = [json.loads(line) for line in (tmp_path / "runs/done/metrics.jsonl").open()]
+    assert "Application startup complete" in (run_dir / "engine.log").read_text()
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").open()]
     stages = [r for r in records if "updates" in r]
     assert len(stages) == 2 and all(len(r["updates"]) == 2 for r in stages)
     checked = [u["mismatch"] for r in stages for u in r["updates"] if u["mismatch"]]
@@ -114,7 +111,10 @@ def test_the_smoke_run_trains_through_the_engine_and_leaves_no_server(tmp_path):
 )
 def test_no_server_outlives_teamtr(tmp_path, way, code):
     """Nor any of its temporary folders: ``close`` removes them, and after ``kill -9``, which
-    no ``close`` survives, the next run's engine does (its own then the only ones)."""
+    no ``close`` survives, the next run's engine does (its own then the only ones). That next
+    run is the shipped smoke config as a user runs it, from a folder outside the checkout (the
+    engine's environment found beside teamtr's code, not the working directory), to its end
+    (``check_smoke_run``)."""
     # Stages enough that the run is still going when the signal comes: the tiny team trains a
     # stage a second, and a loaded machine may keep this test from signalling for 20 s and more.
     config = write_config(tmp_path, stages=1000)
@@ -160,13 +160,14 @@ def ended_by(way: str, code: int, config: Path, temporary: Path) -> None:
     assert set(left.values()) == {process.pid}
     again = config.parent / "again"
     again.mkdir()
-    after = start_training(write_config(again), "after", temporary=temporary)
-    wait_for_server(again / "runs" / "after", after, settle=0)
+    engine = ("--set", "sampler.engine=vllm", "--set", "run.dtype=float32")
+    where = ("--output-dir", str(again / "runs"))
+    after = start_training("smoke", "after", *engine, *where, cwd=again, temporary=temporary)
+    after_group = wait_for_server(again / "runs" / "after", after, settle=0)
     running = engine_folders(temporary)
     sockets = [name for name in running if name.startswith(f"teamtr-{SOCKET_FOLDER}-")]
     assert len(sockets) == 1 and set(running.values()) == {after.pid}, running
-    _, err = after.communicate(timeout=900)
-    assert after.returncode == 0, err
+    check_smoke_run(again / "runs" / "after", after, after_group)
     assert not engine_folders(temporary)
 
 
@@ -214,29 +215,41 @@ def resume(run_dir: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_a_bfloat16_run_killed_and_resumed_is_the_straight_run_through_the_engine(tmp_path):
-    """Half precision through the plugin's stochastic sum, whose rounding is hashed from what
-    each row computes, not drawn from the server's generator: the resumed run's new server
-    rounds every request as the straight run's did, so its second stage draws the same tokens
-    with the same log-probs, and every record and the final adapters are the straight run's,
-    bit for bit."""
+def test_a_bfloat16_run_whose_server_dies_resumes_to_the_straight_run_through_the_engine(tmp_path):
+    """A server that dies mid-run (killed in the second stage's draws) stops the run with one
+    ``error:`` line naming the server's log and keeps the last checkpoint whole; ``--resume``
+    starts a new server and finishes the run. Half precision through the plugin's stochastic
+    sum, whose rounding is hashed from what each row computes, not drawn from the server's
+    generator: the new server rounds every request as the straight run's did, so the resumed
+    second stage draws the same tokens with the same log-probs, and every record and the final
+    adapters are the straight run's, bit for bit."""
     config = paid_config(write_config(tmp_path, stages=2), dtype="bfloat16")
     straight = start_training(config, "straight")
     _, err = straight.communicate(timeout=900)
     assert straight.returncode == 0, err
-    run_dir = tmp_path / "runs" / "killed"
-    killed = start_training(config, "killed")
+    run_dir = tmp_path / "runs" / "fault"
+    process = start_training(config, "fault")
+    group = wait_for_server(run_dir, process, settle=0)
     deadline = time.monotonic() + 900
     while not (run_dir / "checkpoints" / "stage_1").exists():
-        assert killed.poll() is None, killed.communicate()
+        assert process.poll() is None, process.communicate()
         assert time.monotonic() < deadline, "no first stage"
         time.sleep(0.05)
     time.sleep(2)  # into the second stage's draws
-    killed.kill()
-    killed.communicate(timeout=300)
+    os.killpg(group, signal.SIGKILL)
+    _, err = process.communicate(timeout=300)
+    assert process.returncode == 1, err
+    lines = err.strip().splitlines()
+    assert lines[-1].startswith("error: ") and "vLLM server" in lines[-1], err
+    assert str(run_dir / "engine.log") in lines[-1]
     assert not (run_dir / "checkpoints" / "stage_2").exists(), "killed too late"
+    assert (run_dir / "checkpoints" / "stage_1").is_dir()  # the state it resumes from, whole
     resumed = resume(run_dir)
     assert resumed.returncode == 0, resumed.stderr
+    events = [json.loads(line)["event"] for line in (run_dir / "events.jsonl").open()]
+    assert events[-1] == "finished"
+    new_group = int(SERVER_PID.findall((run_dir / "engine.log").read_text())[-1])
+    assert new_group != group and not group_alive(new_group)
     expected = records_without_timings(tmp_path / "runs" / "straight")
     stages = [json.loads(line) for line in expected if "updates" in json.loads(line)]
     updates = [u for record in stages for u in record["updates"]]
@@ -247,27 +260,6 @@ def test_a_bfloat16_run_killed_and_resumed_is_the_straight_run_through_the_engin
     resumed_adapters = final_adapters(run_dir, 2)
     assert straight_adapters.keys() == resumed_adapters.keys()
     assert all(torch.equal(straight_adapters[k], resumed_adapters[k]) for k in straight_adapters)
-
-
-def test_a_server_that_dies_mid_run_stops_the_run_and_resume_continues(tmp_path):
-    config = write_config(tmp_path, stages=3)
-    run_dir = tmp_path / "runs" / "fault"
-    process = start_training(config, "fault")
-    group = wait_for_server(run_dir, process, settle=0)  # killed before the first stage ends
-    os.killpg(group, signal.SIGKILL)
-    _, err = process.communicate(timeout=300)
-    assert process.returncode == 1
-    lines = err.strip().splitlines()
-    assert lines[-1].startswith("error: ") and "vLLM server" in lines[-1], err
-    assert str(run_dir / "engine.log") in lines[-1]
-    assert (run_dir / "checkpoints" / "stage_0").is_dir()  # the state it started from, whole
-    # --resume starts a new server and finishes the run.
-    resumed = resume(run_dir)
-    assert resumed.returncode == 0, resumed.stderr
-    events = [json.loads(line)["event"] for line in (run_dir / "events.jsonl").open()]
-    assert events[-1] == "finished"
-    new_group = int(SERVER_PID.findall((run_dir / "engine.log").read_text())[-1])
-    assert new_group != group and not group_alive(new_group)
 
 
 def test_an_engine_that_is_not_installed_is_one_error_line_and_exit_2(tmp_path):
