@@ -47,8 +47,8 @@ def read_once(load):
 @pytest.fixture(scope="module", autouse=True)
 def smollm2_read_once():
     """transformers reads a GGUF file twice for a model and once for a tokenizer (about 15 s
-    and 4 s on a CPU core): this module's five model and four tokenizer loads of SmolLM2 read
-    it once per dtype. The half-precision test still reads its bfloat16 load itself."""
+    and 4 s on a CPU core): this module's four model and four tokenizer loads of SmolLM2 read
+    it once per dtype (the half-precision test's bfloat16 load is its subprocess's)."""
     with pytest.MonkeyPatch.context() as patch:
         for auto in (loading.AutoModelForCausalLM, loading.AutoTokenizer):
             patch.setattr(auto, "from_pretrained", read_once(auto.from_pretrained))
@@ -97,21 +97,39 @@ def test_one_teamtr_stage_on_smollm2(sources):
     assert type(team.backbone).__name__ == ("SeparateBackbone" if sources else "LoraBackbone")
 
 
-def test_a_half_precision_load_unpacks_the_gguf_weights_without_a_false_warning():
+HALF_PRECISION_LOAD = """
+import sys, torch
+from llm.models.loading import load_model
+
+half = load_model("smollm2", dtype=torch.bfloat16)
+layer = half.model.layers[0].mlp.up_proj
+print(type(layer) is torch.nn.Linear, layer.weight.dtype)
+torch.save({name: weight.detach() for name, weight in half.named_parameters()}, sys.argv[1])
+"""
+"""Loads SmolLM2 in bfloat16, prints whether a projection is a plain linear layer and its
+dtype, and saves the parameters to the path of its argument."""
+
+
+def test_a_half_precision_load_unpacks_the_gguf_weights_without_a_false_warning(tmp_path):
     """SmolLM2 (a Q4_1 GGUF file) loaded in bfloat16 is plain linear layers holding the float32
     load's dequantised weights rounded to bfloat16, the weights LoRA adapts and the trust region
     measures; transformers' warning that the weights stay packed and every product is cast
     (true only of a packed load) is not printed (in a process of its own: transformers' handler
-    writes to the stderr it found first)."""
-    load = "import torch; from llm.models.loading import load_model; load_model('smollm2', dtype=torch.bfloat16)"
+    writes to the stderr it found first). That process's load is the one compared: reading the
+    GGUF file in bfloat16 again here would take as long again."""
+    saved = tmp_path / "half.pt"
     loaded = subprocess.run(
-        [sys.executable, "-c", load], capture_output=True, text=True, timeout=300, check=True
+        [sys.executable, "-c", HALF_PRECISION_LOAD, str(saved)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
     )
     assert "[transformers]" not in loaded.stderr, loaded.stderr
-    dense = load_model("smollm2", dtype=torch.float32)
-    half = load_model("smollm2", dtype=torch.bfloat16)
-    layer = half.model.layers[0].mlp.up_proj
-    assert type(layer) is torch.nn.Linear and layer.weight.dtype == torch.bfloat16
-    weights = dict(dense.named_parameters())
-    for name, weight in half.named_parameters():
+    assert loaded.stdout.split() == ["True", "torch.bfloat16"], loaded.stdout
+    half = torch.load(saved, weights_only=True)
+    weights = dict(load_model("smollm2", dtype=torch.float32).named_parameters())
+    assert half
+    for name, weight in half.items():
+        assert weight.dtype == torch.bfloat16, name
         assert torch.equal(weight, weights[name].to(torch.bfloat16)), name
