@@ -18,6 +18,7 @@ from llm.common.config import ConfigError, load_config, parse_override
 from llm.conversation.dialogue import ChatFormat
 from llm.conversation.environment_session import Session, check_environment, open_episode
 from llm.conversation.router import FixedOrder
+from llm.interface.cli import main
 from llm.logprobs.scoring import score_chunks
 from llm.problems.calculator import Calculator, CalculatorInputError, calculate, evaluate
 from llm.problems.configured import build_task
@@ -405,7 +406,7 @@ def test_a_games_own_options_are_environment_args_checked_against_the_game(char_
         build_task(load_config(SMOKE, [parse_override(s) for s in misspelt]).task)
 
 
-def test_a_textarena_task_trains_checks_and_keeps_held_out_games_apart(tmp_path):
+def test_a_textarena_task_trains_checks_and_keeps_held_out_games_apart(tmp_path, capsys):
     """``kind = "environment"``: held-out games are seeds of their own, never drawn for
     training; ``--check`` steps the game twice from each seed; one stage trains."""
     sets = ['task.kind="environment"', 'task.environment="textarena:GuessTheNumber-v0"']
@@ -414,62 +415,40 @@ def test_a_textarena_task_trains_checks_and_keeps_held_out_games_apart(tmp_path)
     drawn = task.draw(np.random.default_rng(0), 500)
     assert held_out and not held_out & {p.metadata["seed"] for p in drawn}
     assert all(task.split(p.question) == "test" for p in task.test)
-    checked = teamtr(
-        "train", "--config", str(SMOKE), *sum((["--set", s] for s in sets), []), "--check"
-    )
-    assert checked.returncode == 0, checked.stderr
-    assert "environment stepped" in checked.stdout
-    run = teamtr(
-        "train",
-        "--config",
-        str(SMOKE),
-        *sum((["--set", s] for s in sets), []),
-        "--set",
-        "stage.stages=1",
-        "--output-dir",
-        str(tmp_path),
-        "--name",
-        "game",
-    )
-    assert run.returncode == 0, run.stderr
+    settings = sum((["--set", s] for s in sets), [])
+    assert main(["train", "--config", str(SMOKE), *settings, "--check"]) == 0
+    assert "environment stepped" in capsys.readouterr().out
+    game = ["--set", "stage.stages=1", "--output-dir", str(tmp_path), "--name", "game"]
+    assert main(["train", "--config", str(SMOKE), *settings, *game]) == 0
     records = [json.loads(line) for line in (tmp_path / "game" / "metrics.jsonl").open()]
     assert records[0]["environment_texts"] > 0  # the game's text, counted apart from messages
-    assert "texts, " in run.stderr and "dialogues ended)" in run.stderr
+    err = capsys.readouterr().err
+    assert "texts, " in err and "dialogues ended)" in err
 
 
-def test_a_run_with_the_calculator_plays_it_in_eval_chat_and_load_team(tmp_path):
+def test_a_run_with_the_calculator_plays_it_in_eval_chat_and_load_team(tmp_path, capsys):
     """Every door of a trained team plays its environment: the held-out transcripts hold the
     calculator's replies apart from the agents' messages, ``teamtr chat`` prints them,
     ``load_team().play`` returns them to a reward, and the export's team.json names it."""
     import llm
 
     calculator = ["--set", 'task.environment="calculator"', "--set", "stage.stages=1"]
-    run = teamtr(
-        "train",
-        "--config",
-        str(SMOKE),
-        *calculator,
-        "--output-dir",
-        str(tmp_path),
-        "--name",
-        "tool",
-    )
-    assert run.returncode == 0, run.stderr
+    tool = tmp_path / "tool"
+    trained = ["--config", str(SMOKE), *calculator, "--output-dir", str(tmp_path), "--name", "tool"]
+    assert main(["train", *trained]) == 0
     results = tmp_path / "eval.json"
-    evaluated = teamtr("eval", "--run", str(tmp_path / "tool"), "--json", str(results))
-    assert evaluated.returncode == 0, evaluated.stderr
+    assert main(["eval", "--run", str(tool), "--json", str(results)]) == 0
     records = [json.loads(line) for line in results.with_suffix(".transcripts.jsonl").open()]
     first = records[0]["turns"][0]
     assert first["agent"] == 0 and first["environment"][0]["text"].startswith("calculator: ")
     assert first["environment"][0]["to"] is None
     assert "environment" not in records[0]["turns"][1]  # the answerer's message ends it
-    chat = teamtr("chat", "--run", str(tmp_path / "tool"), "--question", "What is 2 + 3?")
-    assert chat.returncode == 0, chat.stderr
-    assert "\nenvironment: calculator: " in "\n" + chat.stdout
-    dialogue = llm.load_team(tmp_path / "tool").play("What is 12 + 30?")
+    capsys.readouterr()
+    assert main(["chat", "--run", str(tool), "--question", "What is 2 + 3?"]) == 0
+    assert "\nenvironment: calculator: " in "\n" + capsys.readouterr().out
+    dialogue = llm.load_team(tool).play("What is 12 + 30?")
     assert dialogue.observations[0].startswith("calculator: ") and dialogue.observations[1] == ""
-    exported = teamtr("export", "--run", str(tmp_path / "tool"), "--out", str(tmp_path / "out"))
-    assert exported.returncode == 0, exported.stderr
+    assert main(["export", "--run", str(tool), "--out", str(tmp_path / "out")]) == 0
     team = json.loads((tmp_path / "out" / "team.json").read_text())
     assert team["environment"]["name"] == "calculator"
     assert "act in an environment (`calculator`)" in (tmp_path / "out" / "README.md").read_text()
