@@ -33,6 +33,14 @@ import torch (``tests/llm/test_llm_auto_dtype.py`` checks that the two agree).""
 
 os.environ[CPU_AUTO_DTYPE_VARIABLE] = "float32"
 
+# No test loads anything from the Hugging Face hub (the models are built or shipped locally),
+# and a name that is not cached must fail at once: online, huggingface_hub retries an
+# unreachable hub five times with backoff (about 23 s) before transformers gives up. Set before
+# any test module imports huggingface_hub, which reads them once; every process a test starts
+# inherits them.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
 XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
 """This process's pytest-xdist worker ("gw0", ...), or None without ``-n``."""
 if XDIST_WORKER:
