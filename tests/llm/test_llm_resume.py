@@ -1,10 +1,13 @@
 """Nothing lost on a crash: kill -9 or Ctrl-C in the middle of a run, resume, get the same run.
 
-Each run is a real `teamtr train` subprocess on a tiny model (one torch thread, everything
-seeded). The task's answers are all "2", which the random tiny model says now and then, so the
-adapters and Adam states really move; a straight run is compared bit for bit with one that was
-killed in the middle of its second stage and resumed, and with one interrupted by SIGINT in its
-first stage and resumed. Only the wall-clock timings may differ.
+Each run that is killed or interrupted is a real `teamtr train` subprocess on a tiny model (one
+torch thread, everything seeded), and so is its resume; the straight runs they are compared with
+are trained by the same CLI in the test's process (``llm.interface.cli.main``), which saves a
+process start and makes the comparison one across processes. The task's answers are all "2",
+which the random tiny model says now and then, so the adapters and Adam states really move; a
+straight run is compared bit for bit with one that was killed in the middle of its second stage
+and resumed, and with one interrupted by SIGINT in its first stage and resumed. Only the
+wall-clock timings may differ.
 """
 
 from __future__ import annotations
@@ -158,8 +161,7 @@ def killed_in_second_stage_and_resumed(config: Path) -> Path:
 def straight_run(tmp_path_factory) -> tuple[Path, Path]:
     directory = tmp_path_factory.mktemp("straight")
     config = write_config(directory)
-    code, err = finish(teamtr("train", "--config", str(config), "--name", "straight"))
-    assert code == 0, err
+    assert main(["train", "--config", str(config), "--name", "straight", "--no-progress"]) == 0
     run_dir = directory / "runs" / "straight"
     updates = [u for line in metrics_without_timings(run_dir) for u in json.loads(line)["updates"]]
     # The comparison means something only if training moved the adapters.
@@ -324,8 +326,7 @@ def test_a_run_in_a_stochastic_environment_killed_and_resumed_is_bit_identical(t
     (tmp_path / "dice_world.py").write_text(DICE_WORLD)
     config = tmp_path / "dice.toml"
     config.write_text(f'extends = "{base}"\n[task]\nenvironment = "dice_world:Dice"\n')
-    code, err = finish(teamtr("train", "--config", str(config), "--name", "straight"))
-    assert code == 0, err
+    assert main(["train", "--config", str(config), "--name", "straight", "--no-progress"]) == 0
     straight = tmp_path / "runs" / "straight"
     records = [json.loads(line) for line in (straight / "metrics.jsonl").read_text().splitlines()]
     assert all(r["environment_texts"] > 0 for r in records)
