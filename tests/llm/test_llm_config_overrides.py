@@ -1,8 +1,10 @@
 """Configs as a user outside the clone writes them: ``extends`` a shipped config by its name,
 one key changed with ``--set``, and a misspelt key answered with the key that was meant.
 
-Every command is the real ``teamtr`` console script in a subprocess, run from a temporary
-folder outside the checkout, on the tiny random model of ``configs/smoke.toml``.
+Every command runs from a temporary folder outside the checkout, on the tiny random model of
+``configs/smoke.toml``: the real ``teamtr`` console script in a subprocess where a shipped
+config is found by its name from there, the same CLI in the test's process
+(``llm.interface.cli.main``) for what a run records and what ``--set`` refuses.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import pytest
 from llm_test_support import teamtr
 
 from llm.common.config import ConfigError, load_config, parse_override
+from llm.interface.cli import main
 
 
 def test_extends_names_a_shipped_config_from_any_folder(tmp_path):
@@ -35,36 +38,28 @@ def test_extends_of_an_unknown_name_lists_the_shipped_configs(tmp_path):
         load_config(tmp_path / "mine.toml")
 
 
-def test_set_runs_one_stage_and_records_it(tmp_path):
-    done = teamtr(
-        "train",
-        "--config",
-        "smoke",
-        "--set",
-        "stage.stages=1",
-        "--set",
-        "run.name=one",
-        "--no-progress",
-        cwd=tmp_path,
-    )
-    assert done.returncode == 0, done.stderr
+def test_set_runs_one_stage_and_records_it(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    one = ["--config", "smoke", "--set", "stage.stages=1", "--set", "run.name=one"]
+    assert main(["train", *one, "--no-progress"]) == 0, capsys.readouterr().err
     run_dir = tmp_path / "runs" / "one"
     assert json.loads((run_dir / "config.json").read_text())["stage"]["stages"] == 1
     stages = (run_dir / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["stage"] for line in stages] == [0]  # one stage, the first
 
     # Resumed, a run may change how long it goes on, not what it trains.
-    unsafe = teamtr("train", "--resume", str(run_dir), "--set", "lora.rank=8", cwd=tmp_path)
-    assert unsafe.returncode == 2
-    assert "--set lora.rank: cannot change when a run resumes" in unsafe.stderr
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run_dir), "--set", "lora.rank=8"]) == 2
+    assert "--set lora.rank: cannot change when a run resumes" in capsys.readouterr().err
     safe = ("--set", "run.eval_every=0", "--check")
-    assert teamtr("train", "--resume", str(run_dir), *safe, cwd=tmp_path).returncode == 0
+    assert main(["train", "--resume", str(run_dir), *safe]) == 0
 
 
-def test_a_misspelt_key_says_which_one_was_meant(tmp_path):
-    done = teamtr("train", "--config", "smoke", "--set", "stage.stagez=1", "--check", cwd=tmp_path)
-    assert done.returncode == 2
-    assert "--set stage.stagez: unknown key 'stagez'; did you mean 'stages'?" in done.stderr
+def test_a_misspelt_key_says_which_one_was_meant(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", "--config", "smoke", "--set", "stage.stagez=1", "--check"]) == 2
+    err = capsys.readouterr().err
+    assert "--set stage.stagez: unknown key 'stagez'; did you mean 'stages'?" in err
     (tmp_path / "typo.toml").write_text('extends = "smoke"\n[sampler]\ngroup_sise = 2\n')
     with pytest.raises(ConfigError, match=r"typo.toml:3: \[sampler\] group_sise.*'group_size'"):
         load_config(tmp_path / "typo.toml")
