@@ -199,18 +199,24 @@ def own_task_folder(tmp_path: Path) -> str:
     return config
 
 
-def test_the_own_task_config_and_reward_pass_the_check(tmp_path):
+def test_the_own_task_config_and_reward_pass_the_check(tmp_path, monkeypatch, capsys):
     """The README's ``my_team.toml`` and ``my_reward.py``, with a small data set, pass
-    ``teamtr train --config my_team.toml --check`` as written."""
+    ``teamtr train --config my_team.toml --check`` as written (the console script's function,
+    from the folder that holds them)."""
+    from teamtr.cli import main
+
     (tmp_path / "my_team.toml").write_text(own_task_folder(tmp_path))
-    command = ["-m", "teamtr", "train", "--config", "my_team.toml", "--check"]
-    printed = run_python(command, tmp_path, str(ROOT))
-    assert "dialogues played on a tiny random model" in printed
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", "--config", "my_team.toml", "--check"]) == 0
+    assert "dialogues played on a tiny random model" in capsys.readouterr().out
 
 
-def test_the_own_task_commands_train_and_evaluate_on_the_tiny_model(tmp_path):
+def test_the_own_task_commands_train_and_evaluate_on_the_tiny_model(tmp_path, monkeypatch):
     """``teamtr train --config my_team.toml`` and ``teamtr eval --run ...`` as the README shows
-    them, on the tiny model (one stage of small batches)."""
+    them (the console script's function, from the folder of the config), on the tiny model (one
+    stage of small batches)."""
+    from teamtr.cli import main
+
     tiny = '[model]\nsource = "tiny"\n[sampler]\nprompts_per_batch = 2\ngroup_size = 2\n'
     tiny += 'max_new_tokens = 4\n[stage]\nstages = 1\n[run]\nname = "mine"\n'
     (tmp_path / "my_team.toml").write_text(own_task_folder(tmp_path) + tiny)
@@ -222,9 +228,10 @@ def test_the_own_task_commands_train_and_evaluate_on_the_tiny_model(tmp_path):
         if line.startswith("teamtr ")
     ]
     assert [c[:2] for c in commands] == [["teamtr", "train"]] * 2 + [["teamtr", "eval"]]
+    monkeypatch.chdir(tmp_path)
     for command in commands:
         command = [a.replace("runs/<name>", "runs/mine") for a in command]
-        run_python(["-m", *command, "--no-progress"], tmp_path, str(ROOT))
+        assert main([*command[1:], "--no-progress"]) == 0, command
     assert 0 <= json.loads((tmp_path / "eval.json").read_text())["accuracy"] <= 1
 
 
