@@ -9,7 +9,9 @@ import shlex
 import subprocess
 import sys
 
-from llm_test_support import REPO, teamtr
+from llm_test_support import REPO
+
+from teamtr.cli import main
 
 
 def section(text: str, heading: str) -> str:
@@ -18,7 +20,9 @@ def section(text: str, heading: str) -> str:
     return text[start : end if end > 0 else len(text)]
 
 
-def test_the_readme_commands_chat_export_and_play_from_python(notes_run, tmp_path):
+def test_the_readme_commands_chat_export_and_play_from_python(notes_run, tmp_path, capsys):
+    """The ``teamtr`` lines through the console script's function, in this process; the
+    ``python -c`` line in an interpreter of its own, as printed."""
     run = notes_run
     readme = section((REPO / "README.md").read_text(), "## Use your trained team")
     (bash,) = re.findall(r"```bash\n(.*?)```", readme, re.DOTALL)
@@ -33,11 +37,13 @@ def test_the_readme_commands_chat_export_and_play_from_python(notes_run, tmp_pat
         line = line.replace("runs/<name>", str(run)).replace("my_team", str(tmp_path / "my_team"))
         words = shlex.split(line)
         if words[0] == "teamtr":
-            done = teamtr(*words[1:])
-        else:
-            done = subprocess.run(
-                [sys.executable, *words[1:]], capture_output=True, text=True, timeout=600, cwd=REPO
-            )
+            capsys.readouterr()
+            assert main(words[1:]) == 0, (line, capsys.readouterr().err)
+            outputs.append(capsys.readouterr().out)
+            continue
+        done = subprocess.run(
+            [sys.executable, *words[1:]], capture_output=True, text=True, timeout=600, cwd=REPO
+        )
         assert done.returncode == 0, (line, done.stderr)
         outputs.append(done.stdout)
     turns = [line for line in outputs[0].splitlines() if line.startswith("agent ")]
