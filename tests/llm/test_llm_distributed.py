@@ -96,12 +96,14 @@ def finish(process: subprocess.Popen, timeout: float = 400) -> tuple[int, str]:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[str, Path]:
-    """The same config (rollout_shards = 2) as one process and as two ranks."""
+    """The same config (rollout_shards = 2) as one process (the test's: the CLI's ``main``)
+    and as two ranks (torchrun's)."""
     directory = tmp_path_factory.mktemp("dp")
     config = write_config(directory, "rollout_shards = 2")
-    one = teamtr("train", "--config", str(config), "--name", "one")
-    code, err = finish(one)
-    assert code == 0, err
+    with pytest.MonkeyPatch.context() as patch:
+        for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+            patch.delenv(name, raising=False)
+        assert main(["train", "--config", str(config), "--name", "one", "--no-progress"]) == 0
     two = teamtr("train", "--config", str(config), "--name", "two", "--nproc", "2")
     code, err = finish(two)
     assert code == 0, err
