@@ -6,7 +6,10 @@ message lengths of their own, three turns)."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,7 +19,6 @@ from llm_test_support import (
     REPO,
     gamma,
     logit_resolution,
-    teamtr,
     teamtr_free_python,
 )
 from safetensors.torch import load_file
@@ -24,6 +26,7 @@ from team_out_support import ROWS
 
 import llm
 from llm.engines.vllm.command import vllm_rank
+from llm.interface.cli import main
 from llm.models.agents import slot_name
 
 EXAMPLE = REPO / "docs" / "examples" / "exported_team" / "play_with_peft.py"
@@ -38,17 +41,19 @@ def exported(notes_run, tmp_path_factory):
     folder = tmp_path_factory.mktemp("team_out")
     run = notes_run
     out = folder / "export"
-    done = teamtr("export", "--run", str(run), "--out", str(out), "--with-base", "--merge")
-    assert done.returncode == 0, done.stderr
-    assert "python -m vllm.entrypoints.openai.api_server --model ./base" in done.stdout
+    with contextlib.redirect_stdout(io.StringIO()) as printed_by_export:
+        assert main(["export", "--run", str(run), "--out", str(out), "--with-base", "--merge"]) == 0
+    vllm_line = "python -m vllm.entrypoints.openai.api_server --model ./base"
+    assert vllm_line in printed_by_export.getvalue()
     chat_json = folder / "chat.json"
     notes = [argument for note in NOTES for argument in ("--note", note)]
-    done = teamtr(
-        "chat", "--run", str(run), "--question", QUESTION, *notes, "--json", str(chat_json)
-    )
-    assert done.returncode == 0, done.stderr
+    chat = ["chat", "--run", str(run), "--question", QUESTION, *notes, "--json", str(chat_json)]
+    with contextlib.redirect_stdout(io.StringIO()) as printed_by_chat:
+        assert main(chat) == 0
     dialogue = json.loads(chat_json.read_text())["dialogues"][0]
-    printed = [line for line in done.stdout.splitlines() if line.startswith("agent ")]
+    printed = [
+        line for line in printed_by_chat.getvalue().splitlines() if line.startswith("agent ")
+    ]
     assert [line.split(":")[0] for line in printed] == ["agent 0", "agent 1", "agent 0"]
     return run, out, dialogue
 
@@ -222,8 +227,6 @@ def test_chat_refuses_bad_input_in_one_line_before_loading_a_model(
     question afterwards shows the count sees one."""
     from transformers import PreTrainedModel
 
-    from llm.interface.cli import main
-
     built = []
     construct = PreTrainedModel.__init__
 
@@ -274,19 +277,18 @@ def test_chat_refuses_bad_input_in_one_line_before_loading_a_model(
     assert built, "a good question loads the team's model"
 
 
-def test_chat_without_a_question_reads_them_from_stdin(exported):
+def test_chat_without_a_question_reads_them_from_stdin(exported, monkeypatch, capsys):
     run, _, chat = exported
     notes = [argument for note in NOTES for argument in ("--note", note)]
-    done = teamtr("chat", "--run", str(run), *notes, input=f"{QUESTION}\nWhat is 1 + 1?\n\n")
-    assert done.returncode == 0, done.stderr
-    printed = [line for line in done.stdout.splitlines() if line.startswith("agent ")]
+    monkeypatch.setattr(sys, "stdin", io.StringIO(f"{QUESTION}\nWhat is 1 + 1?\n\n"))
+    capsys.readouterr()
+    assert main(["chat", "--run", str(run), *notes]) == 0
+    printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("agent ")]
     assert len(printed) == 6  # two questions, three turns each
     assert printed[0] == f"agent 0: {chat['turns'][0]['text']}".splitlines()[0]
 
 
 def test_chat_set_changes_the_runs_config_for_its_dialogues(exported, tmp_path, capsys):
-    from llm.interface.cli import main
-
     run, out, chat = exported
     notes = [argument for note in NOTES for argument in ("--note", note)]
     assert max(len(turn["tokens"]) for turn in chat["turns"]) > 2  # the run's [9, 5] tokens
@@ -306,21 +308,23 @@ def test_chat_set_changes_the_runs_config_for_its_dialogues(exported, tmp_path, 
     assert "did you mean 'max_new_tokens'?" in error
 
 
-def test_export_host_names_where_the_lines_listen_and_a_blank_one_is_refused(notes_run, tmp_path):
+def test_export_host_names_where_the_lines_listen_and_a_blank_one_is_refused(
+    notes_run, tmp_path, capsys
+):
     """``--host`` moves the lines off loopback (the card's address then names it); a blank
     one is one error line, exit 2, before anything is written."""
     out = tmp_path / "on_lan"
-    done = teamtr("export", "--run", str(notes_run), "--out", str(out), "--host", "10.1.2.3")
-    assert done.returncode == 0, done.stderr
+    assert main(["export", "--run", str(notes_run), "--out", str(out), "--host", "10.1.2.3"]) == 0
     team = json.loads((out / "team.json").read_text())
     for line in (team["vllm"], team["vllm_serve"]):
         words = line.split(" && ", 1)[1].split()
         assert words[words.index("--host") + 1] == "10.1.2.3"
     assert team["vllm_url"] == "http://10.1.2.3:8000"
     assert "play_with_vllm.py . http://10.1.2.3:8000" in (out / "README.md").read_text()
-    refused = teamtr(
-        "export", "--run", str(notes_run), "--out", str(tmp_path / "no"), "--host", " "
-    )
-    errors = [line for line in refused.stderr.splitlines() if line.startswith("error:")]
-    assert refused.returncode == 2 and len(errors) == 1 and "--host" in errors[0], refused.stderr
+    capsys.readouterr()
+    blank = ["export", "--run", str(notes_run), "--out", str(tmp_path / "no"), "--host", " "]
+    assert main(blank) == 2
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "--host" in errors[0], err
     assert not (tmp_path / "no").exists()
