@@ -92,13 +92,30 @@ def test_a_study_of_two_methods_and_two_seeds(tmp_path):
     assert again["teamtr"] == summary["teamtr"]
 
 
-def test_evaluations_during_training_are_kept_and_drawn_as_a_curve(tmp_path):
-    config = tmp_path / "curve.toml"
-    config.write_text((REPO / "configs" / "smoke.toml").read_text())  # 2 stages, eval_every 1
-    results, runs, figure = tmp_path / "study", tmp_path / "runs", tmp_path / "study.png"
-    arguments = ["--method", f"curve={config}", "--seeds", "0", "--results", str(results),
-                 "--runs", str(runs), "--plot", str(figure), "--jobs", "1"]  # fmt: skip
+@pytest.fixture(scope="module")
+def curve_and_quiet(tmp_path_factory) -> Path:
+    """One study of two methods on seed 0: ``curve``, the smoke config (2 stages, evaluated
+    after each), and ``quiet``, one stage evaluated only afterwards (``eval_every = 0``, as
+    the step-size map's runs, which ``studies.llm.checkpoint_curves`` evaluates later). Both
+    start as the same team, so one untrained evaluation serves both; its folder."""
+    folder = tmp_path_factory.mktemp("seed_study")
+    smoke = (REPO / "configs" / "smoke.toml").read_text()
+    assert "stages = 2" in smoke and "eval_every = 1" in smoke
+    (folder / "curve.toml").write_text(smoke)
+    (folder / "quiet.toml").write_text(
+        smoke.replace("stages = 2", "stages = 1").replace("eval_every = 1", "eval_every = 0")
+    )
+    arguments = [
+        "--method", f"curve={folder / 'curve.toml'}", "--method", f"quiet={folder / 'quiet.toml'}",
+        "--seeds", "0", "--results", str(folder / "study"), "--runs", str(folder / "runs"),
+        "--plot", str(folder / "study.png"), "--jobs", "2",
+    ]  # fmt: skip
     assert main(arguments) == 0
+    return folder
+
+
+def test_evaluations_during_training_are_kept_and_drawn_as_a_curve(curve_and_quiet):
+    results, runs, figure = (curve_and_quiet / name for name in ("study", "runs", "study.png"))
     record = json.loads((results / "curve-s0.json").read_text())
     logged = [json.loads(line) for line in (runs / "curve-s0" / "metrics.jsonl").open()]
     assert held_out_curve(record) == [
@@ -168,21 +185,12 @@ def test_a_regression_is_a_drop_of_more_than_two_standard_errors():
     assert regressions(small) == 0
 
 
-def test_runs_evaluated_only_afterwards_are_recorded_without_a_trained_accuracy(tmp_path):
+def test_runs_evaluated_only_afterwards_are_recorded_without_a_trained_accuracy(curve_and_quiet):
     """``eval_every = 0`` (the step-size map: every checkpoint is evaluated afterwards by
     ``studies.llm.checkpoint_curves``): the study records the run and aggregates what it has."""
-    config = tmp_path / "quiet.toml"
-    smoke = (REPO / "configs" / "smoke.toml").read_text()
-    assert "stages = 2" in smoke and "eval_every = 1" in smoke
-    config.write_text(
-        smoke.replace("stages = 2", "stages = 1").replace("eval_every = 1", "eval_every = 0")
-    )
-    results, runs = tmp_path / "study", tmp_path / "runs"
-    arguments = ["--method", f"quiet={config}", "--seeds", "0", "--results", str(results),
-                 "--runs", str(runs), "--plot", str(tmp_path / "s.png"), "--jobs", "1"]  # fmt: skip
-    assert main(arguments) == 0
+    results = curve_and_quiet / "study"
     record = json.loads((results / "quiet-s0.json").read_text())
     assert record["trained"] is None and record["stages_trained"] == 1
-    entry = json.loads((tmp_path / "study.json").read_text())["methods"]["quiet"]
+    entry = json.loads((curve_and_quiet / "study.json").read_text())["methods"]["quiet"]
     assert "trained_accuracy" not in entry and entry["per_seed"][0]["trained"] is None
     assert entry["stages"]["mean"] == 1.0
