@@ -50,6 +50,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from graded_rollouts import AlternatingRewards, alternating  # noqa: E402
+from trl_grpo import grpo_config, trainable_by_trl  # noqa: E402
 
 from llm.common.config import RunConfig, load_config  # noqa: E402
 from llm.models.loading import load_model, load_tokenizer  # noqa: E402
@@ -117,16 +118,11 @@ def trl_step(
     bf16: bool = False,
 ) -> dict[str, Any]:
     from datasets import Dataset
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOTrainer
 
     s = config.sampler
     model = load_model(config.model.source, seed=seed)
-    # The GGUF file is dequantized to float32 at load, but transformers keeps its quantizer
-    # attached and its Trainer refuses to train a GGUF-"quantized" model: detach the label.
-    model.hf_quantizer = None
-    model.is_quantized = False
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
+    model = trainable_by_trl(model)
     model.train()
     tokens: list[int] = []
 
@@ -137,28 +133,13 @@ def trl_step(
         tokens.extend(len(c) for c in completion_ids)
         return [0.0] * len(completion_ids)
 
-    args = GRPOConfig(
-        output_dir=str(scratch / f"trl-{seed}"),
+    args = grpo_config(
+        config,
+        str(scratch / f"trl-{seed}"),
+        seed,
         per_device_train_batch_size=s.prompts_per_batch * s.group_size,
-        num_generations=s.group_size,
-        max_completion_length=s.longest_message,
-        temperature=s.temperature,
-        top_p=1.0,
-        top_k=0,
-        learning_rate=config.updater.learning_rate,
-        lr_scheduler_type="constant",
-        epsilon=config.updater.clip_eps,
-        beta=0.0,
-        num_iterations=1,
         max_steps=1,
-        gradient_checkpointing=False,
-        use_cpu=True,
         bf16=bf16,  # TRL's mixed precision: float32 weights, bfloat16 autocast
-        report_to="none",
-        save_strategy="no",
-        logging_steps=1,
-        disable_tqdm=True,
-        seed=seed,
         reward_weights=[1.0, 0.0],
     )
     trainer = GRPOTrainer(

@@ -42,6 +42,8 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from trl_grpo import grpo_config, trainable_by_trl  # noqa: E402
+
 from llm.common.config import RunConfig, load_config  # noqa: E402
 from llm.models.loading import load_model, load_tokenizer  # noqa: E402
 from llm.problems.task import Dialogue, Task  # noqa: E402
@@ -144,14 +146,10 @@ def main(argv: list[str] | None = None) -> None:
     train_prompts, test_prompts = prompts_of(config, [train, list(task.test)], tokenizer)
 
     from datasets import Dataset
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOTrainer
 
     model = load_model(config.model.source, seed=args.seed)
-    # As bench/peer_grpo_step.py: the dequantized GGUF model must not look quantized to TRL.
-    model.hf_quantizer = None
-    model.is_quantized = False
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
+    model = trainable_by_trl(model)
     tokens: list[int] = []
 
     def reward(completions, index, completion_ids, **_) -> list[float]:  # noqa: ANN001
@@ -163,31 +161,16 @@ def main(argv: list[str] | None = None) -> None:
 
     budget = CpuBudget(args.cpu_minutes * 60)
     with tempfile.TemporaryDirectory() as scratch:
-        grpo = GRPOConfig(
-            output_dir=scratch,
+        grpo = grpo_config(
+            config,
+            scratch,
+            args.seed,
             # One group a forward pass, the batch's groups accumulated into one Adam step (TRL
             # generates the whole batch at once and normalises the loss over all its tokens):
             # the same step as one pass over the batch, without all its logits in memory at once.
             per_device_train_batch_size=s.group_size,
             gradient_accumulation_steps=s.prompts_per_batch,
-            num_generations=s.group_size,
-            max_completion_length=s.longest_message,
-            temperature=s.temperature,
-            top_p=1.0,
-            top_k=0,
-            learning_rate=config.updater.learning_rate,
-            lr_scheduler_type="constant",
-            epsilon=config.updater.clip_eps,
-            beta=0.0,
-            num_iterations=1,
             max_steps=TRAIN_PROMPTS // s.prompts_per_batch,
-            gradient_checkpointing=False,
-            use_cpu=True,
-            report_to="none",
-            save_strategy="no",
-            logging_steps=1,
-            disable_tqdm=True,
-            seed=args.seed,
         )
         data = Dataset.from_dict({"prompt": train_prompts, "index": list(range(len(train)))})
         trainer = GRPOTrainer(
