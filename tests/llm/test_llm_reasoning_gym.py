@@ -15,6 +15,7 @@ import pytest
 from llm_test_support import REPO, SMOKE, teamtr
 
 from llm.common.config import ConfigError, load_config, parse_override
+from llm.interface.cli import main
 from llm.problems.configured import build_task
 from llm.problems.task import Dialogue, Task
 from llm.problems.tasks import Problem
@@ -222,18 +223,17 @@ def test_a_misspelt_dataset_or_option_stops_the_cli_with_one_line_naming_the_clo
     assert len(lines) == 1 and named in lines[0], lines
 
 
-def test_the_check_shows_drawn_problems_with_the_rewards_of_their_answer_and_of_none():
+def test_the_check_shows_drawn_problems_with_the_rewards_of_their_answer_and_of_none(capsys):
     sets = ['task.kind="reasoning_gym"', 'task.datasets=["leg_counting"]', "task.eval_size=8"]
-    result = teamtr(
-        "train", "--config", str(SMOKE), *sum((["--set", s] for s in sets), []), "--check"
-    )
-    assert result.returncode == 0, result.stderr
-    drawn = [line for line in result.stdout.splitlines() if line.startswith("drawn: ")]
-    assert len(drawn) == 3, result.stdout
+    settings = sum((["--set", s] for s in sets), [])
+    assert main(["train", "--config", str(SMOKE), *settings, "--check"]) == 0
+    printed = capsys.readouterr().out
+    drawn = [line for line in printed.splitlines() if line.startswith("drawn: ")]
+    assert len(drawn) == 3, printed
     for line in drawn:
         assert re.search(r"'Your task is to count how\.\.\..*' -> answer '\d+'", line), line
         assert line.endswith("reward of that answer 1, of an empty message 0"), line
-    assert "held-out score of the reference answers 1 on" in result.stdout
+    assert "held-out score of the reference answers 1 on" in printed
 
 
 def test_each_single_agent_twin_plays_its_team_s_task_with_the_team_s_tokens():
