@@ -198,6 +198,10 @@ def load_model(
             resolved.location,
             gguf_file=resolved.gguf_file,
             local_files_only=not allow_download,
+            # transformers looks for a PEFT adapter's config of a Hub name with its own
+            # settings, which do not take local_files_only: without it, a name that is not
+            # cached asks the Hub five times, 23 s of retries offline, before it is refused.
+            adapter_kwargs={"local_files_only": not allow_download},
             dtype=dtype,
             **_dense_gguf(resolved.gguf_file),
         )
