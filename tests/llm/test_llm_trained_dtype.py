@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,19 +14,20 @@ import torch
 
 from llm.common.devices import CPU_AUTO_DTYPE_VARIABLE
 from llm.export.trained_team import load_team, locate_team
-
-REPO = Path(__file__).resolve().parents[2]
+from llm.interface.cli import main
 
 
 @pytest.fixture(scope="module")
 def bfloat16_auto_run(tmp_path_factory) -> Path:
-    """The smoke team trained one stage where ``auto`` picks bfloat16 (as on a CPU with AMX)."""
+    """The smoke team trained one stage where ``auto`` picks bfloat16 (as on a CPU with AMX):
+    in the test's process with the variable that pins the choice set for the run alone (read
+    when ``auto`` is resolved), so that every test after it loads where ``auto`` is float32."""
     runs = tmp_path_factory.mktemp("auto-dtype")
-    environment = {**os.environ, CPU_AUTO_DTYPE_VARIABLE: "bfloat16", "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "llm.interface.cli", "train", "--config", "smoke"]
-    command += ["--output-dir", str(runs), "--name", "run", "--no-progress"]
-    command += ["--set", "stage.stages=1", "--set", "run.eval_every=0"]
-    subprocess.run(command, cwd=REPO, env=environment, check=True, capture_output=True)
+    command = ["train", "--config", "smoke", "--output-dir", str(runs), "--name", "run"]
+    command += ["--no-progress", "--set", "stage.stages=1", "--set", "run.eval_every=0"]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(CPU_AUTO_DTYPE_VARIABLE, "bfloat16")
+        assert main(command) == 0
     return runs / "run"
 
 
