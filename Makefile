@@ -35,8 +35,8 @@ demo: $(STAMP)
 	$(BIN)/python -m studies.llm.demo_summary --untrained runs/demo/$(DEMO_RUN).untrained.json \
 		--run runs/demo/$(DEMO_RUN) --json results/demo_llm.json
 
-# On TEST_WORKERS pytest-xdist workers (one torch thread each), the vLLM engine's tests on one of
-# them, and the tests of a file that builds a fixture once together (tests/conftest.py).
+# On TEST_WORKERS pytest-xdist workers (one torch thread each), the vLLM engine's test files first,
+# and the tests of a file that builds a fixture once together (tests/conftest.py).
 TEST_WORKERS ?= 2
 test: $(STAMP)
 	@test -x .venv-vllm/bin/python || echo "make test: the vLLM engine's tests \

@@ -8,12 +8,13 @@ comparisons are those of a run on any CPU, so every test, and every ``teamtr`` a
 
 Under ``pytest -n N`` (pytest-xdist, as ``make test`` runs the suite: one worker per core) each
 worker, and every process a test starts, computes on one torch thread: N workers with torch's
-default of one thread per core would run N times as many threads as there are cores. The vLLM
-engine's tests start servers that take every core and gigabytes of memory: they run on one
-worker, one after another, and first, since they take longest (``--dist loadgroup``, scheduled
-by ``work_unit`` below). A file that builds something once for its tests (a module-scoped
-fixture: a trained run, a server, a wheel) keeps its tests on one worker, so that it is built
-once; every other test goes to whichever worker is free.
+default of one thread per core would run N times as many threads as there are cores. A file
+that builds something once for its tests (a module-scoped fixture: a trained run, a server, a
+wheel) keeps its tests on one worker, so that it is built once; every other test goes to
+whichever worker is free (``--dist loadgroup``, scheduled by ``work_unit`` below). The vLLM
+engine's test files go first, the longest first, since together they take longest: each file
+on one worker, so that at most one server a worker runs at a time (a server holds 2-3 GB; an
+idle one takes no CPU, and a busy one the thread it inherits).
 """
 
 from __future__ import annotations
@@ -49,30 +50,27 @@ if XDIST_WORKER:
     if "torch" in sys.modules:  # imported before this file (a plugin): the variable came late
         sys.modules["torch"].set_num_threads(1)
 
-VLLM_ENGINE_TESTS = frozenset(
-    {
-        "tests/llm/test_llm_engine_vllm.py",
-        "tests/llm/test_llm_engine_vllm_lifecycle.py",
-        "tests/llm/test_llm_export_vllm.py",
-        "tests/llm/test_llm_engine_lora_sum.py",
-    }
+VLLM_ENGINE_TESTS = (
+    "tests/llm/test_llm_engine_vllm_lifecycle.py",
+    "tests/llm/test_llm_engine_lora_sum.py",
+    "tests/llm/test_llm_engine_vllm.py",
+    "tests/llm/test_llm_export_vllm.py",
 )
-"""The test files that start vLLM servers (skipped without ``.venv-vllm``): one worker's."""
+"""The test files that start vLLM servers (skipped without ``.venv-vllm``), longest first: the
+order in which they start."""
 
 BUILT_ONCE = re.compile(r"@pytest\.fixture\([^)]*scope\s*=\s*[\"'](module|package|session)[\"']")
 """A fixture that a test file builds once for its tests."""
 
 
 def work_unit(nodeid: str, root: Path) -> str:
-    """The tests that one worker runs together, named: the vLLM engine's tests, the tests of a
-    file that builds a fixture once, and every other test on its own."""
+    """The tests that one worker runs together, named: the tests of a vLLM engine's test file
+    or of a file that builds a fixture once, and every other test on its own."""
     group = nodeid.rpartition("@")[2] if nodeid.rfind("@") > nodeid.rfind("]") else None
     if group:  # pytest.mark.xdist_group, where pytest-xdist can see it
         return group
     path = nodeid.partition("::")[0]
-    if path in VLLM_ENGINE_TESTS:
-        return "vllm"
-    if _builds_once(root / path):
+    if path in VLLM_ENGINE_TESTS or _builds_once(root / path):
         return path
     return nodeid
 
@@ -85,12 +83,18 @@ def _builds_once(path: Path) -> bool:
         return False
 
 
+def _start_rank(unit: str) -> int:
+    """Where a unit starts: the vLLM engine's files in their order, then every other unit."""
+    return VLLM_ENGINE_TESTS.index(unit) if unit in VLLM_ENGINE_TESTS else len(VLLM_ENGINE_TESTS)
+
+
 if importlib.util.find_spec("xdist") is not None:
     from xdist.scheduler import LoadScopeScheduling
 
     class WorkUnitScheduling(LoadScopeScheduling):
-        """``--dist loadgroup`` by ``work_unit``, the vLLM engine's tests first, then the files
-        that build a fixture once (most tests first), then single tests in collection order.
+        """``--dist loadgroup`` by ``work_unit``, the vLLM engine's test files first (longest
+        first), then the files that build a fixture once (most tests first), then single tests
+        in collection order.
 
         pytest-xdist 3.8 marks an ``xdist_group`` test by appending ``@group`` to
         ``item._nodeid``, which pytest 9.2's nodeid (``item._id``) no longer reads: its
@@ -117,7 +121,7 @@ if importlib.util.find_spec("xdist") is not None:
             for nodeid in self.collection:
                 units.setdefault(self._split_scope(nodeid), {})[nodeid] = False
             for unit, nodeids in sorted(
-                units.items(), key=lambda item: (item[0] != "vllm", -len(item[1]))
+                units.items(), key=lambda item: (_start_rank(item[0]), -len(item[1]))
             ):
                 self.workqueue[unit] = nodeids
             for _ in range(len(self.nodes) - len(self.workqueue)):

@@ -6,8 +6,8 @@ line, among them a server at ``engine_url`` that refuses the run's key or serves
 than the trainer's (the probe before training); and a run that trains against a keyed server
 it did not start, started as docs/scaling_out.md starts one.
 
-A module of its own, after ``test_llm_engine_vllm.py``: that module's in-process server is
-stopped when it ends, so no idle server of another test shares the CPU with these runs.
+A module of its own: its runs start and stop their servers through ``teamtr train``, apart
+from ``test_llm_engine_vllm.py``'s in-process server.
 """
 
 from __future__ import annotations
