@@ -131,6 +131,12 @@ def tiny_char_tokenizer() -> PreTrainedTokenizerFast:
     return tokenizer
 
 
+TINY_POSITIONS = 4096
+"""Positions of the tiny model: its character tokenizer makes an environment's dialogue (a
+game's board after every move) thousands of tokens long. Rotary positions have no weights, so
+the number changes no parameter, only where transformers warns of a context run past it."""
+
+
 def tiny_llama(
     vocab_size: int, *, hidden: int = 32, layers: int = 2, seed: int = 0
 ) -> LlamaForCausalLM:
@@ -142,7 +148,7 @@ def tiny_llama(
         num_hidden_layers=layers,
         num_attention_heads=4,
         num_key_value_heads=2,
-        max_position_embeddings=1024,
+        max_position_embeddings=TINY_POSITIONS,
         tie_word_embeddings=True,
         bos_token_id=0,
         eos_token_id=2,

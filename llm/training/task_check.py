@@ -33,7 +33,7 @@ import numpy as np
 from llm.common.config import RunConfig
 from llm.conversation.dialogue import ChatFormat
 from llm.conversation.environment_session import check_environment
-from llm.models.loading import tiny_char_tokenizer
+from llm.models.loading import TINY_POSITIONS, tiny_char_tokenizer
 from llm.problems.answer_check import AnswerScores, try_answers
 from llm.problems.task import Dialogue, RewardError, Task, TaskError, reported
 from llm.problems.tasks import Problem, identity_of
@@ -44,8 +44,6 @@ CHECK_SECONDS = 30.0
 """...or for at most this long: a reward that asks a judge model must not make a check slow."""
 CHECK_MESSAGE_TOKENS = 6
 """The longest message of a checked dialogue: a random model's text, kept short."""
-TINY_POSITIONS = 1024
-"""Positions of the tiny model (``llm.models.loading.tiny_llama``)."""
 
 
 SHOWN_EXAMPLES = 3

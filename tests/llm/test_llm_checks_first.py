@@ -18,6 +18,7 @@ import llm.common.progress
 from llm.common.progress import StageProgress, library_bars
 from llm.evaluation.held_out_problems import evaluate_team
 from llm.interface.cli import main
+from llm.models.loading import TINY_POSITIONS
 from llm.problems.tasks import MAX_LINE_BYTES, Problem, TaskDataError, load_jsonl
 
 MISSING_MODEL = 'source = "/no/such/model.gguf"'
@@ -104,11 +105,11 @@ def test_a_10_mb_line_is_refused_without_reading_it_whole(tmp_path):
 
 
 def test_dialogues_longer_than_the_model_are_refused_before_the_run_directory(tmp_path, capsys):
-    config = smoke_config(tmp_path, ("max_new_tokens = 4", "max_new_tokens = 2000"))
+    config = smoke_config(tmp_path, ("max_new_tokens = 4", "max_new_tokens = 9000"))
     err = fails(["train", "--config", str(config), "--name", "r", "--no-progress"], capsys)
     assert (
         "[sampler] max_new_tokens: the longest dialogue needs" in err
-        and "has 1024 positions" in err
+        and f"has {TINY_POSITIONS} positions" in err
     )
     assert not (tmp_path / "runs" / "r").exists()
     data = tmp_path / "long.jsonl"
