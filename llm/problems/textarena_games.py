@@ -84,6 +84,10 @@ class TextArenaGame:
     players: int = 1
     acting: tuple[int, ...] = ()
     """With ``players = 1``: the agents whose messages are moves (() = every agent)."""
+    blind: bool = False
+    """Show the game's opening only: after each move the game's text (a hint, a board) is not
+    shown, while its rewards and its end count as before. The ablation of a team without its
+    environment's text: what a trained team gains over it is what it reads from the game."""
     options: Mapping[str, Any] = field(default_factory=dict)
     """Keyword arguments of the game (its registry entry's, overridden), e.g. max_number = 10;
     in a config, plain ``[task.environment_args]`` keys (``llm.problems.configured``)."""
@@ -134,7 +138,9 @@ class TextArenaGame:
         if self.players == 1 and self.acting and speaker not in self.acting:
             return Reply()  # advice: the game reads moves only
         done, _ = self.env.step(message)
-        texts = self._new_texts()
+        texts = self._new_texts()  # read (and cleared) even when blind: the game's queue
+        if self.blind:
+            texts = dict.fromkeys(texts, "")
         reward = self._team_reward() if done else 0.0
         if self.players == 1:
             return Reply(text=texts[0], reward=reward, done=bool(done))

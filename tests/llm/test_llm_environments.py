@@ -375,6 +375,30 @@ def test_tic_tac_toe_gives_each_player_its_own_view_and_names_the_next(char_toke
     assert reply is not None and reply.done and reply.reward == 0.0  # +1 and -1: zero-sum
 
 
+def test_a_blind_game_hides_the_games_text_and_keeps_its_rewards_and_end(char_tokenizer):
+    """``blind = true`` (the ablation of a team without its environment's text): the same
+    moves on the same FrozenLake earn the same rewards and end on the same move, and after the
+    opening the game shows the blind team nothing, where it shows the sighted one each board."""
+    sets = ['task.kind="environment"', 'task.environment="textarena:FrozenLake-v0"']
+    played = {}
+    for blind in (False, True):
+        flags = sets + [f"task.environment_args={{blind={str(blind).lower()}}}"]
+        task = build_task(load_config(SMOKE, [parse_override(s) for s in flags]).task)
+        session = Session(task.environment, chat_of(char_tokenizer), task.test[3], 0, 2)
+        opening = session.reset().text
+        replies = []
+        for turn, move in enumerate(["[down]", "[right]"] * 3 + ["[up]", "[left]"]):
+            replies.append(session.step(turn % 2, move))
+            if replies[-1].done:
+                break
+        played[blind] = opening, replies
+    (sighted_opening, sighted), (blind_opening, blind) = played[False], played[True]
+    assert blind_opening == sighted_opening and "Current Board" in blind_opening
+    assert [(r.reward, r.done) for r in blind] == [(r.reward, r.done) for r in sighted]
+    assert sighted[-1].done and all("Current Board" in r.text for r in sighted)
+    assert all(r.text == "" for r in blind)
+
+
 def test_a_game_that_downloads_data_or_does_not_exist_is_refused_in_one_line(char_tokenizer):
     chat = chat_of(char_tokenizer)
     problem = game_problems("Wordle-v0", [0])[0]
