@@ -1,4 +1,4 @@
-"""``studies.llm.held_out_at_stage``: the held-out table of docs/environments.md, from run
+"""``studies.llm.environments.held_out_at_stage``: the held-out table of docs/environments.md, from run
 directories' records, with runs that have not reached the stage left out of the mean."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import math
 
-from studies.llm.held_out_at_stage import main, method_rows
+from studies.llm.environments.held_out_at_stage import main, method_rows
 
 
 def write_run(directory, accuracies):

@@ -1,4 +1,4 @@
-"""studies.llm.fixed_walks: a fixed walk wins a FrozenLake exactly when its cells, read off the
+"""studies.llm.environments.fixed_walks: a fixed walk wins a FrozenLake exactly when its cells, read off the
 game's own grid, miss every hole and reach the goal."""
 
 import itertools
@@ -8,7 +8,7 @@ import pytest
 pytest.importorskip("textarena", reason="pip install 'teamtr[games]'")
 
 from llm.problems.textarena_games import TextArenaGame, game_problems  # noqa: E402
-from studies.llm.fixed_walks import fixed_walks, won  # noqa: E402
+from studies.llm.environments.fixed_walks import fixed_walks, won  # noqa: E402
 
 STEP = {"down": (1, 0), "right": (0, 1)}
 

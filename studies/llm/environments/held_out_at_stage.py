@@ -7,7 +7,7 @@ eval_every``) and the CPU-seconds its stages took to get there; per method, the 
 error over seeds, beside the untrained team's accuracy (``teamtr eval --config``). A run that
 has not reached the stage is listed as such and left out of the mean.
 
-    python -m studies.llm.held_out_at_stage --stage 4 --plot figures/environments.png \\
+    python -m studies.llm.environments.held_out_at_stage --stage 4 --plot figures/environments.png \\
         --method calculator=results/environments/calculator_untrained.json:runs/env/calculator-s0
 """
 

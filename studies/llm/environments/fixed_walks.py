@@ -7,7 +7,7 @@ such a team can win, and the share of games some sequence wins is what reading t
 add. Each game is played through the adapter the runs use (``llm.problems.textarena_games``),
 one move a turn, the agents taking turns as in a run.
 
-    python -m studies.llm.fixed_walks --game FrozenLake-v0 --moves down right --length 6 \\
+    python -m studies.llm.environments.fixed_walks --game FrozenLake-v0 --moves down right --length 6 \\
         --first-seed 1234 --games 50 --json results/environments/frozen_lake_fixed_walks.json
 """
 
