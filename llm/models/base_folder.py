@@ -4,9 +4,11 @@ vLLM reads Hugging Face folders; it has no GGUF loader (the default model ships 
 "tiny" model exists only as a seed. Both are written once, from the weights teamtr itself
 loaded, as a plain model built from the config (transformers refuses ``save_pretrained`` on a
 GGUF-loaded model, while a fresh model of the same config loads the dequantized state dict and
-saves like any other). The folder is cached by the digest of those weights and their dtype, so
-every later run on the same base reuses it, and it is written beside its place and renamed
-into it: a folder there is whole.
+saves like any other). The folder is cached by the digest of everything it holds — the weights
+and their dtype, the model's config and the tokenizer — so every later run on the same base
+reuses it, and a model of the same weights under another config (e.g. more positions) gets a
+folder of its own rather than a stale ``config.json``; it is written beside its place and
+renamed into it: a folder there is whole.
 """
 
 from __future__ import annotations
@@ -45,6 +47,23 @@ def weights_digest(state: dict[str, torch.Tensor]) -> str:
     return digest.hexdigest()
 
 
+def folder_digest(
+    state: dict[str, torch.Tensor], model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase
+) -> str:
+    """SHA-256 of what a base folder holds: the weights (``weights_digest``), the config vLLM
+    reads (positions, rotary settings, special tokens) and the tokenizer's vocabulary and chat
+    template."""
+    digest = hashlib.sha256(weights_digest(state).encode())
+    digest.update(model.config.to_json_string(use_diff=False).encode())
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    vocabulary = (
+        backend.to_str() if backend is not None else repr(sorted(tokenizer.get_vocab().items()))
+    )
+    digest.update(vocabulary.encode())
+    digest.update(str(getattr(tokenizer, "chat_template", None)).encode())
+    return digest.hexdigest()
+
+
 def base_folder(
     model: PeftModel, tokenizer: PreTrainedTokenizerBase, cache: Path | None = None
 ) -> Path:
@@ -53,7 +72,8 @@ def base_folder(
     state = {name: tensor.detach().cpu() for name, tensor in plain.state_dict().items()}
     dtype = next(iter(state.values())).dtype
     root = (cache or cache_directory()) / "engine-bases"
-    folder = root / f"{weights_digest(state)[:24]}-{str(dtype).removeprefix('torch.')}"
+    digest = folder_digest(state, plain, tokenizer)
+    folder = root / f"{digest[:24]}-{str(dtype).removeprefix('torch.')}"
     if (folder / "config.json").is_file():
         return folder
     root.mkdir(parents=True, exist_ok=True)
