@@ -104,6 +104,9 @@ def build_task(settings: TaskSettings, n_agents: int = 2) -> Task:
 
 # -- environments --------------------------------------------------------------------------------
 TEXTARENA = "textarena:"
+TEXTARENA_ADAPTER_KEYS = ("players", "acting", "blind", "options")
+"""``[task.environment_args]`` keys of the adapter (``TextArenaGame``); every other key is the
+game's own."""
 
 
 def environment_factory(settings: TaskSettings, n_agents: int) -> EnvironmentFactory:
@@ -123,7 +126,7 @@ def environment_factory(settings: TaskSettings, n_agents: int) -> EnvironmentFac
         # The adapter's own keys; every other key is the game's (max_number = 10), checked
         # against the game's constructor here rather than at its first reset.
         adapter: dict[str, Any] = {
-            key: args.pop(key) for key in ("players", "acting", "blind", "options") if key in args
+            key: args.pop(key) for key in TEXTARENA_ADAPTER_KEYS if key in args
         }
         options = {**adapter.pop("options", {}), **args}
         known = game_options(game)
@@ -131,7 +134,7 @@ def environment_factory(settings: TaskSettings, n_agents: int) -> EnvironmentFac
             unknown = sorted(set(options) - known)
             raise ConfigError(
                 f"[task] environment_args: TextArena's {game} takes no {unknown}; its options: "
-                f"{sorted(known)}, and the adapter's: players, acting, blind"
+                f"{sorted(known)}, and the adapter's: {', '.join(TEXTARENA_ADAPTER_KEYS)}"
             )
         args = {"game": game, "n_agents": n_agents, "options": options, **adapter}
         if "acting" in args:
