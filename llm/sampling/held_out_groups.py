@@ -1,9 +1,9 @@
 """Held-out groups: dialogues no update sees, continued by the next team to measure an update.
 
-Each draw of a sampler with held-out groups (``DialogueSampler.with_held_out``) also plays
-``groups`` fresh problems of the same team, ``[sampler] held_out_group_size`` dialogues each
-(by default 1), that the updater never reads (they are not in ``DialogueRollouts.episodes``:
-not in the gradient, nor in the KL). The next draw, after agent
+A stage's first draw of a sampler with held-out groups (``DialogueSampler.with_held_out``) also
+plays ``groups`` fresh problems of the same team, ``[sampler] held_out_group_size`` dialogues
+each (by default 1), that the updater never reads (they are not in
+``DialogueRollouts.episodes``: not in the gradient, nor in the KL). The next draw, after agent
 k's update, cuts each of them before the first turn spoken for k (the same cut as prefix reuse:
 the kept turns were drawn by agents the update did not change, so they are distributed alike
 under both teams, Lemma 3.1's setting) and plays the rest with the new team. Per group, the
@@ -12,6 +12,13 @@ held out and their problems drawn independently, so the differences of one updat
 given it: the pairs of ``teamtr.measured`` (one per group, so n = groups). One dialogue a
 problem gives the most pairs for the tokens: the finite-n bounds pay for the reward's range
 as 1/n, and a group's mean narrows only the variance.
+
+**A chain**: the continued dialogues are exact draws of the new team on problems no update
+read, so they are that draw's held-out groups, which the next update's draw continues in turn;
+after a stage's first draw no fresh held-out group is played. Pairs drawn on for an update
+(sequential draws, ``draw_pairs``) leave their continuations to the next update's sequential
+draws (``Reserve``). A pair then costs its continuation alone; its old side was paid for by
+the update before.
 
 **Coupled continuations** (``[sampler] held_out_coupled``, the default): a pair's two sides
 differ by the update and by the sampling noise of the turns after the cut. Each held-out
@@ -33,7 +40,7 @@ turn instead of two.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -153,17 +160,74 @@ def draw_held_out(
     updated_agent: int | None = None,
     coupled: bool = True,
 ) -> HeldOut:
-    """``groups`` fresh held-out groups of ``team`` and, where ``previous`` and
-    ``updated_agent`` are given (and ``team`` differs from ``previous``'s team in that agent
-    alone, which the caller checks), the pairs of its continuation. No pairs where the task's
-    training rewards have no declared range (``training_range`` None). ``coupled``: the fresh
-    dialogues carry noise seeds, which their continuations will read."""
-    fresh, tokens = player.play(team, player.new_episodes(groups, group_size, coupled))
-    _, rewards = player.graded(fresh)
-    if previous is None or updated_agent is None:
+    """The held-out groups of a draw of ``team``: where ``previous`` and ``updated_agent`` are
+    given (and ``team`` differs from ``previous``'s team in that agent alone, which the caller
+    checks), ``previous``'s groups continued by ``team``, with their pairs; else ``groups``
+    fresh groups (``coupled``: with noise seeds, which their continuations will read). The
+    continued dialogues are exact draws of ``team`` on problems no update read (``continue_groups``),
+    so they are the groups the next update's pairs continue (a chain): no fresh group is played
+    after a stage's first draw. No pairs where the task's training rewards have no declared
+    range (``training_range`` None): then fresh groups, as without ``previous``."""
+    if previous is None or updated_agent is None or training_range is None:
+        fresh, tokens = player.play(team, player.new_episodes(groups, group_size, coupled))
+        _, rewards = player.graded(fresh)
         return HeldOut(tuple(fresh), rewards, group_size, tokens)
-    pairs, continued, more = continue_groups(player, team, previous, updated_agent, training_range)
-    return HeldOut(tuple(fresh), rewards, group_size, tokens + more, pairs, continued)
+    pairs, continued = continue_groups(player, team, previous, updated_agent, training_range)
+    return replace(continued, pairs=pairs, continued=continued.episodes)
+
+
+@dataclass
+class Reserve:
+    """Held-out dialogues of one team that no pair has read yet, in the order they were drawn:
+    the continuations of the pairs that sequential draws added to an update
+    (``DialogueSampler.draw_pairs``). The next update's sequential draws take them as their old
+    sides before they play fresh groups: each is an exact draw of that update's starting team
+    on a problem no update read, as a fresh group is. Which of them an update's draws took
+    depended on the pairs before (a stopping rule); the ones left are the rest of an i.i.d.
+    sequence after a stopping time, independent of what was read, and fresh groups after them
+    continue the same i.i.d. sequence, so the pairs stay i.i.d. given the update."""
+
+    team: Any
+    held_out: HeldOut | None = None
+
+    def take(self, groups: int) -> HeldOut | None:
+        """Up to ``groups`` of its groups, first drawn first, removed from the reserve."""
+        if self.held_out is None or groups <= 0:
+            return None
+        taken, self.held_out = split_groups(self.held_out, groups)
+        return taken
+
+    def add(self, held_out: HeldOut) -> None:
+        """``held_out``'s groups after those it holds."""
+        self.held_out = held_out if self.held_out is None else joined(self.held_out, held_out)
+
+
+def group_count(held_out: HeldOut) -> int:
+    """How many groups ``held_out`` holds."""
+    return len(held_out.episodes) // held_out.group_size
+
+
+def split_groups(held_out: HeldOut, groups: int) -> tuple[HeldOut, HeldOut | None]:
+    """``held_out``'s first ``groups`` groups and the rest (None where none is left), without
+    pairs or tokens (those were counted when they were drawn)."""
+    cut = min(groups, group_count(held_out)) * held_out.group_size
+    first = HeldOut(held_out.episodes[:cut], held_out.rewards[:cut], held_out.group_size, 0)
+    if cut == len(held_out.episodes):
+        return first, None
+    rest = HeldOut(held_out.episodes[cut:], held_out.rewards[cut:], held_out.group_size, 0)
+    return first, rest
+
+
+def joined(first: HeldOut, second: HeldOut) -> HeldOut:
+    """The groups of ``first`` then ``second`` (of one team, one group size), without pairs."""
+    if first.group_size != second.group_size:
+        raise ValueError("held-out groups of different sizes cannot be joined")
+    return HeldOut(
+        first.episodes + second.episodes,
+        np.concatenate([first.rewards, second.rewards]),
+        first.group_size,
+        first.generated_tokens + second.generated_tokens,
+    )
 
 
 def draw_pairs(
@@ -175,19 +239,27 @@ def draw_pairs(
     group_size: int,
     training_range: tuple[float, float] | None,
     coupled: bool = True,
-) -> tuple[PairedDifferences | None, int]:
-    """``groups`` fresh groups of ``old``, read by no update, continued by ``new`` from
+    reserve: Reserve | None = None,
+) -> tuple[PairedDifferences | None, HeldOut | None, int]:
+    """``groups`` held-out groups of ``old`` that no pair has read, continued by ``new`` from
     ``updated_agent``'s first turn (sequential held-out draws,
-    ``teamtr.protocols.SequentialPairingSampler``): their pairs and the tokens generated.
-    Drawn after the update, they are independent of it and of the pairs before. ``coupled``:
-    the two sides read common random numbers."""
+    ``teamtr.protocols.SequentialPairingSampler``): first those of ``reserve`` (of ``old``;
+    ``Reserve``), then fresh ones played now. Their pairs, the continued groups (of ``new``)
+    and the tokens generated. Drawn after the update, they are independent of it and of the
+    pairs before. ``coupled``: the fresh groups' two sides read common random numbers."""
     if training_range is None:
-        return None, 0
-    fresh, tokens = player.play(old, player.new_episodes(groups, group_size, coupled))
-    _, rewards = player.graded(fresh)
-    previous = HeldOut(tuple(fresh), rewards, group_size, tokens)
-    pairs, _, more = continue_groups(player, new, previous, updated_agent, training_range)
-    return pairs, tokens + more
+        return None, None, 0
+    taken = reserve.take(groups) if reserve is not None else None
+    missing = groups - (group_count(taken) if taken is not None else 0)
+    tokens = 0
+    if missing > 0:
+        fresh, tokens = player.play(old, player.new_episodes(missing, group_size, coupled))
+        _, rewards = player.graded(fresh)
+        played = HeldOut(tuple(fresh), rewards, group_size, tokens)
+        taken = played if taken is None else joined(taken, played)
+    assert taken is not None
+    pairs, continued = continue_groups(player, new, taken, updated_agent, training_range)
+    return pairs, continued, tokens + continued.generated_tokens
 
 
 def continue_groups(
@@ -195,13 +267,13 @@ def continue_groups(
     team: Any,
     previous: HeldOut,
     updated_agent: int,
-    training_range: tuple[float, float] | None,
-) -> tuple[PairedDifferences | None, tuple[Episode, ...], int]:
+    training_range: tuple[float, float],
+) -> tuple[PairedDifferences, HeldOut]:
     """``previous``'s groups continued by ``team`` from ``updated_agent``'s first turn: their
-    pairs (None where the training rewards have no declared range), the continued dialogues
-    and the tokens generated."""
-    if training_range is None:
-        return None, (), 0
+    pairs, and the continued dialogues as held-out groups of ``team`` (their training rewards,
+    the tokens generated for them, no pairs). Where ``team`` differs from ``previous``'s team
+    in ``updated_agent`` alone, each continued dialogue is an exact draw of ``team`` (the kept
+    turns are distributed alike under both teams, Lemma 3.1's setting)."""
     cut, _ = player.cut_before(previous.episodes, updated_agent)
     continued, tokens = player.play(team, cut, replay=Replay(previous.episodes, updated_agent))
     _, new_rewards = player.graded(continued)
@@ -210,4 +282,4 @@ def continue_groups(
     differences = group_differences(new_rewards, previous.rewards, previous.group_size)
     width = training_range[1] - training_range[0]
     pairs = PairedDifferences(differences, width, updated_agent=updated_agent)
-    return pairs, tuple(continued), tokens
+    return pairs, HeldOut(tuple(continued), new_rewards, previous.group_size, tokens)

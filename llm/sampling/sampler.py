@@ -46,6 +46,7 @@ from llm.problems.tasks import Problem
 from llm.sampling.dynamic import sample_with_signal
 from llm.sampling.held_out_groups import (
     Replay,
+    Reserve,
     continue_groups,
     draw_held_out,
     draw_pairs,
@@ -114,6 +115,11 @@ class DialogueSampler:
         self.pair_draw_tokens: list[int] = []
         """Tokens generated for pairs outside a draw (``continue_held_out``, ``draw_pairs``),
         until ``take_pair_draw_tokens``; shared with ``with_held_out``'s copies."""
+        self.reserves: list[Reserve] = []
+        """Held-out groups that sequential draws continued, of the teams of the update being
+        measured (``llm.sampling.held_out_groups.Reserve``): at most two, emptied at each
+        stage's first draw (a stage is what a checkpoint holds, so a resumed run draws as a
+        straight one)."""
 
     def with_held_out(self, groups: int) -> DialogueSampler:
         """This sampler (its engine, task and generator shared) holding out ``groups`` groups
@@ -122,6 +128,7 @@ class DialogueSampler:
             raise ValueError(f"held-out groups must be >= 0, got {groups}")
         other = copy.copy(self)
         other.held_out_groups = groups
+        other.reserves = []
         return other
 
     def continue_held_out(
@@ -131,22 +138,25 @@ class DialogueSampler:
         group drawn (``teamtr.protocols.PairingSampler``: a stage's last update)."""
         if previous.held_out is None or not prefixes_reusable(team, previous, updated_agent):
             return None
+        if self.task.training_range is None:
+            return None
         with self.engine.drawing(team, continues=True):
-            pairs, _, tokens = continue_groups(
+            pairs, continued = continue_groups(
                 self, team, previous.held_out, updated_agent, self.task.training_range
             )
-        self.pair_draw_tokens.append(tokens)
+        self.pair_draw_tokens.append(continued.generated_tokens)
         return pairs
 
     def draw_pairs(
         self, old: LoraTeam, new: LoraTeam, updated_agent: int, count: int
     ) -> PairedDifferences | None:
-        """``count`` fresh held-out groups of ``old`` continued by ``new``
+        """``count`` held-out groups of ``old`` that no pair has read, continued by ``new``
         (``teamtr.protocols.SequentialPairingSampler``;
-        ``llm.sampling.held_out_groups.draw_pairs``).
-        Played outside a draw, as an evaluation is: the engine's kept contexts stay those of
-        the last draw."""
-        pairs, tokens = draw_pairs(
+        ``llm.sampling.held_out_groups.draw_pairs``): first the groups that the previous
+        update's sequential draws continued into ``old``, then fresh ones. Their continuations
+        wait, in turn, for the next update's draws. Played outside a draw, as an evaluation is:
+        the engine's kept contexts stay those of the last draw."""
+        pairs, continued, tokens = draw_pairs(
             self,
             old,
             new,
@@ -155,9 +165,23 @@ class DialogueSampler:
             self.settings.held_out_group_size,
             self.task.training_range,
             self.settings.held_out_coupled,
+            self.reserve_of(old),
         )
+        if continued is not None:
+            self.reserve_of(new).add(continued)
+        # Only the teams of the update being measured can be read again.
+        self.reserves = [r for r in self.reserves if r.team is old or r.team is new]
         self.pair_draw_tokens.append(tokens)
         return pairs
+
+    def reserve_of(self, team: LoraTeam) -> Reserve:
+        """The held-out groups of ``team`` that sequential draws continued and no pair has read
+        (``reserves``), made empty where there are none."""
+        for reserve in self.reserves:
+            if reserve.team is team:
+                return reserve
+        self.reserves.append(Reserve(team))
+        return self.reserves[-1]
 
     def take_pair_draw_tokens(self) -> int:
         """The tokens of ``pair_draw_tokens`` since the last call (the stage's records add them
@@ -411,6 +435,8 @@ class DialogueSampler:
         ``signal_groups`` > 0, fresh groups filtered for differing rewards (and no reuse)."""
         started = time.perf_counter()
         reusable = prefixes_reusable(team, previous, updated_agent)
+        if previous is None:  # a stage's first draw
+            self.reserves.clear()
         with self.engine.drawing(team, continues=reusable):
             rollouts = self._training_draw(team, started, reusable, previous, updated_agent)
             if not self.held_out_groups:

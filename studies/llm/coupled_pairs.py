@@ -81,13 +81,13 @@ def measure_update(parts, old, new, agent: int, args: argparse.Namespace) -> dic
         _, rewards = sampler.graded(fresh)
         held = HeldOut(tuple(fresh), rewards, 1, tokens)
         training_range = sampler.task.training_range
-        pairs, continued, more = continue_groups(sampler, new, held, agent, training_range)
-        assert pairs is not None, "the task's training rewards declare no range"
+        assert training_range is not None, "the task's training rewards declare no range"
+        pairs, continued = continue_groups(sampler, new, held, agent, training_range)
         way = summary(pairs.differences, pairs.reward_width, args.batch, args.cap)
         way["old_mean"] = float(rewards.mean())
-        way["new_mean"] = float(sampler.graded(continued)[1].mean())
+        way["new_mean"] = float(continued.rewards.mean())
         way["cpu_seconds"] = cpu_seconds() - started
-        way["tokens"] = tokens + more
+        way["tokens"] = tokens + continued.generated_tokens
         row["coupled" if coupled else "independent"] = way
         print(f"agent {agent}, coupled {coupled}: {json.dumps(way)}", flush=True)
     spreads = row["independent"]["sd"], row["coupled"]["sd"]

@@ -99,7 +99,8 @@ def test_a_continuation_repeats_an_unchanged_agents_turn_without_drawing_it():
         fresh, _ = sampler.play(team, sampler.new_episodes(20, 1, coupled))
         _, rewards = sampler.graded(fresh)
         held = HeldOut(tuple(fresh), rewards, 1, 0)
-        _, continued, tokens = continue_groups(sampler, team, held, 0, (0.0, 1.0))
+        _, continuation = continue_groups(sampler, team, held, 0, (0.0, 1.0))
+        continued, tokens = continuation.episodes, continuation.generated_tokens
         drawn = continued if not coupled else [e.with_turns(e.turns[:1]) for e in continued]
         assert tokens == sum(len(t.message) for e in drawn for t in e.turns)
         if coupled:
@@ -283,9 +284,8 @@ def test_coupled_pairs_mean_is_the_exact_improvement_with_a_smaller_spread(updat
         fresh, tokens = sampler.play(old, sampler.new_episodes(rows, 1, coupled))
         _, rewards = sampler.graded(fresh)
         held = HeldOut(tuple(fresh), rewards, 1, tokens)
-        pairs, continued, _ = continue_groups(sampler, new, held, updated_agent, (0.0, 1.0))
-        assert pairs is not None
-        _, new_rewards = sampler.graded(continued)
+        pairs, continued = continue_groups(sampler, new, held, updated_agent, (0.0, 1.0))
+        new_rewards = continued.rewards
         for sampled, exact in (
             (rewards, j_old),
             (new_rewards, j_new),
@@ -295,3 +295,83 @@ def test_coupled_pairs_mean_is_the_exact_improvement_with_a_smaller_spread(updat
         spread[coupled] = float(pairs.differences.std(ddof=1))
     assert abs(j_new - j_old) > 0.05
     assert spread[True] ** 2 < 0.75 * spread[False] ** 2, spread
+
+
+def test_sequential_draws_take_the_last_updates_continuations_before_fresh_groups():
+    """Pairs drawn on for one update (``draw_pairs``) leave their continuations, dialogues of
+    the new team, to the next update's draws: those take them first, in order, as their old
+    sides (no fresh group played for them), and play fresh groups only for the rest. A stage's
+    first draw forgets them."""
+    team, sampler, _, _ = llm.build_team(task=BOTH, **TINY, max_new_tokens=2)
+    held = sampler.with_held_out(2)
+    old = perturb_agent(team, 1, scale=0.5, seed=1)
+    new = stepped(old, 1, 0.3, seed=4)
+    newer = stepped(new, 0, 0.3, seed=5)
+    held.sample(old)  # a stage's first draw
+    first = held.draw_pairs(old, new, 1, 3)
+    assert first is not None and first.differences.size == 3
+    (reserve,) = [r for r in held.reserves if r.team is new]
+    assert reserve.held_out is not None
+    waiting = reserve.held_out.episodes
+    assert len(waiting) == 3 and all(e.noise_seed is not None for e in waiting)
+    held.take_pair_draw_tokens()
+    # The next update's first 3 old sides are those continuations: continued from agent 0's
+    # turn with the same numbers, each pair is exactly J-difference 0 where newer's agent 0
+    # gives new's message, and only agent 0's turn (and what follows a changed one) is drawn.
+    second = held.draw_pairs(new, newer, 0, 3)
+    assert second is not None and second.differences.size == 3
+    assert reserve.held_out is None  # all three read
+    tokens_reused = held.take_pair_draw_tokens()
+    assert tokens_reused <= 3 * 2 * 2  # at most two turns of two tokens each, no fresh group
+    third = held.draw_pairs(new, newer, 0, 2)  # none left: fresh groups of new
+    assert third is not None and held.take_pair_draw_tokens() > 0
+    assert {id(r.team) for r in held.reserves} <= {id(new), id(newer)}
+    held.sample(newer)
+    assert held.reserves == []
+
+
+def test_a_draw_after_an_update_holds_out_its_continuations():
+    """After an update, a draw's held-out groups are the previous draw's continued by the new
+    team (exact draws of it on problems no update read): no fresh held-out group is played."""
+    team, sampler, _, _ = llm.build_team(task=ONE_PROBLEM, **TINY, max_new_tokens=3)
+    held = sampler.with_held_out(4)
+    first = held.sample(team)
+    new = stepped(perturb_agent(team, 0, 0.5, seed=2), 0, 0.3, seed=3)
+    second = held.sample(new, previous=first, updated_agent=0)
+    assert first.held_out is not None and second.held_out is not None
+    assert second.held_out.episodes == second.held_out.continued
+    assert [e.noise_seed for e in second.held_out.episodes] == [
+        e.noise_seed for e in first.held_out.episodes
+    ]
+    assert second.held_out.rewards.tolist() == held.graded(second.held_out.episodes)[1].tolist()
+
+
+def test_chained_pairs_mean_is_the_exact_improvement_of_each_update():
+    """1,500 held-out dialogues of a team continued by its update of agent 1 (drawn on, as a
+    stage's sequential draws are), whose continuations are then the old sides of the next
+    update's (agent 0's) pairs: each update's pairs' mean is its exact J(new) - J(old), and the
+    continuations' rewards average J of the team between, within Z standard errors."""
+    team, sampler, _, _ = llm.build_team(task=BOTH, **TINY, max_new_tokens=1)
+    with torch.no_grad():  # sharpened: the tiny model's logits lie within 1
+        team.backbone.model.get_output_embeddings().weight.mul_(8.0)
+    teams = [perturb_agent(perturb_agent(team, 1, scale=0.5, seed=1), 0, scale=0.5, seed=7)]
+    teams.append(stepped(teams[0], 1, 0.3, seed=4))
+    teams.append(stepped(teams[1], 0, 0.3, seed=6))
+    values = [exact_returns(sampler, t, BOTH)[0] for t in teams]
+    held = sampler.with_held_out(1)
+    held.sample(teams[0])
+    rows = 1500
+    for agent, (old, new) in zip((1, 0), zip(teams, teams[1:], strict=False), strict=True):
+        pairs = held.draw_pairs(old, new, agent, rows)
+        assert pairs is not None
+        exact = values[teams.index(new)] - values[teams.index(old)]
+        d = pairs.differences
+        assert abs(d.mean() - exact) <= Z * d.std(ddof=1) / rows**0.5, (agent, exact)
+        (reserve,) = [r for r in held.reserves if r.team is new]
+        assert reserve.held_out is not None
+        rewards = reserve.held_out.rewards
+        j_new = values[teams.index(new)]
+        assert abs(rewards.mean() - j_new) <= Z * rewards.std(ddof=1) / rows**0.5
+    # Each update moves J by about 0.1, over twice the checks' Z standard errors (about 0.04):
+    # a reserve of the wrong team (old sides one update behind) fails the pairs' check.
+    assert min(abs(values[1] - values[0]), abs(values[2] - values[1])) > 0.08, values
