@@ -182,7 +182,7 @@ def run_vllm(job: Path, dtype: str, lora_sum: str, work: Path) -> dict[str, Any]
         raise RuntimeError(f"vLLM ({dtype}, {lora_sum}) failed:\n{result.stderr[-3000:]}")
     answer = json.loads(out.read_text())
     answer["wall_seconds"] = time.monotonic() - started
-    # The processes the plugin patched (vLLM's front end and its engine core, where the model runs).
+    # The processes the plugin patched (every vLLM process, the model's among them).
     answer["plugin_processes"] = sorted(
         {int(pid) for pid in PLUGIN_LINE.findall(result.stdout + result.stderr)}
     )
@@ -350,6 +350,8 @@ def one_seed(base: RunConfig, seed: int, args: argparse.Namespace, log) -> dict[
                     ),
                     "wall_seconds": answer["wall_seconds"],
                     "plugin_processes": answer["plugin_processes"],
+                    # Where the model computed, and whether its LoRA layers' sum was the plugin's.
+                    "model_sum": answer["model_sum"],
                 }
                 log(f"  {label}: {describe(rows[label])} ({answer['wall_seconds']:.0f} s)")
             # The plugin's share against vLLM's own sum's, paired on the same tokens.
