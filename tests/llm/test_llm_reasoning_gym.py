@@ -7,7 +7,9 @@ with the reward of their answers and of an empty message."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import random
 import re
 
 import numpy as np
@@ -25,7 +27,10 @@ pytest.importorskip("reasoning_gym", reason="pip install 'teamtr[reasoning]'")
 from llm.problems.reasoning_gym_task import (  # noqa: E402
     answer_in,
     answer_span,
+    built_anew,
+    generators,
     held_out_counts,
+    reseedable,
 )
 
 CONFIGS = REPO / "llm" / "configs" / "reasoning"
@@ -76,6 +81,55 @@ def test_no_held_out_question_is_ever_drawn_for_training(path):
     assert {task.split(problem.question) for problem in drawn} == {"train"}
     again = task.draw(np.random.default_rng(7), 500)
     assert [p.question for p in again] == [p.question for p in drawn]  # a function of the seed
+
+
+@pytest.mark.parametrize("path", TASK_CONFIGS, ids=lambda p: p.stem)
+def test_a_reseeded_generator_writes_the_problems_of_one_built_anew(path):
+    """A problem's generator is the task's own with the problem's seed in place of its seed
+    where its construction uses no seed: the same entry as the generator built anew for that
+    seed, at seeds the check before did not look at."""
+    for generator in generators(load_config(path).task):
+        for seed in (3, 4096, 123_456_789, 2**31 - 2):
+            assert (
+                generator.problem(seed).metadata["entry"] == built_anew(generator.dataset, seed)[0]
+            )
+    if path.stem == "spell_backward":  # the generator it is for: a word list filtered each build
+        assert all(generator.reseeds for generator in generators(load_config(path).task))
+
+
+class SeededAtBuild:
+    """A generator whose construction draws from its seed (a pool of numbers), as a
+    reasoning-gym dataset may: reseeding it would keep the pool of another seed."""
+
+    def __init__(self, config):
+        self.config, self.seed, self.size = config, config.seed, config.size
+        self.pool = random.Random(config.seed).sample(range(1000), 5)
+
+    def __getitem__(self, index):
+        return {"question": f"{self.pool[index]}?", "answer": str(self.pool[index])}
+
+
+class SeededAtDraw(SeededAtBuild):
+    """The same generator with its pool fixed and its seed read when it writes an entry."""
+
+    def __init__(self, config):
+        self.config, self.seed, self.size = config, config.seed, config.size
+        self.pool = list(range(5))
+
+    def __getitem__(self, index):
+        number = random.Random(self.seed + index).choice(self.pool)
+        return {"question": f"{number}?", "answer": str(number)}
+
+
+@dataclasses.dataclass
+class SeedOnly:
+    seed: int = 0
+    size: int = 1
+
+
+def test_a_generator_whose_construction_reads_its_seed_is_built_anew_for_each_problem():
+    assert not reseedable(SeededAtBuild(SeedOnly()))
+    assert reseedable(SeededAtDraw(SeedOnly()))  # the seed read later: reseeded
 
 
 def test_several_datasets_share_the_held_out_set_and_the_draws_by_weight():
