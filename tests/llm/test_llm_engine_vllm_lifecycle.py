@@ -29,7 +29,8 @@ from safetensors.torch import load_file
 from test_llm_engine_vllm import REPO, TEAMTR, TOLERANCE, VLLM_PYTHON, write_config
 
 from llm.common.config import ConfigError, load_config, parse_override
-from llm.engines.vllm.command import ServeCommand
+from llm.engines.vllm.command import ServeCommand, cpu_build_environment
+from llm.engines.vllm.installation import is_cpu_build
 from llm.engines.vllm.server import ADAPTER_FOLDER, OWNED_FOLDER, SOCKET_FOLDER, EngineServer
 from llm.engines.vllm.server_address import ServerAddress
 from llm.models.base_folder import base_folder
@@ -70,21 +71,24 @@ def start_training(
 
 
 def wait_for_server(
-    run_dir: Path, process: subprocess.Popen[str], settle: float = 5, timeout: float = 600
+    run_dir: Path, process: subprocess.Popen[str], staged: bool = True, timeout: float = 600
 ) -> int:
     """The server's pid (its group's id), once teamtr has started it and made the run, and
-    ``settle`` seconds more."""
+    (``staged``) once the run's first stage is recorded: its stages, and their handler of
+    SIGTERM, are running, and its adapters have been loaded from their folder."""
     deadline = time.monotonic() + timeout
+    pid = None
     while time.monotonic() < deadline:
-        log = run_dir / "engine.log"
-        if log.is_file() and (found := SERVER_PID.search(log.read_text(errors="replace"))):
-            # The log moves into the run directory as the run begins; its stages (and their
-            # handlers of SIGTERM) start a moment later.
-            time.sleep(settle)
-            return int(found[1])
+        log = run_dir / "engine.log"  # moved into the run directory as the run begins
+        if pid is None and log.is_file():
+            found = SERVER_PID.search(log.read_text(errors="replace"))
+            pid = int(found[1]) if found else None
+        metrics = run_dir / "metrics.jsonl"
+        if pid is not None and (not staged or (metrics.is_file() and metrics.stat().st_size)):
+            return pid
         assert process.poll() is None, process.communicate()
-        time.sleep(0.5)
-    raise AssertionError("the server did not start")
+        time.sleep(0.2)
+    raise AssertionError("the server did not start" if pid is None else "no first stage")
 
 
 def check_smoke_run(run_dir: Path, process: subprocess.Popen[str], group: int) -> None:
@@ -163,7 +167,7 @@ def ended_by(way: str, code: int, config: Path, temporary: Path) -> None:
     engine = ("--set", "sampler.engine=vllm", "--set", "run.dtype=float32")
     where = ("--output-dir", str(again / "runs"))
     after = start_training("smoke", "after", *engine, *where, cwd=again, temporary=temporary)
-    after_group = wait_for_server(again / "runs" / "after", after, settle=0)
+    after_group = wait_for_server(again / "runs" / "after", after, staged=False)
     running = engine_folders(temporary)
     sockets = [name for name in running if name.startswith(f"teamtr-{SOCKET_FOLDER}-")]
     assert len(sockets) == 1 and set(running.values()) == {after.pid}, running
@@ -229,7 +233,7 @@ def test_a_bfloat16_run_whose_server_dies_resumes_to_the_straight_run_through_th
     assert straight.returncode == 0, err
     run_dir = tmp_path / "runs" / "fault"
     process = start_training(config, "fault")
-    group = wait_for_server(run_dir, process, settle=0)
+    group = wait_for_server(run_dir, process, staged=False)
     deadline = time.monotonic() + 900
     while not (run_dir / "checkpoints" / "stage_1").exists():
         assert process.poll() is None, process.communicate()
@@ -321,6 +325,8 @@ def foreign_server(request, tmp_path_factory):
     env.pop("PYTHONPATH", None)
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     env.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+    if is_cpu_build(VLLM_PYTHON):  # as a run's own server on this build: no worker process
+        env.update(cpu_build_environment())
     address = ServerAddress(f"http://127.0.0.1:{port}", key)
     server = EngineServer(words, env, directory / "foreign.log", address)
     try:

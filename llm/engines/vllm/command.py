@@ -40,6 +40,18 @@ def cpu_build_arguments(max_model_len: int) -> list[str]:
     return ["--no-enable-chunked-prefill", "--max-num-batched-tokens", str(max_model_len)]
 
 
+def cpu_build_environment() -> dict[str, str]:
+    """The model in the engine-core process on the CPU build. vLLM's CPU platform otherwise
+    runs it in a worker process of its own (its multiprocessing executor, even for one
+    worker), a third Python process that imports vLLM again before the server can answer:
+    the tiny test model's server answered its first request 40-43 s after its start with the
+    worker process, 24-28 s without, on two cores beside two training runs (three starts
+    each; the same tokens drawn). ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` lets the platform keep
+    vLLM's one-process executor; the API server still runs its engine core in a process of
+    its own (vLLM's server has no other way)."""
+    return {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+
+
 @dataclass(frozen=True)
 class ServeCommand:
     """A vLLM server of one base model and the team's LoRA adapters."""
@@ -63,7 +75,8 @@ class ServeCommand:
     max_model_len: int | None = None
     """The longest context served (default: the model's positions)."""
     cpu_build: bool = False
-    """Whether the server is vLLM's CPU build (``cpu_build_arguments``)."""
+    """Whether the server is vLLM's CPU build (``cpu_build_arguments``,
+    ``cpu_build_environment``)."""
     seed: int | None = None
     host: str | None = None
     port: int | None = None
@@ -122,18 +135,23 @@ class ServeCommand:
 
     def environment(self) -> dict[str, str]:
         """The variables the server needs beside the caller's own (the key among them)."""
-        variables = dict(self.extra_environment)
-        if self.runtime_lora:
-            variables[RUNTIME_LORA_ENVIRONMENT] = "1"
+        variables = self._variables()
         if self.key is not None:
             variables[KEY_ENVIRONMENT] = self.key
         return variables
 
-    def module_line(self, leading: Mapping[str, str] = {}) -> str:  # noqa: B006 (read only)
-        """One shell line: ``leading`` variables, then the module form (no key in it)."""
-        variables = {**leading, **dict(self.extra_environment)}
+    def _variables(self) -> dict[str, str]:
+        """The server's variables that a rendered line may show (the key is not one)."""
+        variables = dict(self.extra_environment)
+        if self.cpu_build:
+            variables.update(cpu_build_environment())
         if self.runtime_lora:
             variables[RUNTIME_LORA_ENVIRONMENT] = "1"
+        return variables
+
+    def module_line(self, leading: Mapping[str, str] = {}) -> str:  # noqa: B006 (read only)
+        """One shell line: ``leading`` variables, then the module form (no key in it)."""
+        variables = {**leading, **self._variables()}
         prefix = [f"{name}={shlex.quote(value)}" for name, value in variables.items()]
         return self._key_check() + " ".join([*prefix, shlex.join(self.module_command())])
 
