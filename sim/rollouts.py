@@ -177,10 +177,10 @@ class SampledSampler:
         self._env_seed = int(seeds[1].generate_state(1)[0])
         self._env_seeded = False
 
-    def with_held_out(self, groups: int) -> SampledSampler:
-        """This sampler (its environment and random streams shared) holding out ``groups``
-        episodes per draw. Pairs need bounded returns: episodic, or discounted without
-        ``max_steps`` (``sim.pairing.return_estimates``)."""
+    def with_held_out(self, groups: int, chained: bool = True) -> SampledSampler:
+        """This sampler (its environment and random streams shared) holding out ``groups`` fresh
+        episodes per draw, ``chained`` or not. Pairs need bounded returns: episodic, or
+        discounted without ``max_steps`` (``sim.pairing.return_estimates``)."""
         if groups < 0:
             raise ValueError(f"held-out groups must be >= 0, got {groups}")
         if groups and self.env.max_steps is not None and self.mdp.horizon is None:

@@ -86,14 +86,18 @@ class PairingSampler(Sampler, Protocol):
     Its draws hold out ``groups`` groups that no update sees: they are left out of what an
     updater reads (occupancy, advantages, gradient, KL). A draw made with ``previous`` and
     ``updated_agent`` continues ``previous``'s held-out groups with the new team from the
-    updated agent's first turn on, and its rollouts carry the differences (``PairedRollouts``);
-    those continuations are used for the pairs only, and every draw holds out fresh groups of
+    updated agent's first turn on, and its rollouts carry the differences (``PairedRollouts``).
+    A sampler may hold those continuations out again, as the next update's old sides (a
+    chain: they are exact draws of the new team on groups no update read), where nothing but
+    a stopping rule decided on them; with ``chained`` False every draw holds out fresh groups of
     its own, so the held-out groups that decided one update never measure another.
     """
 
-    def with_held_out(self, groups: int) -> Sampler:
+    def with_held_out(self, groups: int, chained: bool = True) -> Sampler:
         """A sampler drawing as this one does, plus ``groups`` held-out groups per draw (it may
-        share this one's random streams)."""
+        share this one's random streams). ``chained`` False: no continuation is held out again
+        (``accept = "measured"``, where whether the chain goes on depends on the continuations'
+        rewards: the next update's old sides would be a selected sample, not a draw)."""
         ...
 
     def continue_held_out(

@@ -115,7 +115,8 @@ def measuring_sampler(sampler: Sampler, config: StageConfig) -> Sampler | None:
             f"draws fresh pairs (teamtr.protocols.SequentialPairingSampler); "
             f"{type(sampler).__name__} has no draw_pairs"
         )
-    return sampler.with_held_out(config.certificate_groups)
+    # An update undone by its bound would select the continuations it kept going on.
+    return sampler.with_held_out(config.certificate_groups, chained=config.accept != "measured")
 
 
 def measured_update(

@@ -159,6 +159,7 @@ def draw_held_out(
     previous: HeldOut | None = None,
     updated_agent: int | None = None,
     coupled: bool = True,
+    chained: bool = True,
 ) -> HeldOut:
     """The held-out groups of a draw of ``team``: where ``previous`` and ``updated_agent`` are
     given (and ``team`` differs from ``previous``'s team in that agent alone, which the caller
@@ -166,14 +167,27 @@ def draw_held_out(
     fresh groups (``coupled``: with noise seeds, which their continuations will read). The
     continued dialogues are exact draws of ``team`` on problems no update read (``continue_groups``),
     so they are the groups the next update's pairs continue (a chain): no fresh group is played
-    after a stage's first draw. No pairs where the task's training rewards have no declared
-    range (``training_range`` None): then fresh groups, as without ``previous``."""
+    after a stage's first draw. ``chained`` False: fresh groups after every draw, the
+    continuations used for the pairs only. No pairs where the task's training rewards have no
+    declared range (``training_range`` None): then fresh groups, as without ``previous``."""
     if previous is None or updated_agent is None or training_range is None:
-        fresh, tokens = player.play(team, player.new_episodes(groups, group_size, coupled))
-        _, rewards = player.graded(fresh)
-        return HeldOut(tuple(fresh), rewards, group_size, tokens)
+        return played_groups(player, team, groups, group_size, coupled)
+    if chained:
+        pairs, continued = continue_groups(player, team, previous, updated_agent, training_range)
+        return replace(continued, pairs=pairs, continued=continued.episodes)
+    fresh = played_groups(player, team, groups, group_size, coupled)
     pairs, continued = continue_groups(player, team, previous, updated_agent, training_range)
-    return replace(continued, pairs=pairs, continued=continued.episodes)
+    tokens = fresh.generated_tokens + continued.generated_tokens
+    return replace(fresh, generated_tokens=tokens, pairs=pairs, continued=continued.episodes)
+
+
+def played_groups(
+    player: Player, team: Any, groups: int, group_size: int, coupled: bool
+) -> HeldOut:
+    """``groups`` fresh groups of ``team``, played now (``coupled``: with noise seeds)."""
+    fresh, tokens = player.play(team, player.new_episodes(groups, group_size, coupled))
+    _, rewards = player.graded(fresh)
+    return HeldOut(tuple(fresh), rewards, group_size, tokens)
 
 
 @dataclass
@@ -253,11 +267,10 @@ def draw_pairs(
     missing = groups - (group_count(taken) if taken is not None else 0)
     tokens = 0
     if missing > 0:
-        fresh, tokens = player.play(old, player.new_episodes(missing, group_size, coupled))
-        _, rewards = player.graded(fresh)
-        played = HeldOut(tuple(fresh), rewards, group_size, tokens)
+        played = played_groups(player, old, missing, group_size, coupled)
+        tokens = played.generated_tokens
         taken = played if taken is None else joined(taken, played)
-    assert taken is not None
+    assert taken is not None  # groups >= 1: taken from the reserve or played
     pairs, continued = continue_groups(player, new, taken, updated_agent, training_range)
     return pairs, continued, tokens + continued.generated_tokens
 

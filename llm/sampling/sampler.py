@@ -115,19 +115,24 @@ class DialogueSampler:
         self.pair_draw_tokens: list[int] = []
         """Tokens generated for pairs outside a draw (``continue_held_out``, ``draw_pairs``),
         until ``take_pair_draw_tokens``; shared with ``with_held_out``'s copies."""
+        self.chained = True
+        """Held-out continuations are held out again (``with_held_out``)."""
         self.reserves: list[Reserve] = []
         """Held-out groups that sequential draws continued, of the teams of the update being
         measured (``llm.sampling.held_out_groups.Reserve``): at most two, emptied at each
         stage's first draw (a stage is what a checkpoint holds, so a resumed run draws as a
         straight one)."""
 
-    def with_held_out(self, groups: int) -> DialogueSampler:
+    def with_held_out(self, groups: int, chained: bool = True) -> DialogueSampler:
         """This sampler (its engine, task and generator shared) holding out ``groups`` groups
-        per draw (``teamtr.protocols.PairingSampler``; ``llm.sampling.held_out_groups``)."""
+        per draw (``teamtr.protocols.PairingSampler``; ``llm.sampling.held_out_groups``), each
+        draw after an update its predecessor's as the new team continued them (``chained``),
+        else fresh ones."""
         if groups < 0:
             raise ValueError(f"held-out groups must be >= 0, got {groups}")
         other = copy.copy(self)
         other.held_out_groups = groups
+        other.chained = chained
         other.reserves = []
         return other
 
@@ -165,9 +170,9 @@ class DialogueSampler:
             self.settings.held_out_group_size,
             self.task.training_range,
             self.settings.held_out_coupled,
-            self.reserve_of(old),
+            self.reserve_of(old) if self.chained else None,
         )
-        if continued is not None:
+        if continued is not None and self.chained:
             self.reserve_of(new).add(continued)
         # Only the teams of the update being measured can be read again.
         self.reserves = [r for r in self.reserves if r.team is old or r.team is new]
@@ -450,6 +455,7 @@ class DialogueSampler:
                 previous.held_out if reusable and previous is not None else None,
                 updated_agent,
                 self.settings.held_out_coupled,
+                self.chained,
             )
         return replace(rollouts, held_out=held_out)
 

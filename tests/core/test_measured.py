@@ -464,7 +464,8 @@ class PairingToySampler(ToySampler):
     def __post_init__(self) -> None:
         self.rng = np.random.default_rng(self.seed)
 
-    def with_held_out(self, groups: int) -> PairingToySampler:
+    def with_held_out(self, groups: int, chained: bool = True) -> PairingToySampler:
+        # Fresh held-out groups every draw, chained or not.
         other = PairingToySampler(self.game, groups, calls=self.calls)
         other.rng = self.rng
         return other

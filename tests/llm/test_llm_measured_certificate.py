@@ -17,6 +17,7 @@ from llm.training.stages.console import certificate_parts
 from llm.training.stages.records import StageMetrics
 from teamtr import StageConfig, run_stage
 from teamtr.measured import ANYTIME, STOPS, lower_bound, sequential_stop
+from teamtr.stage import measuring_sampler
 
 TINY = {
     "source": "tiny",
@@ -65,6 +66,29 @@ def test_held_out_groups_pair_an_update_with_their_continuation() -> None:
     # pairs (a chain; tests/llm/test_llm_coupled_pairs.py checks their means).
     assert second.held_out.episodes == continued and len(continued) == 6
     assert second.held_out.rewards.tolist() == new_rewards.tolist()
+
+
+def test_where_a_bound_can_undo_an_update_every_draw_holds_out_fresh_groups() -> None:
+    """Under ``accept = "measured"`` whether an update stays, and so whether its held-out
+    continuations go on, depends on their rewards: held out again they would be a selected
+    sample, not draws of the new team. The stage's sampler holds out fresh groups after every
+    draw there, and its sequential draws keep nothing for the next update; otherwise it chains."""
+    task = Task(PROBLEMS, reward=length_mod_three)
+    team, sampler, updater, _ = llm.build_team(task=task, **TINY)
+    config = StageConfig(radius=0.05, certificate_groups=3, accept="measured")
+    held = measuring_sampler(sampler, config)
+    assert held is not None and not held.chained
+    assert measuring_sampler(sampler, dataclasses.replace(config, accept="theory")).chained
+    first = held.sample(team)
+    update = updater.update(team, 0, first, 0.05)
+    new_team = team.with_agent(0, update.policy)
+    second = held.sample(new_team, previous=first, updated_agent=0)
+    assert second.pairs is not None and second.pairs.differences.size == 3
+    assert second.held_out is not None and len(second.held_out.episodes) == 3
+    assert not {id(e) for e in second.held_out.episodes} & {
+        id(e) for e in second.held_out.continued
+    }
+    assert held.draw_pairs(team, new_team, 0, 2) is not None and held.reserves == []
 
 
 def test_by_default_every_held_out_dialogue_is_a_problem_and_a_pair_of_its_own() -> None:

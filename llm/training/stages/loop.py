@@ -336,10 +336,10 @@ class _ReportingSampler:
         self._on_sample(rollouts)
         return rollouts
 
-    def with_held_out(self, groups: int) -> _ReportingSampler:
+    def with_held_out(self, groups: int, chained: bool = True) -> _ReportingSampler:
         """The inner sampler holding out ``groups`` groups per draw, still reporting
         (``teamtr.protocols.PairingSampler``)."""
-        return _ReportingSampler(self._inner.with_held_out(groups), self._on_sample)
+        return _ReportingSampler(self._inner.with_held_out(groups, chained), self._on_sample)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
