@@ -9,10 +9,10 @@ and under each updated adapter, teacher-forced, at temperature 1, by:
 - teamtr's own float32 forward pass: the reference change, adapter minus base, per token;
 - the Hugging Face engine in bfloat16, with each ``[lora] half_precision_sum``;
 - vLLM (``make vllm``), an offline engine per variant (``bench/vllm_prompt_logprobs.py``, one
-  prompt a request; one process a sum, its dtypes' engines one after another): float32, and
-  bfloat16 with vLLM's own sum and with teamtr's plugin's stochastic sum
-  (``TEAMTR_VLLM_LORA_SUM``, ``vllm_plugin/``); float16 too where asked (``--vllm-dtypes``; on
-  a GPU, ``bench/gpu_check.sh``).
+  prompt a request; on the CPU build one process a sum, its dtypes' engines one after
+  another): float32, and bfloat16 with vLLM's own sum and with teamtr's plugin's stochastic
+  sum (``TEAMTR_VLLM_LORA_SUM``, ``vllm_plugin/``); float16 too where asked
+  (``--vllm-dtypes``; on a GPU, ``bench/gpu_check.sh``).
 
 Reported per variant and agent: the share of float32's change it keeps (the projection
 <change, float32's> / <float32's, float32's>: 1 = all of it, 0 = none) and the cosine (what is
@@ -57,7 +57,7 @@ from precision_diagnosis import build_variant, cosine, rebound
 from llm.common.config import RunConfig, load_config
 from llm.conversation.dialogue import Episode
 from llm.engines.vllm.command import vllm_rank
-from llm.engines.vllm.installation import vllm_python
+from llm.engines.vllm.installation import is_cpu_build, vllm_python
 from llm.logprobs.scoring import score_chunks, turns_of
 from llm.models.adapter_folder import write_adapter
 from llm.models.agents import AdapterWeights, LoraTeam
@@ -173,11 +173,11 @@ def run_vllm(
     """Each dtype's engine with ``lora_sum``, one after another in one vLLM process (the plugin
     is loaded once a process, by vLLM): per dtype its answer, with the process's wall seconds
     and the processes the plugin's line names."""
-    path = work / f"job-{lora_sum}.json"
+    path = work / f"job-{lora_sum}-{'-'.join(prompts)}.json"
     path.write_text(
         json.dumps({**job, "engines": [{"dtype": d, "prompts": prompts[d]} for d in prompts]})
     )
-    out = work / f"vllm-{lora_sum}.json"
+    out = path.with_name(path.name.replace("job-", "vllm-"))
     environment = {**os.environ, "TEAMTR_VLLM_LORA_SUM": lora_sum}
     environment.pop("PYTHONPATH", None)  # teamtr's packages must not shadow vLLM's
     started = time.monotonic()
@@ -332,15 +332,20 @@ def one_seed(base: RunConfig, seed: int, args: argparse.Namespace, log) -> dict[
         }
         answers: dict[tuple[str, str], dict[str, Any]] = {}
         prompts: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        # On the CPU build every dtype's engine in one process; on a GPU one engine a process,
+        # so that each engine finds the device's memory as the one before found it.
+        cpu = is_cpu_build(vllm_python())
+        groups = [args.vllm_dtypes] if cpu else [[dtype] for dtype in args.vllm_dtypes]
         for lora_sum in VLLM_SUMS:
             # float32: vLLM's sum is exact already; the plugin's is run too, to show it changes
             # nothing there (the float32 logprobs compared bit for bit).
             for dtype in args.vllm_dtypes:
                 repeats = args.repeats if (dtype != "float32" and lora_sum == "stochastic") else 1
                 prompts[(dtype, lora_sum)] = vllm_prompts(parts, episodes, refs_of, repeats)
-            by_dtype = {dtype: prompts[(dtype, lora_sum)] for dtype in args.vllm_dtypes}
-            for dtype, answer in run_vllm(job, by_dtype, lora_sum, work).items():
-                answers[(dtype, lora_sum)] = answer
+            for group in groups:
+                by_dtype = {dtype: prompts[(dtype, lora_sum)] for dtype in group}
+                for dtype, answer in run_vllm(job, by_dtype, lora_sum, work).items():
+                    answers[(dtype, lora_sum)] = answer
         for dtype in args.vllm_dtypes:
             residuals: dict[str, dict[int, torch.Tensor]] = {}
             for lora_sum in VLLM_SUMS:

