@@ -141,9 +141,11 @@ class DialogueSampler:
     ) -> PairedDifferences | None:
         """The pairs of ``previous``'s held-out groups continued by ``team`` alone, no other
         group drawn (``teamtr.protocols.PairingSampler``: a stage's last update)."""
-        if previous.held_out is None or not prefixes_reusable(team, previous, updated_agent):
-            return None
-        if self.task.training_range is None:
+        if (
+            previous.held_out is None
+            or self.task.training_range is None  # no pairs without a reward range
+            or not prefixes_reusable(team, previous, updated_agent)
+        ):
             return None
         with self.engine.drawing(team, continues=True):
             pairs, continued = continue_groups(
