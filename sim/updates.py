@@ -90,12 +90,12 @@ class _Rows:
 def _reverse_tilt(rows: _Rows, log_temperature: float) -> tuple[Array, Array]:
     """pi' proportional to pi exp(A/beta) and KL(pi' || pi) per state, in log space."""
     beta = np.exp(log_temperature)
-    with np.errstate(divide="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore"):  # log 0, -inf - -inf: off the support
         log_policy = np.log(rows.policy)
-    logits = np.where(rows.support, log_policy + rows.centred / beta, -np.inf)
-    log_new = logits - logsumexp(logits, axis=1, keepdims=True)
-    new = np.exp(log_new)
-    kl = np.sum(np.where(rows.support, new * (log_new - log_policy), 0.0), axis=1)
+        logits = np.where(rows.support, log_policy + rows.centred / beta, -np.inf)
+        log_new = logits - logsumexp(logits, axis=1, keepdims=True)
+        new = np.exp(log_new)
+        kl = np.sum(np.where(rows.support, new * (log_new - log_policy), 0.0), axis=1)
     return new, np.maximum(kl, 0.0)
 
 
