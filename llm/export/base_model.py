@@ -7,7 +7,6 @@ weights) says whether a base found elsewhere is the one the team was trained on.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +16,7 @@ from transformers import PreTrainedModel
 
 from llm.export.portable_config import portable_name
 from llm.export.trained_team import BASE_FOLDER, TrainedTeam
-from llm.models.base_folder import weights_digest, write_plain_base
+from llm.models.base_folder import file_sha256, weights_digest, write_plain_base
 from llm.models.loading import SMOLLM2_PACKAGE, TINY_ALIAS, resolve_source, smollm2_directory
 
 SMOLLM2_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -169,11 +168,3 @@ def _hub_id(location: str) -> str | None:
         return None
     looks_like_id = isinstance(recorded, str) and recorded.count("/") == 1
     return recorded if looks_like_id and not Path(recorded).exists() else None
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(2**20), b""):
-            digest.update(block)
-    return digest.hexdigest()

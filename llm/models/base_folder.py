@@ -47,6 +47,14 @@ def weights_digest(state: dict[str, torch.Tensor]) -> str:
     return digest.hexdigest()
 
 
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(2**20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def folder_digest(
     state: dict[str, torch.Tensor], model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase
 ) -> str:

@@ -1,22 +1,21 @@
 """One real SmolLM2-135M stage: 2 agents, 2 problems x 2 dialogues, 8 new tokens a message,
 with both backbones (LoRA slots on one base; one base model per agent, as heterogeneous teams).
 
-Kept small: on 2 shared CPU cores a stage of this size takes a few minutes."""
+Kept small: on 2 shared CPU cores a stage of this size takes a few minutes. The GGUF file is
+unpacked once for the module, into a cache of its own, and checked against what it holds."""
 
 from __future__ import annotations
 
-import copy
 import dataclasses
-import subprocess
-import sys
 
 import pytest
 import torch
 from llm_test_support import AlternatingRewards
 
 from llm.common.config import RunConfig, SamplerSettings
-from llm.models import loading
-from llm.models.loading import load_model, smollm2_directory
+from llm.models import loading, unpacked_gguf
+from llm.models.base_folder import CACHE_ENVIRONMENT, write_plain_base
+from llm.models.loading import load_model, load_tokenizer, resolve_source, smollm2_directory
 from llm.training.builder import build
 from llm.update.outcome import Outcome
 from llm.update.updater import UpdaterSettings
@@ -30,29 +29,23 @@ pytestmark = [
 ]
 
 
-def read_once(load):
-    """``load`` (a ``from_pretrained``) that reads each file in each dtype once and hands every
-    caller a deep copy of what it read, so that no test sees another's adapters."""
-    read = {}
-
-    def once(location, **settings):
-        key = (str(location), settings.get("gguf_file"), settings.get("dtype"))
-        if key not in read:
-            read[key] = load(location, **settings)
-        return copy.deepcopy(read[key])
-
-    return once
-
-
 @pytest.fixture(scope="module", autouse=True)
-def smollm2_read_once():
-    """transformers reads a GGUF file twice for a model and once for a tokenizer (about 15 s
-    and 4 s on a CPU core): this module's four model and four tokenizer loads of SmolLM2 read
-    it once per dtype (the half-precision test's bfloat16 load is its subprocess's)."""
+def unpacked(tmp_path_factory):
+    """SmolLM2's GGUF file unpacked once for this module's tests, into a cache of their own (so
+    that the unpacking is what runs here, on any machine), with what it wrote as it had it in
+    memory: the float32 model and the tokenizer transformers read from the file."""
+    written = {}
+
+    def recording(model, tokenizer, target):
+        written.update(state=dict(model.state_dict()), tokenizer=tokenizer)
+        write_plain_base(model, tokenizer, target)
+
     with pytest.MonkeyPatch.context() as patch:
-        for auto in (loading.AutoModelForCausalLM, loading.AutoTokenizer):
-            patch.setattr(auto, "from_pretrained", read_once(auto.from_pretrained))
-        yield
+        patch.setenv(CACHE_ENVIRONMENT, str(tmp_path_factory.mktemp("cache")))
+        with pytest.MonkeyPatch.context() as spying:
+            spying.setattr(unpacked_gguf, "write_plain_base", recording)
+            model = load_model("smollm2")
+        yield model, written
 
 
 @pytest.mark.parametrize(
@@ -97,39 +90,38 @@ def test_one_teamtr_stage_on_smollm2(sources):
     assert type(team.backbone).__name__ == ("SeparateBackbone" if sources else "LoraBackbone")
 
 
-HALF_PRECISION_LOAD = """
-import sys, torch
-from llm.models.loading import load_model
-
-half = load_model("smollm2", dtype=torch.bfloat16)
-layer = half.model.layers[0].mlp.up_proj
-print(type(layer) is torch.nn.Linear, layer.weight.dtype)
-torch.save({name: weight.detach() for name, weight in half.named_parameters()}, sys.argv[1])
-"""
-"""Loads SmolLM2 in bfloat16, prints whether a projection is a plain linear layer and its
-dtype, and saves the parameters to the path of its argument."""
-
-
-def test_a_half_precision_load_unpacks_the_gguf_weights_without_a_false_warning(tmp_path):
-    """SmolLM2 (a Q4_1 GGUF file) loaded in bfloat16 is plain linear layers holding the float32
-    load's dequantised weights rounded to bfloat16, the weights LoRA adapts and the trust region
-    measures; transformers' warning that the weights stay packed and every product is cast
-    (true only of a packed load) is not printed (in a process of its own: transformers' handler
-    writes to the stderr it found first). That process's load is the one compared: reading the
-    GGUF file in bfloat16 again here would take as long again."""
-    saved = tmp_path / "half.pt"
-    loaded = subprocess.run(
-        [sys.executable, "-c", HALF_PRECISION_LOAD, str(saved)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=True,
+def test_the_gguf_file_is_unpacked_once_into_the_weights_and_tokenizer_it_holds(
+    unpacked, monkeypatch
+):
+    """A load of SmolLM2 reads the folder its GGUF file was unpacked into: the float32 weights
+    transformers read from the file, bit for bit; a bfloat16 load is those weights rounded, in
+    plain linear layers (what LoRA adapts and the trust region measures); the tokenizer
+    encodes and templates as the file's did. A second load does not unpack again."""
+    model, written = unpacked
+    state = model.state_dict()
+    assert state.keys() == written["state"].keys()
+    assert all(torch.equal(state[name], written["state"][name]) for name in state)
+    monkeypatch.setattr(unpacked_gguf, "write_plain_base", None)  # a second unpacking fails
+    half = load_model("smollm2", dtype=torch.bfloat16)
+    assert type(half.model.layers[0].mlp.up_proj) is torch.nn.Linear
+    halves = dict(half.named_parameters())
+    assert halves.keys() == dict(model.named_parameters()).keys()
+    for name, weight in model.named_parameters():
+        assert halves[name].dtype == torch.bfloat16, name
+        assert torch.equal(halves[name], weight.to(torch.bfloat16)), name
+    tokenizer, read = load_tokenizer("smollm2"), written["tokenizer"]
+    texts = ["What is 3 + 5?", " spaces  and\nlines ", "<|im_start|>user\nhi<|im_end|>", "é ü 漢"]
+    assert [tokenizer(t).input_ids for t in texts] == [read(t).input_ids for t in texts]
+    messages = [{"role": "user", "content": "Say two."}]
+    assert tokenizer.apply_chat_template(messages, tokenize=False) == read.apply_chat_template(
+        messages, tokenize=False
     )
-    assert "[transformers]" not in loaded.stderr, loaded.stderr
-    assert loaded.stdout.split() == ["True", "torch.bfloat16"], loaded.stdout
-    half = torch.load(saved, weights_only=True)
-    weights = dict(load_model("smollm2", dtype=torch.float32).named_parameters())
-    assert half
-    for name, weight in half.items():
-        assert weight.dtype == torch.bfloat16, name
-        assert torch.equal(weight, weights[name].to(torch.bfloat16)), name
+    assert tokenizer.pad_token == tokenizer.eos_token == read.eos_token
+
+
+def test_a_cache_that_cannot_be_written_loads_the_gguf_file_itself(tmp_path, monkeypatch):
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a folder")
+    monkeypatch.setenv(CACHE_ENVIRONMENT, str(blocked))
+    resolved = resolve_source("smollm2")
+    assert loading._plain_location(resolved) == (resolved.location, resolved.gguf_file)
