@@ -17,6 +17,7 @@ import copy
 import hashlib
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -85,13 +86,20 @@ def base_folder(
     if (folder / "config.json").is_file():
         return folder
     root.mkdir(parents=True, exist_ok=True)
-    temporary = root / f".{folder.name}.tmp-{os.getpid()}"
+    return written_whole(folder, lambda target: write_plain_base(plain, tokenizer, target))
+
+
+def written_whole(folder: Path, write: Callable[[Path], None]) -> Path:
+    """``folder``, written by ``write`` into a temporary folder beside it and renamed into
+    place, so that a folder there is whole (``config.json`` marks it); where another process
+    wrote the same folder first, theirs is as good."""
+    temporary = folder.with_name(f".{folder.name}.tmp-{os.getpid()}")
     shutil.rmtree(temporary, ignore_errors=True)
     try:
-        write_plain_base(plain, tokenizer, temporary)
+        write(temporary)
         try:
             os.replace(temporary, folder)
-        except OSError:  # another run wrote the same folder first: theirs is as good
+        except OSError:
             if not (folder / "config.json").is_file():
                 raise
     finally:

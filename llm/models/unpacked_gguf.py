@@ -14,8 +14,6 @@ it, so a folder there is whole. SmolLM2's takes 517 MiB.
 
 from __future__ import annotations
 
-import os
-import shutil
 from pathlib import Path
 
 import torch
@@ -23,7 +21,7 @@ import transformers
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.utils.quantization_config import GgufConfig
 
-from llm.models.base_folder import cache_directory, file_sha256, write_plain_base
+from llm.models.base_folder import cache_directory, file_sha256, write_plain_base, written_whole
 
 UNPACKED_FOLDER = "unpacked-gguf"
 """The cache's folder of unpacked GGUF models."""
@@ -48,15 +46,4 @@ def unpacked_folder(gguf: Path, cache: Path | None = None) -> Path:
     tokenizer = AutoTokenizer.from_pretrained(
         gguf.parent, gguf_file=gguf.name, local_files_only=True
     )
-    temporary = root / f".{folder.name}.tmp-{os.getpid()}"
-    shutil.rmtree(temporary, ignore_errors=True)
-    try:
-        write_plain_base(model, tokenizer, temporary)
-        try:
-            os.replace(temporary, folder)
-        except OSError:  # another process unpacked the same file first: theirs is as good
-            if not (folder / "config.json").is_file():
-                raise
-    finally:
-        shutil.rmtree(temporary, ignore_errors=True)
-    return folder
+    return written_whole(folder, lambda target: write_plain_base(model, tokenizer, target))
