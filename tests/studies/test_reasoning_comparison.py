@@ -74,3 +74,43 @@ def test_a_dataset_without_its_untrained_evaluation_is_one_line(results, capsys)
         main(["--results", str(results), "--datasets", "sum", "chain"])
     assert stop.value.code == 2
     assert "no untrained evaluation" in capsys.readouterr().err
+
+
+def test_the_without_partial_credit_table_is_what_its_records_say():
+    """docs/reasoning_gym.md's "Without partial credit" rows: each seed's held-out accuracy,
+    mean ± standard error, CPU-seconds and stages, from the committed evaluations and run
+    records of ``letter_counting-<arm>-nopartial-sS``."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    page = (root / "docs" / "reasoning_gym.md").read_text()
+    section = page.split("### Without partial credit")[1].split("###")[0]
+    rows = {
+        line.split("|")[1].strip(): line for line in section.splitlines() if line.startswith("| t")
+    }
+    for arm, label in (("team", "team of two"), ("single", "teamtr single agent")):
+        cells = [cell.strip() for cell in rows[label].split("|")[1:-1]]
+        name = f"letter_counting-{arm}-nopartial-s"
+        accuracies = [
+            100
+            * json.loads((root / f"results/reasoning_gym/trained/{name}{s}.json").read_text())[
+                "accuracy"
+            ]
+            for s in range(3)
+        ]
+        assert cells[2] == ", ".join(f"{a:.0f}%" for a in accuracies)
+        mean = sum(accuracies) / 3
+        spread = math.sqrt(sum((a - mean) ** 2 for a in accuracies) / 2 / 3)
+        assert cells[3] == f"{mean:.1f}% ± {spread:.1f}"
+        stages = [
+            [
+                json.loads(line)
+                for line in (
+                    root / f"results/reasoning_gym/run_records/{name}{s}/metrics.jsonl"
+                ).open()
+            ]
+            for s in range(3)
+        ]
+        stages = [[r for r in records if "cpu_seconds" in r] for records in stages]
+        assert cells[5] == ", ".join(f"{sum(r['cpu_seconds'] for r in run):.0f}" for run in stages)
+        assert cells[6] == ", ".join(str(len(run)) for run in stages)
