@@ -44,6 +44,8 @@ pytestmark = pytest.mark.skipif(
 
 # -- the server's lifecycle and faults, through `teamtr train` ---------------------------------
 SERVER_PID = re.compile(r"\(APIServer pid=(\d+)\)")
+ENGINE_CORE_PID = re.compile(r"\(EngineCore pid=(\d+)\)")
+FORKED = re.compile(r"teamtr_vllm_plugin: engine core 'fork' in process (\d+)")
 
 
 def start_training(
@@ -140,6 +142,12 @@ def engine_folders(temporary: Path) -> dict[str, int]:
 def ended_by(way: str, code: int, config: Path, temporary: Path) -> None:
     process = start_training(config, "stopped", temporary=temporary)
     group = wait_for_server(config.parent / "runs" / "stopped", process)
+    # The server's engine core was forked from it, not spawned (vllm_plugin's engine_core_fork):
+    # the plugin ran in the API server alone, where a spawned engine core runs it again.
+    log = (config.parent / "runs" / "stopped" / "engine.log").read_text()
+    forked_in = set(FORKED.findall(log))
+    assert forked_in == {str(group)}, forked_in
+    assert set(ENGINE_CORE_PID.findall(log)) - forked_in, "no engine core process in the log"
     if way == "SIGTERM":
         process.send_signal(signal.SIGTERM)
     elif way == "Ctrl-C":  # the terminal's SIGINT reaches every process of its group

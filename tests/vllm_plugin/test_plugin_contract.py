@@ -11,14 +11,31 @@ import sys
 import pytest
 import teamtr_vllm_plugin
 import torch
+from teamtr_vllm_plugin import engine_core_fork
 
 from llm.engines.protocol import EngineUnavailable
-from llm.engines.vllm import engine_lora_sum
+from llm.engines.vllm import command, engine_lora_sum
 
 
 def test_the_engine_and_the_plugin_read_one_variable_with_one_set_of_choices():
     assert engine_lora_sum.ENVIRONMENT == teamtr_vllm_plugin.ENVIRONMENT
     assert set(teamtr_vllm_plugin.SUMS) == {"vllm", "stochastic"}
+
+
+def test_the_engine_asks_the_plugin_for_a_forked_engine_core_by_the_plugins_variable(monkeypatch):
+    """On the CPU build only (a GPU's platform is left to choose; whether a server's engine
+    core was forked is read from a real server's log in test_llm_engine_vllm_lifecycle.py)."""
+    assert command.ENGINE_CORE_ENVIRONMENT == engine_core_fork.ENVIRONMENT
+    asked = command.cpu_build_environment()[command.ENGINE_CORE_ENVIRONMENT]
+    monkeypatch.setenv(engine_core_fork.ENVIRONMENT, asked)
+    assert engine_core_fork.chosen_start() == "fork"
+    monkeypatch.setenv(engine_core_fork.ENVIRONMENT, "forkserver")
+    with pytest.raises(ValueError, match="one of spawn, fork"):
+        engine_core_fork.chosen_start()
+    cpu = command.ServeCommand("base", "float32", 8, 2, cpu_build=True, max_model_len=64)
+    gpu = command.ServeCommand("base", "float32", 8, 2, max_model_len=64)
+    assert cpu.environment()[command.ENGINE_CORE_ENVIRONMENT] == "fork"
+    assert command.ENGINE_CORE_ENVIRONMENT not in gpu.environment()
 
 
 def test_the_line_the_plugin_prints_is_the_one_the_engine_looks_for():

@@ -1,4 +1,5 @@
-"""teamtr's vLLM plugin: LoRA branches that survive a half-precision server.
+"""teamtr's vLLM plugin: LoRA branches that survive a half-precision server (and, on the CPU
+build, an engine core forked rather than spawned: ``engine_core_fork``).
 
 vLLM's adapted linear layers compute the base product in the model's dtype and add the LoRA
 branch into that output in place (``vllm/lora/layers/base_linear.py``: ``_apply_sync``, then
@@ -44,7 +45,12 @@ def chosen_sum() -> str:
 
 
 def register() -> None:
-    """vLLM's ``vllm.general_plugins`` entry point."""
+    """vLLM's ``vllm.general_plugins`` entry point: the LoRA sum asked for, and on the CPU build
+    the engine core forked where asked (``engine_core_fork``, ``TEAMTR_VLLM_ENGINE_CORE``)."""
+    from teamtr_vllm_plugin import engine_core_fork
+
+    if engine_core_fork.chosen_start() == "fork":
+        engine_core_fork.install()
     if chosen_sum() == "vllm":
         return
     from teamtr_vllm_plugin.punica_patch import install
