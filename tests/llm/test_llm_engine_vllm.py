@@ -49,6 +49,7 @@ TOLERANCE = 1e-4
 
 PLUGIN_RAN = re.compile(r"teamtr_vllm_plugin: LoRA sum 'stochastic' in process (\d+)")
 MODEL_LOADED = re.compile(r"\((\w+) pid=(\d+)\) INFO .*Starting to load model")
+FORKED = re.compile(r"teamtr_vllm_plugin: engine core 'fork' in process (\d+)")
 """A server log's line from the process that loads the model (and runs it), named by vLLM."""
 
 pytestmark = pytest.mark.skipif(
@@ -308,10 +309,17 @@ def test_in_bfloat16_the_engines_log_probs_are_checked_and_corrected_as_the_samp
     assert rollouts.drawn_by == "vllm, bfloat16, LoRA sum stochastic"
     log = parts.sampler.engine.server.log.read_text()
     patched = {int(pid) for pid in PLUGIN_RAN.findall(log)}
-    # Among them the process that loads and runs the model: on the CPU build the engine core
-    # itself (``cpu_build_environment``: no worker process of its own to start).
+    # The process that loads and runs the model is, on the CPU build, the engine core itself
+    # (``cpu_build_environment``: no worker process of its own to start), forked from the API
+    # server after the plugin patched it there (``engine_core_fork``): the patched classes are
+    # the engine core's own, and a process vLLM spawned would have run the plugin again.
     ((process, pid),) = MODEL_LOADED.findall(log)
-    assert process == "EngineCore" and int(pid) in patched, (process, pid, patched)
+    (server,) = {int(found) for found in FORKED.findall(log)}
+    assert process == "EngineCore" and int(pid) != server and patched == {server}, (
+        process,
+        pid,
+        patched,
+    )
 
 
 def test_a_bfloat16_server_whose_vllm_lacks_the_plugin_is_refused(tmp_path, monkeypatch):

@@ -26,7 +26,7 @@ import pytest
 import torch
 from llm_test_support import TIMING_KEYS, free_port, group_alive, wait_gone
 from safetensors.torch import load_file
-from test_llm_engine_vllm import REPO, TEAMTR, TOLERANCE, VLLM_PYTHON, write_config
+from test_llm_engine_vllm import FORKED, REPO, TEAMTR, TOLERANCE, VLLM_PYTHON, write_config
 
 from llm.common.config import ConfigError, load_config, parse_override
 from llm.engines.vllm.command import ServeCommand, cpu_build_environment
@@ -45,7 +45,6 @@ pytestmark = pytest.mark.skipif(
 # -- the server's lifecycle and faults, through `teamtr train` ---------------------------------
 SERVER_PID = re.compile(r"\(APIServer pid=(\d+)\)")
 ENGINE_CORE_PID = re.compile(r"\(EngineCore pid=(\d+)\)")
-FORKED = re.compile(r"teamtr_vllm_plugin: engine core 'fork' in process (\d+)")
 
 
 def start_training(
