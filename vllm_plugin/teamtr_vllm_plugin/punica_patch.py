@@ -52,7 +52,8 @@ def stochastic_add_expand(original: Any) -> Any:
 
 def install() -> list[str]:
     """Patch every punica wrapper this vLLM has; returns the ones patched now (and prints them,
-    so that a server's log shows the plugin ran in each of its processes)."""
+    so that a server's log shows the plugin ran in each process vLLM started afresh; a forked
+    one inherits the patch)."""
     patched = []
     for module_name, class_name in WRAPPERS:
         try:

@@ -24,7 +24,8 @@ from llm.models.precision import HALF_DTYPES
 ENVIRONMENT = "TEAMTR_VLLM_LORA_SUM"
 """The plugin's variable (``teamtr_vllm_plugin.ENVIRONMENT``; a test holds the two equal)."""
 RAN = re.compile(r"teamtr_vllm_plugin: LoRA sum '(\w+)' in process (\d+)")
-"""The line the plugin prints in every server process it patched."""
+"""The line the plugin prints in every server process it patched (a process forked from one
+inherits the patch, and prints nothing)."""
 
 
 def sum_of(dtype: torch.dtype, choice: str) -> str:
