@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from llm.common.config import ConfigError
-from llm.evaluation.held_out_problems import transcript_turn
 from llm.interface.cli_args import add_command, add_set_option, integer_at_least
 
 if TYPE_CHECKING:
@@ -131,6 +130,8 @@ def _check_server_arguments(url: str | None, key_variable: str) -> None:
 
 
 def _chat(args: argparse.Namespace, trained: TrainedTeam, destination: Path | None) -> None:
+    from llm.evaluation.held_out_problems import transcript_turn  # torch: once a team is loaded
+
     played: list[dict[str, Any]] = []
     questions = [args.question] if args.question is not None else _typed_questions()
     for question in questions:

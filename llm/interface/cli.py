@@ -2,7 +2,7 @@
 
 ``teamtr.cli`` forwards these subcommands here with ``argv`` starting at the subcommand. Each
 command's module makes its own parser and runs it (``train_command``, ``eval_command``,
-``swap``, ``chat``, ``export``, ``plot``); this module gathers the parsers and turns every
+``swap_command``, ``chat``, ``export``, ``plot``); this module gathers the parsers and turns every
 error into one line and an exit code. Everything that can be checked is checked before a model
 loads: arguments (each number has a range), config, data files (every line, every answer),
 paths to be written, the run lock. Exit codes (``docs/runs.md``):
@@ -27,19 +27,21 @@ import argparse
 import sys
 from typing import NoReturn
 
-from llm.common.config import ConfigError
-from llm.interface import chat, eval_command, export, plot, swap, train_command
-from llm.interface.cli_args import BAD_INPUT, RUN_FAILED
-from llm.models.loading import IncompatibleTeamError, ModelNotAvailableError
-from llm.problems.tasks import TaskError
-from llm.training.checkpoint import RunDirectoryError
-from llm.training.distributed import (
+from llm.common.command_faults import (
     DistributedSetupError,
+    IncompatibleTeamError,
+    ModelNotAvailableError,
+    RunDirectoryError,
+    RunFailed,
     leave_the_report_to_rank_zero,
     rank_from_environment,
 )
+from llm.common.config import ConfigError
+from llm.interface import chat, eval_command, export, plot, swap_command, train_command
+from llm.interface.cli_args import BAD_INPUT, RUN_FAILED
+from llm.problems.tasks import TaskError
 
-COMMANDS = (train_command, eval_command, swap, chat, export, plot)
+COMMANDS = (train_command, eval_command, swap_command, chat, export, plot)
 """The modules of the commands, in the order ``teamtr --help`` lists them; each has
 ``add_parser(commands)``."""
 
@@ -74,8 +76,6 @@ def main(argv: list[str]) -> int:
         args = _parser().parse_args(argv)
     except SystemExit as stop:  # --help (0) or a bad argument (2, one line already printed)
         return stop.code if isinstance(stop.code, int) else BAD_INPUT
-    from llm.training.rundir import RunFailed
-
     try:
         if args.command == "train":
             return train_command.run_train(args, argv)
@@ -87,7 +87,7 @@ def main(argv: list[str]) -> int:
             return export.run_export(args)
         if args.command == "plot":
             return plot.run_plot(args)
-        return swap.run_swap(args)
+        return swap_command.run_swap(args)
     except (
         ConfigError,
         TaskError,

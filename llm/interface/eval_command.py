@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from llm.common.command_faults import RunFailed
 from llm.common.config import ConfigError, load_config
 from llm.interface.cli_args import add_check_flag, add_command, add_set_option, integer_at_least
 
@@ -71,7 +72,6 @@ def add_parser(commands: Any) -> None:
 def _write_results(path: Path, result: dict[str, Any]) -> None:
     """Write atomically: a full disk leaves the old file (or none), never half of one."""
     from llm.training.checkpoint import write_atomically
-    from llm.training.rundir import RunFailed
 
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -91,7 +91,6 @@ def transcripts_beside(results: Path) -> Path:
 def _write_file(path: Path, data: bytes, option: str, what: str) -> None:
     """Write atomically, as ``_write_results``; a failure names the option and the file."""
     from llm.training.checkpoint import write_atomically
-    from llm.training.rundir import RunFailed
 
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -104,10 +103,6 @@ def _write_file(path: Path, data: bytes, option: str, what: str) -> None:
 
 def run_eval(args: argparse.Namespace) -> int:
     """``teamtr eval``: the team plays the problems; the results and transcripts are written."""
-    from llm.evaluation.held_out_problems import evaluate_team_with_episodes, transcript_records
-    from llm.models.agents import LoraTeam
-    from llm.training.builder import build, problem_sources, require_dialogues_fit
-    from llm.training.checkpoint import find_policies, run_format
     from llm.training.preflight import require_writable_file
 
     destination = Path(args.json)
@@ -117,14 +112,19 @@ def run_eval(args: argparse.Namespace) -> int:
     if transcripts.resolve() == destination.resolve():
         raise ConfigError(f"--transcripts: {transcripts} is the --json file; give another path")
     found = None
+    if args.run is None:  # a config read before torch is: a typo in it ends the command at once
+        config = load_config(args.config, args.set)
+    from llm.evaluation.held_out_problems import evaluate_team_with_episodes, transcript_records
+    from llm.models.agents import LoraTeam
+    from llm.training.builder import build, problem_sources, require_dialogues_fit
+    from llm.training.checkpoint import find_policies, run_format
+
     if args.run is not None:
         run_dir = Path(args.run)
         run_format(run_dir)  # a foreign or newer run directory fails before anything loads
         config = load_config(run_dir / "config.json", args.set)
         n_agents = config.team.n_policies
         found = find_policies(run_dir, args.step, n_agents)  # read and verified, no model
-    else:
-        config = load_config(args.config, args.set)
     if args.data is not None:
         from llm.interface.eval_data import evaluation_problems
 
@@ -141,8 +141,6 @@ def run_eval(args: argparse.Namespace) -> int:
     evaluation = evaluate_team_with_episodes(
         team, parts.sampler, problems, samples=args.samples, progress=not args.no_progress
     )
-    from llm.training.rundir import RunFailed
-
     records = transcript_records(evaluation, args.samples, parts.chat.message_text)
     result: dict[str, Any] = dict(evaluation.metrics)
     unwritten: RunFailed | None = None

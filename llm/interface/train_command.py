@@ -12,8 +12,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from llm.common.command_faults import (
+    TrainingInterrupted,
+    launched_by_torchrun,
+    rank_from_environment,
+)
 from llm.common.config import ConfigError, check_run_name, load_config
-from llm.common.devices import DEVICE_CHOICES, DEVICE_PATTERN
+from llm.common.rules import DEVICE_CHOICES, DEVICE_PATTERN
 from llm.interface.cli_args import (
     INTERRUPTED,
     RUN_FAILED,
@@ -22,7 +27,6 @@ from llm.interface.cli_args import (
     add_real_flag,
     add_set_option,
 )
-from llm.training.distributed import launched_by_torchrun, rank_from_environment
 
 EXAMPLES = """examples:
   teamtr train --config default                        # the run to start with (SmolLM2, relay)
@@ -85,13 +89,11 @@ def _train_config(args: argparse.Namespace, world_size: int):
     process group or model exists (so that a bad setup stops every rank at once)."""
     import dataclasses
 
-    from llm.training.builder import placement_of
-    from llm.training.distributed import check_world
-    from llm.training.train import resumable_config
-
     if args.resume is not None:
         if args.name or args.seed is not None or args.output_dir is not None:
             raise ConfigError("--name, --seed and --output-dir cannot be combined with --resume")
+        from llm.training.train import resumable_config
+
         config = resumable_config(Path(args.resume), world_size, args.set)
         source = str(Path(args.resume) / "config.json")
     else:
@@ -121,6 +123,10 @@ def _train_config(args: argparse.Namespace, world_size: int):
             config, run=dataclasses.replace(config.run, device=args.device)
         )
         source = "--device"
+    # torch from here on: a bad argument or config above ends the command before it loads
+    from llm.training.builder import placement_of
+    from llm.training.distributed import check_world
+
     placement = placement_of(config, source)  # an absent device fails before anything loads
     if world_size > 1 or launched_by_torchrun():
         check_world(config, world_size, source)
@@ -192,10 +198,6 @@ def _real_signal(config, progress: bool) -> list[str]:
 
 def run_train(args: argparse.Namespace, argv: list[str]) -> int:
     """``teamtr train``: a new or resumed run, checked first (``--check`` stops there)."""
-    from llm.training.distributed import WorldSpec, start_process_group, stop_process_group
-    from llm.training.rundir import TrainingInterrupted
-    from llm.training.train import resume, train
-
     if args.real and not args.check:
         raise ConfigError("--real: only with --check (`teamtr train --config FILE --check --real`)")
     if args.nproc is not None:
@@ -203,18 +205,24 @@ def run_train(args: argparse.Namespace, argv: list[str]) -> int:
     collective = None
     try:
         if launched_by_torchrun():
+            from llm.training.distributed import (
+                ProcessGroupCollective,
+                WorldSpec,
+                start_process_group,
+            )
+
             spec = WorldSpec.from_environment()
             config = _train_config(args, spec.world_size)
             if args.check:
                 return _checked(args, config)
             start_process_group(spec, config.run.device)
-            from llm.training.distributed import ProcessGroupCollective
-
             collective = ProcessGroupCollective()
         else:
             config = _train_config(args, 1)
             if args.check:
                 return _checked(args, config)
+        from llm.training.train import resume, train
+
         progress = not args.no_progress
         if args.resume is not None:
             run_dir = resume(
@@ -250,6 +258,8 @@ def run_train(args: argparse.Namespace, argv: list[str]) -> int:
         return INTERRUPTED
     finally:
         if collective is not None:
+            from llm.training.distributed import stop_process_group
+
             stop_process_group()
     if rank_from_environment() == 0:
         print(f"run directory: {run_dir}")

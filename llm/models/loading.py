@@ -28,6 +28,10 @@ from transformers import (
 )
 from transformers.utils.quantization_config import GgufConfig
 
+from llm.common.command_faults import (  # noqa: F401 (importable from here as before)
+    IncompatibleTeamError,
+    ModelNotAvailableError,
+)
 from llm.common.devices import seeded
 from llm.models.precision import install_float32_attention, install_float32_head
 from llm.models.unpacked_gguf import unpacked_folder
@@ -43,10 +47,6 @@ CHATML_TEMPLATE = (
     " + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}"
     "{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
-
-
-class ModelNotAvailableError(RuntimeError):
-    """No model could be found for a source; the message lists what was tried."""
 
 
 @dataclass(frozen=True)
@@ -245,10 +245,6 @@ def _dense_gguf(gguf_file: str | None) -> dict[str, object]:
     if gguf_file is None:
         return {}
     return {"quantization_config": GgufConfig(dequantize=True)}
-
-
-class IncompatibleTeamError(ValueError):
-    """The agents of a heterogeneous team cannot share one transcript."""
 
 
 def require_shared_tokenizer(sources: list[str], tokenizers: list[PreTrainedTokenizerBase]) -> None:

@@ -17,8 +17,6 @@ import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from math_verify import parse, verify
-
 
 @dataclass(frozen=True)
 class Grade:
@@ -51,6 +49,10 @@ def grade(prediction: str, gold: str) -> Grade:
 
     Cached: a dialogue's final answer is graded for its reward, its format bonus and its parse
     statistic, and math-verify (sympy) costs far more than the lookup. ``Grade`` is immutable."""
+    # math-verify imports sympy (0.35 s): where an answer is graded, not where a command that
+    # stops on a bad config merely reads task definitions.
+    from math_verify import parse, verify
+
     try:
         extracted = parse(prediction)
         if not extracted:

@@ -40,6 +40,7 @@ import torch
 from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
 
+from llm.common.command_faults import RunDirectoryError  # noqa: F401 (importable from here)
 from llm.models.agents import AdapterWeights, LoraTeam
 from llm.training.rng_states import RngStates
 from llm.update.updater import TrustRegionUpdater
@@ -54,10 +55,6 @@ CHECKPOINTS = "checkpoints"
 STAGE_PREFIX = "stage_"
 
 log = logging.getLogger(__name__)
-
-
-class RunDirectoryError(ValueError):
-    """A run directory or checkpoint cannot be used; the message names the path and why."""
 
 
 @dataclass(frozen=True)

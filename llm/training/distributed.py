@@ -43,6 +43,13 @@ import torch
 import torch.distributed as dist
 
 from llm.common.collective import Collective
+from llm.common.command_faults import (  # noqa: F401 (importable from here as before)
+    PEER_REPORT_WAIT_S,
+    DistributedSetupError,
+    launched_by_torchrun,
+    leave_the_report_to_rank_zero,
+    rank_from_environment,
+)
 from llm.common.config import ConfigError, RunConfig
 from llm.models.agents import AdapterWeights
 from llm.sampling.rollouts import DialogueRollouts, group_signal, prefixes_reusable
@@ -54,43 +61,6 @@ WORLD_FILE = "distributed.json"
 """Run-directory file recording the world size and rollout shards a run was started with."""
 COLLECTIVE_TIMEOUT = timedelta(minutes=10)
 """A rank that waits this long for the others fails instead of hanging."""
-
-
-class DistributedSetupError(ValueError):
-    """The processes cannot form (or continue) a run; the CLI exits with code 2."""
-
-
-def launched_by_torchrun(environ: dict[str, str] | None = None) -> bool:
-    """Whether this process is one rank of a torch.distributed launch (or claims to be)."""
-    environ = dict(os.environ) if environ is None else environ
-    return any(name in environ for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"))
-
-
-def rank_from_environment() -> int:
-    """This process's rank as torchrun announces it (0 outside a launch, or if unreadable)."""
-    try:
-        return int(os.environ.get("RANK", "0"))
-    except ValueError:
-        return 0
-
-
-PEER_REPORT_WAIT_S = 60.0
-"""How long a rank other than 0 that found bad input waits for torchrun to end it."""
-
-
-def leave_the_report_to_rank_zero() -> None:
-    """On a rank other than 0 of a torchrun launch that found bad input, wait to be terminated.
-
-    Every rank runs the same checks, but torchrun's agent terminates all ranks as soon as one
-    exits: a rank that exits first (it imported torch sooner) cuts rank 0 off before rank 0 says
-    why. Waiting here lets rank 0 report and exit first; the agent then ends this process. The
-    wait is bounded so that a rank 0 which passed the checks (it cannot know a peer failed)
-    stops at the latest ``PEER_REPORT_WAIT_S`` later, when this rank exits and the agent ends it.
-    """
-    # TORCHELASTIC_RUN_ID is set by torchrun's agent only, not by a hand-made environment.
-    if rank_from_environment() == 0 or "TORCHELASTIC_RUN_ID" not in os.environ:
-        return
-    time.sleep(PEER_REPORT_WAIT_S)
 
 
 @dataclass(frozen=True)

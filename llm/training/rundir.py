@@ -23,6 +23,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from llm.common.command_faults import (  # noqa: F401 (importable from here as before)
+    RunFailed,
+    TrainingInterrupted,
+)
 from llm.common.config import RunConfig
 from llm.problems.tasks import TaskError
 from llm.training.checkpoint import (
@@ -40,21 +44,6 @@ EVENTS = "events.jsonl"
 """Crash-related events (start, resume, skipped checkpoints, interrupt); timings differ between
 runs, so they are kept out of metrics.jsonl, which an exact resume reproduces bit for bit."""
 INTERRUPTED_EXIT_CODE = 130
-
-
-class TrainingInterrupted(Exception):
-    """SIGINT or SIGTERM stopped the run; its state was saved in ``checkpoint``."""
-
-    def __init__(self, run_dir: Path, checkpoint: Path) -> None:
-        super().__init__(f"interrupted; state saved in {checkpoint}")
-        self.run_dir = run_dir
-        self.checkpoint = checkpoint
-
-
-class RunFailed(Exception):
-    """The run stopped on a fault of its surroundings (a full disk, its directory deleted, a
-    path it cannot write); a "failed" event and a checkpoint were written where possible. The
-    CLI prints the message and exits with code 1."""
 
 
 def fault_message(error: OSError, run_dir: Path, stage: int, saved: str, gone: bool) -> str:

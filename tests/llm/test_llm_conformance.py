@@ -80,6 +80,31 @@ def test_build_team_keywords_name_config_keys():
         configured(RunConfig(), {"n_agents": 0})
 
 
+@pytest.mark.parametrize(
+    ("argv", "code"),
+    [
+        (["--help"], 0),
+        (["train", "--config", "no-such-config.toml"], 2),
+        (["train", "--config", "smoke", "--set", "run.no_such_key=1"], 2),
+        (["eval", "--config", "no-such-config.toml", "--json", "out.json"], 2),
+        (["plot", "--run", "no-such-run"], 2),
+    ],
+)
+def test_a_command_stopped_by_bad_input_or_help_imports_no_torch(argv, code, tmp_path):
+    """The CLI catches every fault with its exit code without importing what raises it
+    (``llm.common.command_faults``), and a command reads its arguments and config before it
+    imports torch: a typo ends in half a second, not five."""
+    program = (
+        "import sys; from llm.interface.cli import main; "
+        "code = main(sys.argv[1:]); print(code, 'torch' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", program, *argv], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert out.stdout.split()[-2:] == [str(code), "False"], out.stdout + out.stderr
+    assert code == 0 or out.stderr.startswith("error: "), out.stderr
+
+
 def test_import_llm_is_light():
     code = "import sys, llm; print('torch' in sys.modules, callable(llm.build_team))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

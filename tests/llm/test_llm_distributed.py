@@ -318,11 +318,11 @@ RANK_ZERO_SCRIPT = """
 import os, sys, time
 import llm.interface.cli as cli
 import llm.interface.train_command as train_command
-import llm.training.distributed as distributed
+import llm.common.command_faults as command_faults
 
 # A peer's own wait far beyond the test's time-out: the launch ends in time only if torchrun
 # ends the waiting peers when rank 0 exits, whatever the load on the machine.
-distributed.PEER_REPORT_WAIT_S = 3600.0
+command_faults.PEER_REPORT_WAIT_S = 3600.0
 checks = train_command._train_config
 
 
