@@ -37,11 +37,17 @@ SUMS = ("vllm", "stochastic")
 in float32, rounded stochastically."""
 
 
-def chosen_sum() -> str:
-    value = os.environ.get(ENVIRONMENT, "vllm").strip() or "vllm"
-    if value not in SUMS:
-        raise ValueError(f"{ENVIRONMENT}={value!r}: one of {', '.join(SUMS)}")
+def environment_choice(variable: str, choices: tuple[str, ...]) -> str:
+    """The server environment's choice in ``variable``: one of ``choices``, the first where
+    the variable is unset or empty."""
+    value = os.environ.get(variable, "").strip() or choices[0]
+    if value not in choices:
+        raise ValueError(f"{variable}={value!r}: one of {', '.join(choices)}")
     return value
+
+
+def chosen_sum() -> str:
+    return environment_choice(ENVIRONMENT, SUMS)
 
 
 def register() -> None:

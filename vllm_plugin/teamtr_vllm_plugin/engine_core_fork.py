@@ -28,10 +28,9 @@ PATCHED = "_teamtr_engine_core_fork"
 
 
 def chosen_start() -> str:
-    value = os.environ.get(ENVIRONMENT, "spawn").strip() or "spawn"
-    if value not in STARTS:
-        raise ValueError(f"{ENVIRONMENT}={value!r}: one of {', '.join(STARTS)}")
-    return value
+    from teamtr_vllm_plugin import environment_choice
+
+    return environment_choice(ENVIRONMENT, STARTS)
 
 
 def install() -> bool:
