@@ -74,6 +74,23 @@ def test_a_server_log_without_the_plugins_line_is_refused_in_half_precision_only
     engine_lora_sum.require_plugin(log, torch.bfloat16, "stochastic")
 
 
+def test_a_starting_server_is_refused_once_its_engine_core_logs_without_the_plugin(tmp_path):
+    """While the server starts: too soon to tell before the engine core's first line (vLLM
+    loads its plugins in the API server before it starts that process), refused after it."""
+    log = tmp_path / "engine.log"
+    log.write_text("(APIServer pid=7) INFO non-default args: {}\n")
+    engine_lora_sum.require_plugin(log, torch.bfloat16, "stochastic", ready=False)
+    with pytest.raises(EngineUnavailable, match="no teamtr plugin"):
+        engine_lora_sum.require_plugin(log, torch.bfloat16, "stochastic")
+    log.write_text(log.read_text() + "(EngineCore pid=8) INFO Initializing a V1 LLM engine\n")
+    with pytest.raises(EngineUnavailable, match="no teamtr plugin"):
+        engine_lora_sum.require_plugin(log, torch.bfloat16, "stochastic", ready=False)
+    engine_lora_sum.require_plugin(log, torch.bfloat16, "vllm", ready=False)
+    log.write_text("teamtr_vllm_plugin: LoRA sum 'stochastic' in process 7 (PunicaWrapperCPU)\n")
+    log.write_text(log.read_text() + "(EngineCore pid=8) INFO Initializing a V1 LLM engine\n")
+    engine_lora_sum.require_plugin(log, torch.bfloat16, "stochastic", ready=False)
+
+
 def test_the_server_is_told_the_sum_only_where_it_rounds():
     assert engine_lora_sum.plugin_environment(torch.bfloat16, "stochastic") == (
         ("TEAMTR_VLLM_LORA_SUM", "stochastic"),

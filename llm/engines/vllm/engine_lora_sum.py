@@ -26,6 +26,9 @@ ENVIRONMENT = "TEAMTR_VLLM_LORA_SUM"
 RAN = re.compile(r"teamtr_vllm_plugin: LoRA sum '(\w+)' in process (\d+)")
 """The line the plugin prints in every server process it patched (a process forked from one
 inherits the patch, and prints nothing)."""
+ENGINE_CORE_LINE = re.compile(r"^\(EngineCore\S* pid=\d+\)", re.MULTILINE)
+"""A line vLLM's engine-core process logged: the API server, which loads vLLM's plugins before
+it starts that process, has run teamtr's plugin by then if its vLLM has it."""
 
 
 def sum_of(dtype: torch.dtype, choice: str) -> str:
@@ -39,10 +42,12 @@ def plugin_environment(dtype: torch.dtype, choice: str) -> tuple[tuple[str, str]
     return ((ENVIRONMENT, choice),) if sum_of(dtype, choice) == "stochastic" else ()
 
 
-def require_plugin(log: Path, dtype: torch.dtype, choice: str) -> None:
-    """After the server is ready: where the stochastic sum is asked for, its log must show the
-    plugin patched at least one process (``EngineUnavailable`` otherwise, saying how to
-    install it)."""
+def require_plugin(log: Path, dtype: torch.dtype, choice: str, ready: bool = True) -> None:
+    """Where the stochastic sum is asked for, the server's log must show the plugin patched at
+    least one process (``EngineUnavailable`` otherwise, saying how to install it): once the
+    server is ready (``ready``), or already while it starts, once its engine core has logged a
+    line (``ENGINE_CORE_LINE``), before that process loads the model (minutes for a large one
+    on a GPU node)."""
     if sum_of(dtype, choice) != "stochastic":
         return
     try:
@@ -51,6 +56,8 @@ def require_plugin(log: Path, dtype: torch.dtype, choice: str) -> None:
         text = ""
     if any(found[0] == "stochastic" for found in RAN.findall(text)):
         return
+    if not ready and not ENGINE_CORE_LINE.search(text):
+        return  # too soon to tell
     raise EngineUnavailable(
         '[sampler] engine_lora_sum = "stochastic": the server\'s vLLM has no teamtr plugin '
         "(its log never says it ran): `make vllm` installs it into .venv-vllm, `pip install "

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -140,12 +141,20 @@ class EngineServer:
     def exit_code(self) -> int | None:
         return self._guard.poll()
 
-    def wait_ready(self, timeout: float, base: str) -> None:
+    def wait_ready(
+        self, timeout: float, base: str, check: Callable[[], None] = lambda: None
+    ) -> None:
         """Wait until the server answers as the run's own: ``/v1/models`` asked with the run's
         key lists ``base`` (the folder it was started on), and the same request without the key
-        is refused (``require_own_server``)."""
+        is refused (``require_own_server``). ``check`` runs at every poll: what it raises
+        stops the server and ends the wait."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
+            try:
+                check()
+            except Exception:
+                self.stop()
+                raise
             code = self.exit_code()
             if code is not None:
                 raise EngineStartFailed(
