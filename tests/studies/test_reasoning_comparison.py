@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from studies.llm.reasoning.comparison import main, study_table
+from studies.llm.reasoning.comparison import main, study_table, untrained_accuracy
 
 
 def write(path, record):
@@ -77,40 +77,40 @@ def test_a_dataset_without_its_untrained_evaluation_is_one_line(results, capsys)
 
 
 def test_the_without_partial_credit_table_is_what_its_records_say():
-    """docs/reasoning_gym.md's "Without partial credit" rows: each seed's held-out accuracy,
-    mean ± standard error, CPU-seconds and stages, from the committed evaluations and run
-    records of ``letter_counting-<arm>-nopartial-sS``."""
+    """docs/reasoning_gym.md's "Without partial credit" rows: the untrained accuracy, each
+    seed's held-out accuracy, mean ± standard error, the gain, CPU-seconds and stages, from the
+    committed evaluations and run records of ``<dataset>-<arm>-nopartial-sS``."""
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
+    results = root / "results" / "reasoning_gym"
     page = (root / "docs" / "reasoning_gym.md").read_text()
     section = page.split("### Without partial credit")[1].split("###")[0]
-    rows = {
-        line.split("|")[1].strip(): line for line in section.splitlines() if line.startswith("| t")
-    }
-    for arm, label in (("team", "team of two"), ("single", "teamtr single agent")):
-        cells = [cell.strip() for cell in rows[label].split("|")[1:-1]]
-        name = f"letter_counting-{arm}-nopartial-s"
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    arms = {"team of two": "team", "teamtr single agent": "single"}
+    assert len(rows) >= 4
+    for row in rows:
+        cells = [cell.strip() for cell in row.split("|")[1:-1]]
+        dataset, arm = cells[0].strip("`"), arms[cells[1]]
+        name = f"{dataset}-{arm}-nopartial-s"
+        untrained = 100 * untrained_accuracy(results, dataset, arm)
+        assert cells[2] == f"{untrained:.0f}%"
         accuracies = [
-            100
-            * json.loads((root / f"results/reasoning_gym/trained/{name}{s}.json").read_text())[
-                "accuracy"
-            ]
+            100 * json.loads((results / "trained" / f"{name}{s}.json").read_text())["accuracy"]
             for s in range(3)
         ]
-        assert cells[2] == ", ".join(f"{a:.0f}%" for a in accuracies)
+        assert cells[3] == ", ".join(f"{a:.0f}%" for a in accuracies)
         mean = sum(accuracies) / 3
         spread = math.sqrt(sum((a - mean) ** 2 for a in accuracies) / 2 / 3)
-        assert cells[3] == f"{mean:.1f}% ± {spread:.1f}"
+        assert cells[4] == f"{mean:.1f}% ± {spread:.1f}"
+        assert cells[5] == f"{mean - untrained:+.1f}"
         stages = [
             [
                 json.loads(line)
-                for line in (
-                    root / f"results/reasoning_gym/run_records/{name}{s}/metrics.jsonl"
-                ).open()
+                for line in (results / "run_records" / f"{name}{s}" / "metrics.jsonl").open()
             ]
             for s in range(3)
         ]
         stages = [[r for r in records if "cpu_seconds" in r] for records in stages]
-        assert cells[5] == ", ".join(f"{sum(r['cpu_seconds'] for r in run):.0f}" for run in stages)
-        assert cells[6] == ", ".join(str(len(run)) for run in stages)
+        assert cells[7] == ", ".join(f"{sum(r['cpu_seconds'] for r in run):.0f}" for run in stages)
+        assert cells[8] == ", ".join(str(len(run)) for run in stages)
