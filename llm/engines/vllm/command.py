@@ -55,10 +55,10 @@ def cpu_build_environment() -> dict[str, str]:
 
     ``TEAMTR_VLLM_ENGINE_CORE=fork`` has teamtr's vLLM plugin (``vllm_plugin/``,
     ``engine_core_fork``) fork that engine core from the API server rather than spawn it, as
-    the CPU platform does: a spawned engine core imports vLLM anew. The tiny test model's server
-    answered its first request 12.1-13.1 s after its start forked, 18.5-24.2 s spawned, its
-    engine core 3 CPU-s forked, 9-13 spawned (two starts each, alternating, on two idle cores;
-    the same tokens and log-probs). A vLLM without the plugin ignores the variable and spawns."""
+    the CPU platform does: a spawned engine core imports vLLM anew. The smoke team's server is
+    ready 12.1 s after its start forked, 19.6 s spawned, its processes 11.8 and 19.4 CPU-s by
+    then (``bench/vllm_engine_start.py``, medians of 3 starts each, taking turns; the same
+    tokens and log-probs). A vLLM without the plugin ignores the variable and spawns."""
     return {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", ENGINE_CORE_ENVIRONMENT: "fork"}
 
 
