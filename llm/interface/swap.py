@@ -76,6 +76,7 @@ class NewAdapter:
     description: dict[str, Any]
 
 
+# -- reading the inputs ------------------------------------------------------------------------
 def _run_config(run_dir: Path, what: str) -> RunConfig:
     if not run_dir.is_dir():
         raise SwapError(f"{what} {run_dir}: no such run directory")

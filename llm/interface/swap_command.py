@@ -98,9 +98,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-# -- reading the inputs ------------------------------------------------------------------------
-
-
 def run_swap(args: argparse.Namespace) -> int:
     """``teamtr swap``, its options parsed: ``llm.interface.swap.run_swap``."""
     from llm.interface import swap

@@ -44,7 +44,6 @@ import torch.distributed as dist
 
 from llm.common.collective import Collective
 from llm.common.command_faults import (  # noqa: F401 (importable from here as before)
-    PEER_REPORT_WAIT_S,
     DistributedSetupError,
     launched_by_torchrun,
     leave_the_report_to_rank_zero,

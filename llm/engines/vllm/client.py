@@ -222,7 +222,6 @@ class VLLMEngine:
             log = owned_folder(LOG_FOLDER) / "engine.log"
         address = ServerAddress(f"unix:{command.socket_path}", command.key)
         self.server = EngineServer(command.module_command(str(python)), env, log, address)
-        log = self.server.log
         choice = self.settings.engine_lora_sum
         self.server.wait_ready(
             float(os.environ.get(START_TIMEOUT_ENVIRONMENT, START_TIMEOUT)),
@@ -230,7 +229,7 @@ class VLLMEngine:
             check=lambda: require_plugin(log, dtype, choice, ready=False),
         )
         self.address = address
-        require_plugin(self.server.log, dtype, self.settings.engine_lora_sum)
+        require_plugin(log, dtype, choice)
 
     def drawn_by(self, team: LoraTeam) -> str:
         assert self._model is not None, "drawn_by before start"
