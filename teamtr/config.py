@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from numbers import Integral
 from typing import Literal, get_args
 
-from teamtr.measured import BOUNDS, DEFAULT_BOUND, DEFAULT_LEVEL, BoundName
+from teamtr.measured import BOUNDS, DEFAULT_BOUND, DEFAULT_LEVEL, FUTILITY_RULES, BoundName
 from teamtr.trust_region import ADMIT_TOLERANCE, checked_radius, per_agent_radii
 
 SchemeName = Literal["teamtr", "stale", "joint", "happo"]
@@ -79,6 +79,12 @@ class StageConfig:
     certificate_cap: int = 512
     """The most pairs one update's sequential draws use, certificate_groups included (read only
     with certificate_batch > 0)."""
+    certificate_futility: str = "trend"
+    """When sequential draws give up before certificate_cap (``teamtr.measured.sequential_stop``):
+    'trend', once the pairs on their current trend (their mean plus one standard error, from 32
+    pairs on) would not be certified within the cap, or 'upper_bound', only once not even the
+    anytime upper bound's mean would be. Either way the bound stays valid; 'trend' draws fewer
+    pairs on updates that gain little, for a little power on those that gain."""
     accept: AcceptRule = "theory"
     """'theory': an update inside its radius enters the team (Thm 3.4's rule). 'measured': in
     addition, an update whose measured bound is below 0 is undone: the team goes back to
@@ -126,6 +132,11 @@ class StageConfig:
             value = getattr(self, key)
             if not isinstance(value, Integral) or isinstance(value, bool) or value < 0:
                 raise SettingError(key, f"must be an integer >= 0, got {value!r}")
+        if self.certificate_futility not in FUTILITY_RULES:
+            raise SettingError(
+                "certificate_futility",
+                f"must be one of {FUTILITY_RULES}, got {self.certificate_futility!r}",
+            )
         if self.certificate_batch and not groups:
             raise SettingError(
                 "certificate_batch",

@@ -146,6 +146,7 @@ def measured_update(
             config.certificate_level,
             config.certificate_batch,
             config.certificate_cap,
+            config.certificate_futility,
         )
     return measure(pairs, config.certificate_level, config.certificate_bound)
 

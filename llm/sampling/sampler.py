@@ -61,6 +61,9 @@ from llm.sampling.rollouts import (
 )
 from teamtr.measured import PairedDifferences
 
+HELD_OUT = "held-out "
+"""The profile's prefix for the held-out groups' plays: what the measured certificate costs."""
+
 
 def dialogue_of(chat: ChatFormat, episode: Episode, environment: bool) -> Dialogue:
     """``episode`` as a reward sees it; ``environment``: with the environment's text, rewards
@@ -147,7 +150,7 @@ class DialogueSampler:
             or not prefixes_reusable(team, previous, updated_agent)
         ):
             return None
-        with self.engine.drawing(team, continues=True):
+        with self.engine.drawing(team, continues=True), profiling.prefixed(HELD_OUT):
             pairs, continued = continue_groups(
                 self, team, previous.held_out, updated_agent, self.task.training_range
             )
@@ -163,17 +166,18 @@ class DialogueSampler:
         update's sequential draws continued into ``old``, then fresh ones. Their continuations
         wait, in turn, for the next update's draws. Played outside a draw, as an evaluation is:
         the engine's kept contexts stay those of the last draw."""
-        pairs, continued, tokens = draw_pairs(
-            self,
-            old,
-            new,
-            updated_agent,
-            count,
-            self.settings.held_out_group_size,
-            self.task.training_range,
-            self.settings.held_out_coupled,
-            self.reserve_of(old) if self.chained else None,
-        )
+        with profiling.prefixed(HELD_OUT):
+            pairs, continued, tokens = draw_pairs(
+                self,
+                old,
+                new,
+                updated_agent,
+                count,
+                self.settings.held_out_group_size,
+                self.task.training_range,
+                self.settings.held_out_coupled,
+                self.reserve_of(old) if self.chained else None,
+            )
         if continued is not None and self.chained:
             self.reserve_of(new).add(continued)
         # Only the teams of the update being measured can be read again.
@@ -448,17 +452,18 @@ class DialogueSampler:
             rollouts = self._training_draw(team, started, reusable, previous, updated_agent)
             if not self.held_out_groups:
                 return rollouts
-            held_out = draw_held_out(
-                self,
-                team,
-                self.held_out_groups,
-                self.settings.held_out_group_size,
-                self.task.training_range,
-                previous.held_out if reusable and previous is not None else None,
-                updated_agent,
-                self.settings.held_out_coupled,
-                self.chained,
-            )
+            with profiling.prefixed(HELD_OUT):
+                held_out = draw_held_out(
+                    self,
+                    team,
+                    self.held_out_groups,
+                    self.settings.held_out_group_size,
+                    self.task.training_range,
+                    previous.held_out if reusable and previous is not None else None,
+                    updated_agent,
+                    self.settings.held_out_coupled,
+                    self.chained,
+                )
         return replace(rollouts, held_out=held_out)
 
     def _training_draw(

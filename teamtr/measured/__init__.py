@@ -10,6 +10,7 @@
 
 from teamtr.measured.certificate import (
     DEFAULT_LEVEL,
+    FUTILITY_RULES,
     STOPS,
     MeasuredCertificate,
     PairedDifferences,
@@ -43,6 +44,7 @@ __all__ = [
     "BOUNDS",
     "DEFAULT_BOUND",
     "DEFAULT_LEVEL",
+    "FUTILITY_RULES",
     "HEDGE_TRUNCATION",
     "STOPS",
     "BoundName",

@@ -23,6 +23,7 @@ from peft.tuners.lora import Linear as LoraLinear
 
 from llm.models import half_precision_sum
 from llm.models.half_precision_sum import Float32SumLoraLinear, install_lora_sum, to_product_dtype
+from llm.models.agents import wrap_in_peft
 from llm.models.loading import load_model
 from llm.models.precision import half_precision_attention, half_precision_head_for_sampling
 
@@ -253,9 +254,10 @@ def test_the_bfloat16_head_option_serves_the_whole_model_only_and_float32_is_unt
 
 
 def test_the_bfloat16_attention_option_rounds_q_k_v_and_leaves_float32_alone():
-    model = get_peft_model(
+    model = wrap_in_peft(
         load_model("tiny", dtype=torch.bfloat16),
         LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", lora_dropout=0.0),
+        "default",
     )
     install_lora_sum(model, "float32")
     ids = torch.randint(0, 60, (2, 9), generator=torch.Generator().manual_seed(1))
