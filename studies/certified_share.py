@@ -9,8 +9,10 @@ share whose bound exceeds the true mean (a violation: at most alpha for a valid 
 mean bound, each share with its binomial standard error.
 
 ``--sequential BATCH CAP`` adds sequential draws (``teamtr.measured.sequential_measure``):
-BATCH pairs, then BATCH more at a time until the anytime bound clears 0, cannot within CAP, or
-CAP pairs are drawn; per run the pairs drawn, why it stopped and whether it certified.
+BATCH pairs, then BATCH more at a time until the anytime bound clears 0, cannot within CAP (by
+each ``--futility`` rule asked for, on the same draws), or CAP pairs are drawn; per run the
+pairs drawn, why it stopped and whether it certified. ``--probabilities P- P0 P+`` draws the
+pairs from another three-point distribution (an update that gains less, or nothing).
 
 ``python -m studies.certified_share --json results/certificate/certified_share.json`` writes
 the table of docs/measured_certificate.md ("Which bound").
@@ -19,6 +21,7 @@ the table of docs/measured_certificate.md ("Which bound").
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import sys
@@ -29,6 +32,7 @@ import numpy as np
 from teamtr.measured import (
     ANYTIME,
     BOUNDS,
+    FUTILITY_RULES,
     STOPS,
     PairedDifferences,
     lower_bound,
@@ -58,14 +62,29 @@ def build_parser(prog: str = "python -m studies.certified_share") -> argparse.Ar
         default=None,
         help="also draw pairs sequentially, BATCH at a time up to CAP (repeatable)",
     )
+    parser.add_argument(
+        "--futility",
+        choices=FUTILITY_RULES,
+        action="append",
+        default=None,
+        help="the sequential draws' futility rule (repeatable; default: trend)",
+    )
+    parser.add_argument(
+        "--probabilities",
+        type=float,
+        nargs=3,
+        metavar=("P_MINUS", "P_ZERO", "P_PLUS"),
+        default=PROBABILITIES.tolist(),
+        help="P(D = -1), P(D = 0), P(D = +1) (default: 0.05 0.80 0.15, mean +0.10)",
+    )
     parser.add_argument("--json", type=Path, default=None, help="write the results here")
     return parser
 
 
-def draws(n: int, repeats: int, seed: int) -> np.ndarray:
+def draws(n: int, repeats: int, seed: int, probabilities: np.ndarray = PROBABILITIES) -> np.ndarray:
     """``repeats`` rows of n pairs, from the generator seeded (seed, n)."""
     rng = np.random.default_rng([seed, n])
-    return rng.choice(VALUES, size=(repeats, n), p=PROBABILITIES)
+    return rng.choice(VALUES, size=(repeats, n), p=probabilities)
 
 
 def share(events: np.ndarray) -> dict[str, float]:
@@ -74,39 +93,51 @@ def share(events: np.ndarray) -> dict[str, float]:
     return {"share": p, "se": math.sqrt(p * (1 - p) / events.size)}
 
 
-def row(n: int, repeats: int, alpha: float, seed: int) -> dict[str, dict[str, object]]:
+def row(
+    n: int, repeats: int, alpha: float, seed: int, probabilities: np.ndarray = PROBABILITIES
+) -> dict[str, dict[str, object]]:
     """Every bound of ``METHODS`` on the same draws of n pairs."""
-    pairs = draws(n, repeats, seed)
+    pairs = draws(n, repeats, seed, probabilities)
+    true_mean = float(VALUES @ probabilities)
     result: dict[str, dict[str, object]] = {}
     for method in METHODS:
         bounds = np.array([lower_bound(d, WIDTH, alpha, method) for d in pairs])
         result[method] = {
             "certified": share(bounds > 0),
-            "violation": share(bounds > TRUE_MEAN),
+            "violation": share(bounds > true_mean),
             "mean_bound": float(bounds.mean()),
         }
     return result
 
 
 def sequential_row(
-    batch: int, cap: int, repeats: int, alpha: float, seed: int
+    batch: int,
+    cap: int,
+    repeats: int,
+    alpha: float,
+    seed: int,
+    futility: str = "trend",
+    probabilities: np.ndarray = PROBABILITIES,
 ) -> dict[str, object]:
-    """``repeats`` sequential measurements, each from its own generator (seed, batch, cap, r)."""
+    """``repeats`` sequential measurements, each from its own generator (seed, batch, cap, r):
+    the same draws for every futility rule."""
     certified, violated, pairs, stops = [], [], [], []
+    true_mean = float(VALUES @ probabilities)
     for r in range(repeats):
         rng = np.random.default_rng([seed, batch, cap, r])
 
         def draw(count: int, rng: np.random.Generator = rng) -> PairedDifferences:
-            return PairedDifferences(rng.choice(VALUES, size=count, p=PROBABILITIES), WIDTH)
+            return PairedDifferences(rng.choice(VALUES, size=count, p=probabilities), WIDTH)
 
-        certificate = sequential_measure(draw(batch), draw, 1.0 - alpha, batch, cap)
+        certificate = sequential_measure(draw(batch), draw, 1.0 - alpha, batch, cap, futility)
         certified.append(certificate.bound > 0)
-        violated.append(certificate.bound > TRUE_MEAN)
+        violated.append(certificate.bound > true_mean)
         pairs.append(certificate.n)
         stops.append(certificate.stop)
     return {
         "batch": batch,
         "cap": cap,
+        "futility": futility,
         "certified": share(np.array(certified)),
         "violation": share(np.array(violated)),
         "mean_pairs": float(np.mean(pairs)),
@@ -127,6 +158,8 @@ def problem(args: argparse.Namespace) -> str | None:
             return f"--sequential: need 1 <= BATCH <= CAP, got {batch} {cap}"
     if not 0 <= args.seed < 2**31:
         return f"--seed must lie in 0 .. 2**31 - 1, got {args.seed}"
+    if min(args.probabilities) < 0 or abs(sum(args.probabilities) - 1) > 1e-9:
+        return f"--probabilities must be >= 0 and sum to 1, got {args.probabilities}"
     return None
 
 
@@ -135,11 +168,12 @@ def run(args: argparse.Namespace) -> int:
     if message is not None:
         print(f"certified_share: {message}", file=sys.stderr)
         return 2
-    rows = {str(n): row(n, args.repeats, args.alpha, args.seed) for n in args.sizes}
+    probabilities = np.array(args.probabilities)
+    rows = {str(n): row(n, args.repeats, args.alpha, args.seed, probabilities) for n in args.sizes}
     document: dict[str, object] = {
         "values": VALUES.tolist(),
-        "probabilities": PROBABILITIES.tolist(),
-        "true_mean": TRUE_MEAN,
+        "probabilities": probabilities.tolist(),
+        "true_mean": float(VALUES @ probabilities),
         "width": WIDTH,
         "alpha": args.alpha,
         "repeats": args.repeats,
@@ -160,13 +194,18 @@ def run(args: argparse.Namespace) -> int:
             )
     sequential_rows: list[dict[str, object]] = []
     document["sequential"] = sequential_rows
-    for batch, cap in args.sequential or []:
-        sequential = sequential_row(batch, cap, args.repeats, args.alpha, args.seed)
+    for (batch, cap), futility in itertools.product(
+        args.sequential or [], args.futility or ["trend"]
+    ):
+        sequential = sequential_row(
+            batch, cap, args.repeats, args.alpha, args.seed, futility, probabilities
+        )
         sequential_rows.append(sequential)
         certified, violation = sequential["certified"], sequential["violation"]
         assert isinstance(certified, dict) and isinstance(violation, dict)
         print(
-            f"sequential, {batch} a batch up to {cap}: certified {certified['share']:.3f} "
+            f"sequential ({futility}), {batch} a batch up to {cap}: certified "
+            f"{certified['share']:.3f} "
             f"± {certified['se']:.3f}, bound > true mean {violation['share']:.4f}, pairs "
             f"{sequential['mean_pairs']:.0f} on average (median {sequential['median_pairs']:.0f})"
             f", stops {sequential['stops']}"

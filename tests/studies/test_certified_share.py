@@ -53,3 +53,20 @@ def test_bad_options_are_one_line_and_exit_2(capsys) -> None:
     result = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, check=False)
     assert result.returncode == 2
     assert result.stderr.strip() == "certified_share: --repeats must be >= 1, got 0"
+
+
+def test_futility_rules_run_on_the_same_draws_of_the_distribution_asked_for(tmp_path) -> None:
+    """Each --futility rule measures the same runs (so their pairs compare draw for draw), of
+    the --probabilities given: on a zero-mean update the trend draws fewer pairs on average than
+    the anytime upper bound's rule, and certifies no more."""
+    out = tmp_path / "share.json"
+    argv = ["--sizes", "16", "--repeats", "24", "--probabilities", "0.04", "0.92", "0.04"]
+    rules = ["--futility", "upper_bound", "--futility", "trend"]
+    assert main([*argv, "--sequential", "16", "96", *rules, "--json", str(out)]) == 0
+    document = json.loads(out.read_text())
+    assert document["probabilities"] == [0.04, 0.92, 0.04] and document["true_mean"] == 0.0
+    upper, trend = document["sequential"]
+    assert (upper["futility"], trend["futility"]) == ("upper_bound", "trend")
+    assert trend["mean_pairs"] < upper["mean_pairs"]
+    assert trend["certified"]["share"] <= upper["certified"]["share"]
+    assert main([*argv, "--probabilities", "0.5", "0.5", "0.5"]) == 2
