@@ -44,7 +44,7 @@ sys.path.insert(0, str(ROOT))
 
 from trl_grpo import grpo_config, trainable_by_trl  # noqa: E402
 
-from llm.common.config import RunConfig, load_config  # noqa: E402
+from llm.common.config import ConfigError, RunConfig, load_config, parse_override  # noqa: E402
 from llm.models.loading import load_model, load_tokenizer  # noqa: E402
 from llm.problems.task import Dialogue, Task  # noqa: E402
 from llm.problems.tasks import Problem  # noqa: E402
@@ -126,13 +126,24 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--source", default="", help="replace [model] source (tiny: a check)")
     parser.add_argument("--json", type=Path, required=True)
     parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="replace one key of the config, as `teamtr train --set` does (repeatable)",
+    )
+    parser.add_argument(
         "--skip-untrained",
         action="store_true",
         help="do not score the untrained model (it is `teamtr eval`'s score of the same config)",
     )
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
-    config = load_config(args.config)
+    try:
+        config = load_config(args.config, [parse_override(text) for text in args.overrides])
+    except ConfigError as error:
+        parser.error(str(error))
     if args.source:
         config = dataclasses.replace(
             config, model=dataclasses.replace(config.model, source=args.source, sources=())
