@@ -22,8 +22,8 @@ from peft import LoraConfig, get_peft_model
 from peft.tuners.lora import Linear as LoraLinear
 
 from llm.models import half_precision_sum
-from llm.models.half_precision_sum import Float32SumLoraLinear, install_lora_sum, to_product_dtype
 from llm.models.agents import wrap_in_peft
+from llm.models.half_precision_sum import Float32SumLoraLinear, install_lora_sum, to_product_dtype
 from llm.models.loading import load_model
 from llm.models.precision import half_precision_attention, half_precision_head_for_sampling
 
