@@ -114,3 +114,57 @@ def test_the_without_partial_credit_table_is_what_its_records_say():
         stages = [[r for r in records if "cpu_seconds" in r] for records in stages]
         assert cells[7] == ", ".join(f"{sum(r['cpu_seconds'] for r in run):.0f}" for run in stages)
         assert cells[8] == ", ".join(str(len(run)) for run in stages)
+
+
+def test_the_table_beside_trl_without_partial_credit_is_what_its_records_say():
+    """docs/reasoning_gym.md's "Without partial credit, beside TRL" rows (float32 on an Intel
+    Xeon with AMX, ``<dataset>-<arm>-nopartial-f32amx-sS``): the untrained accuracy in the
+    arm's format, each seed's held-out accuracy, mean ± standard error, the gain, and each
+    run's training CPU-seconds and stages or steps, from the committed evaluations, TRL
+    reports and run records."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    results = root / "results" / "reasoning_gym"
+    page = (root / "docs" / "reasoning_gym.md").read_text()
+    section = page.split("### Without partial credit, beside TRL")[1].split("###")[0]
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    arms = {"team of two": "team", "TRL GRPOTrainer": "trl"}
+    assert len(rows) >= 2
+    for row in rows:
+        cells = [cell.strip() for cell in row.split("|")[1:-1]]
+        dataset, arm = cells[0].strip("`"), arms[cells[1]]
+        name = f"{dataset}-{arm}-nopartial-f32amx-s"
+        untrained_name = dataset if arm == "team" else f"{dataset}_single"
+        untrained_path = results / "untrained" / f"f32amx-{untrained_name}.json"
+        untrained = 100 * json.loads(untrained_path.read_text())["accuracy"]
+        assert cells[2] == f"{untrained:.0f}%"
+        if arm == "trl":
+            reports = [
+                json.loads((results / "trl" / f"{name}{s}.json").read_text()) for s in range(3)
+            ]
+            accuracies = [100 * r["trained"]["accuracy"] for r in reports]
+            cpu = [r["cpu_seconds"] for r in reports]
+            steps = [r["steps"] for r in reports]
+        else:
+            accuracies = [
+                100 * json.loads((results / "trained" / f"{name}{s}.json").read_text())["accuracy"]
+                for s in range(3)
+            ]
+            runs = [
+                [
+                    record
+                    for line in (results / "run_records" / f"{name}{s}" / "metrics.jsonl").open()
+                    if "cpu_seconds" in (record := json.loads(line))
+                ]
+                for s in range(3)
+            ]
+            cpu = [sum(r["cpu_seconds"] for r in run) for run in runs]
+            steps = [len(run) for run in runs]
+        assert cells[3] == ", ".join(f"{a:.0f}%" for a in accuracies)
+        mean = sum(accuracies) / 3
+        spread = math.sqrt(sum((a - mean) ** 2 for a in accuracies) / 2 / 3)
+        assert cells[4] == f"{mean:.1f}% ± {spread:.1f}"
+        assert cells[5] == f"{mean - untrained:+.1f}"
+        assert cells[6] == ", ".join(f"{c:.0f}" for c in cpu)
+        assert cells[7] == ", ".join(str(n) for n in steps)
