@@ -32,7 +32,7 @@ import torch
 from llm.common.config import load_config
 from llm.sampling.held_out_groups import HeldOut, continue_groups
 from llm.training.builder import build
-from teamtr.measured import ANYTIME, lower_bound, sequential_stop
+from teamtr.measured import ANYTIME, FUTILITY_RULES, lower_bound, sequential_stop
 
 LEVEL = 0.95
 
@@ -42,21 +42,25 @@ def cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def sequential(differences: np.ndarray, width: float, batch: int, cap: int) -> dict[str, Any]:
+def sequential(
+    differences: np.ndarray, width: float, batch: int, cap: int, futility: str
+) -> dict[str, Any]:
     """Where draws of ``batch`` pairs at a time, up to ``cap``, would have stopped on these
-    pairs in their order, why, and the anytime bound there."""
+    pairs in their order (by the ``futility`` rule), why, and the anytime bound there."""
     alpha = 1 - LEVEL
     for drawn in range(batch, min(cap, differences.size) + 1, batch):
-        stop = sequential_stop(differences[:drawn], width, alpha, cap)
+        stop = sequential_stop(differences[:drawn], width, alpha, cap, futility)
         if stop is not None:
             break
     else:
         stop = "not stopped within the pairs drawn"
     bound = lower_bound(differences[:drawn], width, alpha, ANYTIME)
-    return {"pairs": drawn, "stop": stop, "anytime_bound": bound}
+    return {"pairs": drawn, "stop": stop, "anytime_bound": bound, "futility": futility}
 
 
-def summary(differences: np.ndarray, width: float, batch: int, cap: int) -> dict[str, Any]:
+def summary(
+    differences: np.ndarray, width: float, batch: int, cap: int, futility: str
+) -> dict[str, Any]:
     values, counts = np.unique(differences, return_counts=True)
     return {
         "n": int(differences.size),
@@ -65,7 +69,7 @@ def summary(differences: np.ndarray, width: float, batch: int, cap: int) -> dict
         "zero_share": float(np.mean(differences == 0)),
         "values": {f"{v:+g}": int(c) for v, c in zip(values, counts, strict=True)},
         "hedged_bound": lower_bound(differences, width, 1 - LEVEL, "hedged"),
-        "sequential": sequential(differences, width, batch, cap),
+        "sequential": sequential(differences, width, batch, cap, futility),
     }
 
 
@@ -83,7 +87,7 @@ def measure_update(parts, old, new, agent: int, args: argparse.Namespace) -> dic
         training_range = sampler.task.training_range
         assert training_range is not None, "the task's training rewards declare no range"
         pairs, continued = continue_groups(sampler, new, held, agent, training_range)
-        way = summary(pairs.differences, pairs.reward_width, args.batch, args.cap)
+        way = summary(pairs.differences, pairs.reward_width, args.batch, args.cap, args.futility)
         way["old_mean"] = float(rewards.mean())
         way["new_mean"] = float(continued.rewards.mean())
         way["cpu_seconds"] = cpu_seconds() - started
@@ -103,6 +107,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--updates", type=int, default=2, help="updates of the first stage")
     parser.add_argument("--batch", type=int, default=16, help="sequential draws' batch")
     parser.add_argument("--cap", type=int, default=256, help="sequential draws' cap")
+    parser.add_argument(
+        "--futility", choices=FUTILITY_RULES, default="trend", help="sequential draws' rule"
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
