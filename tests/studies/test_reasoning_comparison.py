@@ -5,10 +5,15 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
-from studies.llm.reasoning.comparison import main, study_table, untrained_accuracy
+from studies.llm.reasoning.comparison import main, study_table, trained_runs, untrained_accuracy
+from studies.llm.run_records import mean_and_error
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "results" / "reasoning_gym"
 
 
 def write(path, record):
@@ -76,95 +81,58 @@ def test_a_dataset_without_its_untrained_evaluation_is_one_line(results, capsys)
     assert "no untrained evaluation" in capsys.readouterr().err
 
 
+def documented_rows(heading: str) -> list[list[str]]:
+    """The cells of each dataset row of docs/reasoning_gym.md's section ``heading``."""
+    page = (ROOT / "docs" / "reasoning_gym.md").read_text()
+    section = page.split(f"### {heading}\n")[1].split("###")[0]
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    return [[cell.strip() for cell in row.split("|")[1:-1]] for row in rows]
+
+
+def check_seeds(cells: list[str], runs: list[dict], untrained: float) -> None:
+    """A row's per-seed accuracies, mean ± standard error and gain (cells 3-5), against the
+    seeds 0-2 that ``trained_runs`` read."""
+    assert [r["seed"] for r in runs] == [0, 1, 2]
+    accuracies = [100 * r["accuracy"] for r in runs]
+    assert cells[3] == ", ".join(f"{a:.0f}%" for a in accuracies)
+    summary = mean_and_error(accuracies)
+    assert cells[4] == f"{summary['mean']:.1f}% ± {summary['standard_error']:.1f}"
+    assert cells[5] == f"{summary['mean'] - untrained:+.1f}"
+
+
 def test_the_without_partial_credit_table_is_what_its_records_say():
     """docs/reasoning_gym.md's "Without partial credit" rows: the untrained accuracy, each
     seed's held-out accuracy, mean ± standard error, the gain, CPU-seconds and stages, from the
     committed evaluations and run records of ``<dataset>-<arm>-nopartial-sS``."""
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[2]
-    results = root / "results" / "reasoning_gym"
-    page = (root / "docs" / "reasoning_gym.md").read_text()
-    section = page.split("### Without partial credit")[1].split("###")[0]
-    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    rows = documented_rows("Without partial credit")
     arms = {"team of two": "team", "teamtr single agent": "single"}
     assert len(rows) >= 4
-    for row in rows:
-        cells = [cell.strip() for cell in row.split("|")[1:-1]]
+    for cells in rows:
         dataset, arm = cells[0].strip("`"), arms[cells[1]]
-        name = f"{dataset}-{arm}-nopartial-s"
-        untrained = 100 * untrained_accuracy(results, dataset, arm)
+        untrained = 100 * untrained_accuracy(RESULTS, dataset, arm)
         assert cells[2] == f"{untrained:.0f}%"
-        accuracies = [
-            100 * json.loads((results / "trained" / f"{name}{s}.json").read_text())["accuracy"]
-            for s in range(3)
-        ]
-        assert cells[3] == ", ".join(f"{a:.0f}%" for a in accuracies)
-        mean = sum(accuracies) / 3
-        spread = math.sqrt(sum((a - mean) ** 2 for a in accuracies) / 2 / 3)
-        assert cells[4] == f"{mean:.1f}% ± {spread:.1f}"
-        assert cells[5] == f"{mean - untrained:+.1f}"
-        stages = [
-            [
-                json.loads(line)
-                for line in (results / "run_records" / f"{name}{s}" / "metrics.jsonl").open()
-            ]
-            for s in range(3)
-        ]
-        stages = [[r for r in records if "cpu_seconds" in r] for records in stages]
-        assert cells[7] == ", ".join(f"{sum(r['cpu_seconds'] for r in run):.0f}" for run in stages)
-        assert cells[8] == ", ".join(str(len(run)) for run in stages)
+        runs = trained_runs(RESULTS, dataset, arm, "-nopartial")
+        check_seeds(cells, runs, untrained)
+        assert cells[7] == ", ".join(f"{r['cpu_seconds']:.0f}" for r in runs)
+        assert cells[8] == ", ".join(str(r["steps"]) for r in runs)
 
 
 def test_the_table_beside_trl_without_partial_credit_is_what_its_records_say():
     """docs/reasoning_gym.md's "Without partial credit, beside TRL" rows (float32 on an Intel
     Xeon with AMX, ``<dataset>-<arm>-nopartial-f32amx-sS``): the untrained accuracy in the
-    arm's format, each seed's held-out accuracy, mean ± standard error, the gain, and each
-    run's training CPU-seconds and stages or steps, from the committed evaluations, TRL
-    reports and run records."""
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[2]
-    results = root / "results" / "reasoning_gym"
-    page = (root / "docs" / "reasoning_gym.md").read_text()
-    section = page.split("### Without partial credit, beside TRL")[1].split("###")[0]
-    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    arm's format (scored again on that machine), each seed's held-out accuracy, mean ± standard
+    error, the gain, and each run's training CPU-seconds and stages or steps, from the
+    committed evaluations, TRL reports and run records."""
+    rows = documented_rows("Without partial credit, beside TRL")
     arms = {"team of two": "team", "TRL GRPOTrainer": "trl"}
     assert len(rows) >= 2
-    for row in rows:
-        cells = [cell.strip() for cell in row.split("|")[1:-1]]
+    for cells in rows:
         dataset, arm = cells[0].strip("`"), arms[cells[1]]
-        name = f"{dataset}-{arm}-nopartial-f32amx-s"
-        untrained_name = dataset if arm == "team" else f"{dataset}_single"
-        untrained_path = results / "untrained" / f"f32amx-{untrained_name}.json"
+        format_name = dataset if arm == "team" else f"{dataset}_single"
+        untrained_path = RESULTS / "untrained" / f"f32amx-{format_name}.json"
         untrained = 100 * json.loads(untrained_path.read_text())["accuracy"]
         assert cells[2] == f"{untrained:.0f}%"
-        if arm == "trl":
-            reports = [
-                json.loads((results / "trl" / f"{name}{s}.json").read_text()) for s in range(3)
-            ]
-            accuracies = [100 * r["trained"]["accuracy"] for r in reports]
-            cpu = [r["cpu_seconds"] for r in reports]
-            steps = [r["steps"] for r in reports]
-        else:
-            accuracies = [
-                100 * json.loads((results / "trained" / f"{name}{s}.json").read_text())["accuracy"]
-                for s in range(3)
-            ]
-            runs = [
-                [
-                    record
-                    for line in (results / "run_records" / f"{name}{s}" / "metrics.jsonl").open()
-                    if "cpu_seconds" in (record := json.loads(line))
-                ]
-                for s in range(3)
-            ]
-            cpu = [sum(r["cpu_seconds"] for r in run) for run in runs]
-            steps = [len(run) for run in runs]
-        assert cells[3] == ", ".join(f"{a:.0f}%" for a in accuracies)
-        mean = sum(accuracies) / 3
-        spread = math.sqrt(sum((a - mean) ** 2 for a in accuracies) / 2 / 3)
-        assert cells[4] == f"{mean:.1f}% ± {spread:.1f}"
-        assert cells[5] == f"{mean - untrained:+.1f}"
-        assert cells[6] == ", ".join(f"{c:.0f}" for c in cpu)
-        assert cells[7] == ", ".join(str(n) for n in steps)
+        runs = trained_runs(RESULTS, dataset, arm, "-nopartial-f32amx")
+        check_seeds(cells, runs, untrained)
+        assert cells[6] == ", ".join(f"{r['cpu_seconds']:.0f}" for r in runs)
+        assert cells[7] == ", ".join(str(r["steps"]) for r in runs)

@@ -52,13 +52,15 @@ def constant_answer(results: Path, dataset: str) -> tuple[str, float]:
     return answer, count / len(rows)
 
 
-def trained_runs(results: Path, dataset: str, arm: str) -> list[dict[str, Any]]:
+def trained_runs(results: Path, dataset: str, arm: str, variant: str = "") -> list[dict[str, Any]]:
     """Every finished seed of one arm: its held-out accuracy, CPU-seconds of training and the
-    stages (teamtr) or optimizer steps (TRL) those bought."""
+    stages (teamtr) or optimizer steps (TRL) those bought. ``variant``: the runs named
+    ``<dataset>-<arm><variant>-sS`` (e.g. "-nopartial", the same arm without partial credit)."""
     runs = []
     folder = results / ("trl" if arm == "trl" else "trained")
-    for path in sorted(folder.glob(f"{dataset}-{arm}-s*.json")):
-        named = re.fullmatch(rf"{re.escape(dataset)}-{arm}-s(\d+)", path.stem)
+    tag = f"{arm}{variant}"
+    for path in sorted(folder.glob(f"{dataset}-{tag}-s*.json")):
+        named = re.fullmatch(rf"{re.escape(dataset)}-{re.escape(tag)}-s(\d+)", path.stem)
         if named is None:  # e.g. another dataset whose name starts with this one's
             continue
         seed = int(named.group(1))
