@@ -15,7 +15,7 @@ from __future__ import annotations
 import ast
 import operator
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 
 from llm.problems.environment import Opening, Reply
@@ -88,19 +88,24 @@ def calculate(message: str) -> str:
 class Calculator:
     """The calculator environment: agent ``caller`` (default 0) calls it with each of its
     messages; the dialogue ends after agent ``answerer``'s (default: the last agent's) first
-    message. The opening is the problem's question."""
+    message. The opening is the problem's question. Where the caller is the answerer (a single
+    agent, ``n_agents = 1``), its first message calls the calculator and its second answers."""
 
     caller: int = 0
     answerer: int | None = None
     n_agents: int = 2
+    calls: int = field(default=0, init=False)
+    """The calculator's replies so far in this dialogue."""
 
     def reset(self, problem: Problem, seed: int) -> Opening:
+        self.calls = 0
         return Opening(problem.question)
 
     def step(self, speaker: int, message: str) -> Reply:
         answerer = self.n_agents - 1 if self.answerer is None else self.answerer
+        if speaker == self.caller and (speaker != answerer or self.calls == 0):
+            self.calls += 1
+            return Reply(text=calculate(message))
         if speaker == answerer:
             return Reply(done=True)
-        if speaker == self.caller:
-            return Reply(text=calculate(message))
         return Reply()

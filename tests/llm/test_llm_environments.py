@@ -20,7 +20,13 @@ from llm.conversation.environment_session import Session, check_environment, ope
 from llm.conversation.router import FixedOrder
 from llm.interface.cli import main
 from llm.logprobs.scoring import score_chunks
-from llm.problems.calculator import Calculator, CalculatorInputError, calculate, evaluate
+from llm.problems.calculator import (
+    Calculator,
+    CalculatorInputError,
+    calculate,
+    evaluate,
+    written,
+)
 from llm.problems.configured import build_task
 from llm.problems.environment import EnvironmentFault, Opening, Reply
 from llm.problems.task import Task
@@ -326,6 +332,18 @@ def test_the_calculator_environment_answers_the_caller_and_ends_at_the_answer():
     assert calculator.reset(problem, 0).text == problem.question
     assert calculator.step(0, "2 + 3 - 1") == Reply(text="calculator: 2 + 3 - 1 = 4")
     assert calculator.step(1, "4") == Reply(done=True)
+
+
+def test_a_single_agent_calls_the_calculator_first_and_answers_second():
+    """One agent (caller and answerer): its first message is the call, its second ends the
+    dialogue; a reset starts the count again (one environment replays many dialogues)."""
+    calculator = Calculator(n_agents=1)
+    for question in ("What is 2 + 3 - 1?", "What is 7 * 6?"):
+        calculator.reset(Problem(question, ""), 0)
+        expression = question.removeprefix("What is ").removesuffix("?")
+        value = written(evaluate(expression))
+        assert calculator.step(0, expression) == Reply(text=f"calculator: {expression} = {value}")
+        assert calculator.step(0, value) == Reply(done=True)
 
 
 # -- TextArena ---------------------------------------------------------------------------------
