@@ -9,7 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from studies.llm.reasoning.comparison import main, study_table, trained_runs, untrained_accuracy
+from studies.llm.reasoning.comparison import (
+    main,
+    markdown,
+    study_table,
+    trained_runs,
+    untrained_accuracy,
+)
 from studies.llm.run_records import mean_and_error
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -136,3 +142,47 @@ def test_the_table_beside_trl_without_partial_credit_is_what_its_records_say():
         check_seeds(cells, runs, untrained)
         assert cells[6] == ", ".join(f"{r['cpu_seconds']:.0f}" for r in runs)
         assert cells[7] == ", ".join(str(r["steps"]) for r in runs)
+
+
+def test_the_table_with_a_tool_is_the_study_of_its_records():
+    """docs/reasoning_gym.md's "A team with a tool" rows are, cell for cell, the rows the
+    study prints from the committed evaluations, TRL reports and run records of its three arms
+    (``--study tool``: the team and the single agent with the calculator, TRL without)."""
+    documented = documented_rows("A team with a tool")
+    datasets = list(dict.fromkeys(cells[0].strip("`") for cells in documented))
+    printed = markdown(study_table(RESULTS, datasets, "tool")).splitlines()[2:]
+    assert len(documented) == 3 * len(datasets) >= 6
+    assert documented == [[c.strip() for c in row.split("|")[1:-1]] for row in printed]
+
+
+def test_the_tool_study_reads_each_arm_under_its_own_tag(results, tmp_path, capsys):
+    """``--study tool``: the team's runs ``<dataset>-tool-f32amx-sS``, the single agent's
+    ``-single-tool-f32amx-sS``, TRL's ``-trl-f32amx-sS``, each arm its own untrained format;
+    the main study's runs are not read."""
+    write(results / "untrained" / "f32amx-sum_tool.json", {"accuracy": 0.1})
+    write(results / "untrained" / "f32amx-sum_tool_single.json", {"accuracy": 0.04})
+    write(results / "untrained" / "f32amx-sum_single.json", {"accuracy": 0.26})
+    write_teamtr_run(results, "sum-tool-f32amx-s0", 0.9, [250.0, 240.0])
+    write_teamtr_run(results, "sum-single-tool-f32amx-s1", 0.8, [480.0])
+    write(
+        results / "trl" / "sum-trl-f32amx-s2.json",
+        {"trained": {"accuracy": 0.3}, "cpu_seconds": 500.0, "steps": 9},
+    )
+    assert main(["--results", str(results), "--datasets", "sum", "--study", "tool"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "| `sum` | team of two, calculator | '7': 60% | 10% | 90% | 90.0% | +80.0 | 490 | 2 |"
+        in out
+    )
+    assert (
+        "| `sum` | teamtr single agent, calculator | '7': 60% | 4% | 80% | 80.0% | +76.0 | 480 | 1 |"
+        in out
+    )
+    assert (
+        "| `sum` | TRL GRPOTrainer, no tool | '7': 60% | 26% | 30% | 30.0% | +4.0 | 500 | 9 |"
+        in out
+    )
+    (results / "untrained" / "f32amx-sum_tool.json").unlink()
+    with pytest.raises(SystemExit) as stop:
+        main(["--results", str(results), "--datasets", "sum", "--study", "tool"])
+    assert stop.value.code == 2 and "f32amx-sum_tool.json" in capsys.readouterr().err

@@ -17,6 +17,10 @@ stages or steps) and writes it as JSON and as a figure::
     python -m studies.llm.reasoning.comparison --results results/reasoning_gym \\
         --datasets chain_sum letter_counting --json results/reasoning_gym/study.json \\
         --plot figures/reasoning_gym_study.png
+
+``--study tool`` reads the study with the calculator tool instead (``STUDIES``): the team and
+the single agent with the calculator (``reasoning/<dataset>_tool`` and ``_tool_single``) and TRL
+without a tool, all in float32 on one machine (runs and evaluations named ``-f32amx``).
 """
 
 from __future__ import annotations
@@ -26,20 +30,64 @@ import json
 import math
 import re
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from studies.llm.run_records import mean_and_error
 
-ARMS = ("team", "single", "trl")
-ARM_NAMES = {"team": "team of two", "single": "teamtr single agent", "trl": "TRL GRPOTrainer"}
+
+@dataclass(frozen=True)
+class Arm:
+    """One arm of a study: whose runs (``trained_runs``'s ``arm`` and ``variant``), its name in
+    the table, and the untrained evaluation of its format (``untrained/<untrained>.json``, with
+    ``{dataset}`` filled in)."""
+
+    arm: str
+    variant: str
+    name: str
+    untrained: str
+
+    @property
+    def key(self) -> str:
+        """Its tag in the runs' names (``<dataset>-<key>-sS``): "team", "tool-f32amx", ..."""
+        return f"{self.arm}{self.variant}"
 
 
-def untrained_accuracy(results: Path, dataset: str, arm: str) -> float:
-    """The untrained model's held-out accuracy in the arm's format (TRL's is the single
-    agent's: the same rendered prompts, model and metric)."""
-    name = dataset if arm == "team" else f"{dataset}_single"
-    return float(json.loads((results / "untrained" / f"{name}.json").read_text())["accuracy"])
+STUDIES = {
+    "main": (
+        Arm("team", "", "team of two", "{dataset}"),
+        Arm("single", "", "teamtr single agent", "{dataset}_single"),
+        # TRL's untrained model is the single agent's: the same prompts, model and metric
+        Arm("trl", "", "TRL GRPOTrainer", "{dataset}_single"),
+    ),
+    "tool": (
+        Arm("tool", "-f32amx", "team of two, calculator", "f32amx-{dataset}_tool"),
+        Arm(
+            "single",
+            "-tool-f32amx",
+            "teamtr single agent, calculator",
+            "f32amx-{dataset}_tool_single",
+        ),
+        Arm("trl", "-f32amx", "TRL GRPOTrainer, no tool", "f32amx-{dataset}_single"),
+    ),
+}
+"""The studies of docs/reasoning_gym.md: the three arms at equal CPU ("main"), and the same
+with the calculator tool for teamtr's arms, side by side in float32 on one machine ("tool")."""
+ARMS = tuple(arm.arm for arm in STUDIES["main"])
+
+
+def untrained_path(results: Path, dataset: str, arm: Arm) -> Path:
+    """The untrained evaluation of ``arm``'s format on ``dataset``."""
+    return results / "untrained" / f"{arm.untrained.format(dataset=dataset)}.json"
+
+
+def untrained_accuracy(results: Path, dataset: str, arm: str | Arm) -> float:
+    """The untrained model's held-out accuracy in the arm's format (an ``Arm``, or a key of
+    the main study's: "team", "single" or "trl")."""
+    if isinstance(arm, str):
+        arm = next(a for a in STUDIES["main"] if a.arm == arm)
+    return float(json.loads(untrained_path(results, dataset, arm).read_text())["accuracy"])
 
 
 def constant_answer(results: Path, dataset: str) -> tuple[str, float]:
@@ -78,20 +126,30 @@ def trained_runs(results: Path, dataset: str, arm: str, variant: str = "") -> li
     return runs
 
 
-def study_table(results: Path, datasets: list[str]) -> dict[str, dict[str, Any]]:
+def study_table(
+    results: Path, datasets: list[str], study: str = "main"
+) -> dict[str, dict[str, Any]]:
+    """Per dataset: the constant answer's accuracy, and per arm of ``study`` (keyed by its tag
+    in the runs' names, ``Arm.key``) its name in the table, untrained accuracy, runs and trained
+    mean ± standard error."""
     table: dict[str, dict[str, Any]] = {}
     for dataset in datasets:
         answer, accuracy = constant_answer(results, dataset)
         table[dataset] = {"constant answer": {"answer": answer, "accuracy": accuracy}}
-        for arm in ARMS:
-            runs = trained_runs(results, dataset, arm)
+        for arm in STUDIES[study]:
+            runs = trained_runs(results, dataset, arm.arm, arm.variant)
             summary = mean_and_error([r["accuracy"] for r in runs]) if runs else None
-            table[dataset][arm] = {
+            table[dataset][arm.key] = {
+                "name": arm.name,
                 "untrained": untrained_accuracy(results, dataset, arm),
                 "runs": runs,
                 "trained": summary,
             }
     return table
+
+
+def _arm_names(row_of: dict[str, Any]) -> list[str]:
+    return [name for name in row_of if name != "constant answer"]
 
 
 def _percent(summary: dict[str, float | None] | None) -> str:
@@ -112,7 +170,7 @@ def markdown(table: dict[str, dict[str, Any]]) -> str:
     for dataset, row_of in table.items():
         constant = row_of["constant answer"]
         best = f"'{constant['answer']}': {100 * constant['accuracy']:.0f}%"
-        for arm in ARMS:
+        for arm in _arm_names(row_of):
             row = row_of[arm]
             runs, summary = row["runs"], row["trained"]
             per_seed = ", ".join(f"{100 * r['accuracy']:.0f}%" for r in runs) or "–"
@@ -120,7 +178,7 @@ def markdown(table: dict[str, dict[str, Any]]) -> str:
             cpu = ", ".join(f"{r['cpu_seconds']:.0f}" for r in runs) or "–"
             steps = ", ".join(str(r["steps"]) for r in runs) or "–"
             lines.append(
-                f"| `{dataset}` | {ARM_NAMES[arm]} | {best} | {100 * row['untrained']:.0f}% | {per_seed} "
+                f"| `{dataset}` | {row['name']} | {best} | {100 * row['untrained']:.0f}% | {per_seed} "
                 f"| {_percent(summary)} | {gain} | {cpu} | {steps} |"
             )
     return "\n".join(lines)
@@ -139,11 +197,11 @@ def plot(table: dict[str, dict[str, Any]], path: Path) -> None:
     for d, row_of in enumerate(table.values()):
         constant = 100 * row_of["constant answer"]["accuracy"]
         axes.hlines(constant, d - 1.6 * width, d + 1.6 * width, colors="grey", linestyles=":")
-        for a, arm in enumerate(ARMS):
+        for a, arm in enumerate(_arm_names(row_of)):
             row = row_of[arm]
             x = d + (a - 1) * width
             color = f"C{a}"
-            label = ARM_NAMES[arm] if d == 0 else None
+            label = row["name"] if d == 0 else None
             axes.bar(x, 100 * row["untrained"], width * 0.9, fill=False, edgecolor=color)
             summary = row["trained"]
             if summary is None:
@@ -164,7 +222,7 @@ def plot(table: dict[str, dict[str, Any]], path: Path) -> None:
             )
     axes.set_xticks(range(len(table)), list(table))
     axes.set_ylabel("held-out accuracy (%), greedy")
-    rows = [row_of[arm] for row_of in table.values() for arm in ARMS]
+    rows = [row_of[arm] for row_of in table.values() for arm in _arm_names(row_of)]
     top = max(
         [100 * r["accuracy"] for row in rows for r in row["runs"]]
         + [100 * row["untrained"] for row in rows]
@@ -176,8 +234,10 @@ def plot(table: dict[str, dict[str, Any]], path: Path) -> None:
         "dotted: the held-out set's most common answer given to every problem",
         fontsize=8,
     )
-    axes.legend(fontsize=8)
-    figure.tight_layout()
+    # below the axes: bars near 100% leave no room inside them
+    columns = 3 if len(table) >= 3 else 1  # a narrow figure stacks the names
+    figure.legend(fontsize=8, loc="lower center", ncol=columns, frameon=False)
+    figure.tight_layout(rect=(0, 0.07 if columns == 3 else 0.15, 1, 1))
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=120)
 
@@ -186,21 +246,25 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--results", type=Path, default=Path("results/reasoning_gym"))
     parser.add_argument("--datasets", nargs="+", required=True)
+    parser.add_argument(
+        "--study", choices=sorted(STUDIES), default="main", help="which arms (STUDIES)"
+    )
     parser.add_argument("--json", type=Path, help="the table as JSON")
     parser.add_argument("--plot", type=Path, help="the figure (PNG)")
     args = parser.parse_args(argv)
     missing = [
-        str(p)
+        str(path)
         for d in args.datasets
-        for p in (
-            args.results / "untrained" / f"{d}.json",
-            args.results / f"untrained/{d}_single.json",
+        for path in (
+            args.results / "untrained" / f"{d}.json",  # its transcripts hold the references
+            *(untrained_path(args.results, d, arm) for arm in STUDIES[args.study]),
         )
-        if not p.is_file()
+        if not path.is_file()
     ]
     if missing:
+        missing = list(dict.fromkeys(missing))
         parser.error(f"no untrained evaluation: {', '.join(missing)} (teamtr eval --config ...)")
-    table = study_table(args.results, args.datasets)
+    table = study_table(args.results, args.datasets, args.study)
     print(markdown(table))
     if args.json:
         args.json.write_text(json.dumps(table, indent=1) + "\n")
