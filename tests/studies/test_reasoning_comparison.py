@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from studies.llm.reasoning.comparison import (
+    Arm,
     main,
     markdown,
     study_table,
@@ -95,15 +96,20 @@ def documented_rows(heading: str) -> list[list[str]]:
     return [[cell.strip() for cell in row.split("|")[1:-1]] for row in rows]
 
 
-def check_seeds(cells: list[str], runs: list[dict], untrained: float) -> None:
-    """A row's per-seed accuracies, mean ± standard error and gain (cells 3-5), against the
-    seeds 0-2 that ``trained_runs`` read."""
+def check_row(cells: list[str], runs: list[dict], untrained: float, cpu_cell: int) -> None:
+    """A documented row against its records: the untrained accuracy (cell 2), the per-seed
+    accuracies, mean ± standard error and gain (cells 3-5) of the seeds 0-2 that
+    ``trained_runs`` read, and each run's CPU-seconds and stages or steps (cells ``cpu_cell``
+    and the next)."""
+    assert cells[2] == f"{untrained:.0f}%"
     assert [r["seed"] for r in runs] == [0, 1, 2]
     accuracies = [100 * r["accuracy"] for r in runs]
     assert cells[3] == ", ".join(f"{a:.0f}%" for a in accuracies)
     summary = mean_and_error(accuracies)
     assert cells[4] == f"{summary['mean']:.1f}% ± {summary['standard_error']:.1f}"
     assert cells[5] == f"{summary['mean'] - untrained:+.1f}"
+    assert cells[cpu_cell] == ", ".join(f"{r['cpu_seconds']:.0f}" for r in runs)
+    assert cells[cpu_cell + 1] == ", ".join(str(r["steps"]) for r in runs)
 
 
 def test_the_without_partial_credit_table_is_what_its_records_say():
@@ -116,11 +122,8 @@ def test_the_without_partial_credit_table_is_what_its_records_say():
     for cells in rows:
         dataset, arm = cells[0].strip("`"), arms[cells[1]]
         untrained = 100 * untrained_accuracy(RESULTS, dataset, arm)
-        assert cells[2] == f"{untrained:.0f}%"
         runs = trained_runs(RESULTS, dataset, arm, "-nopartial")
-        check_seeds(cells, runs, untrained)
-        assert cells[7] == ", ".join(f"{r['cpu_seconds']:.0f}" for r in runs)
-        assert cells[8] == ", ".join(str(r["steps"]) for r in runs)
+        check_row(cells, runs, untrained, cpu_cell=7)  # cell 6: the partial-credit mean
 
 
 def test_the_table_beside_trl_without_partial_credit_is_what_its_records_say():
@@ -130,18 +133,16 @@ def test_the_table_beside_trl_without_partial_credit_is_what_its_records_say():
     error, the gain, and each run's training CPU-seconds and stages or steps, from the
     committed evaluations, TRL reports and run records."""
     rows = documented_rows("Without partial credit, beside TRL")
-    arms = {"team of two": "team", "TRL GRPOTrainer": "trl"}
+    arms = {
+        "team of two": Arm("team", "-nopartial-f32amx", "", "f32amx-{dataset}"),
+        "TRL GRPOTrainer": Arm("trl", "-nopartial-f32amx", "", "f32amx-{dataset}_single"),
+    }
     assert len(rows) >= 2
     for cells in rows:
         dataset, arm = cells[0].strip("`"), arms[cells[1]]
-        format_name = dataset if arm == "team" else f"{dataset}_single"
-        untrained_path = RESULTS / "untrained" / f"f32amx-{format_name}.json"
-        untrained = 100 * json.loads(untrained_path.read_text())["accuracy"]
-        assert cells[2] == f"{untrained:.0f}%"
-        runs = trained_runs(RESULTS, dataset, arm, "-nopartial-f32amx")
-        check_seeds(cells, runs, untrained)
-        assert cells[6] == ", ".join(f"{r['cpu_seconds']:.0f}" for r in runs)
-        assert cells[7] == ", ".join(str(r["steps"]) for r in runs)
+        untrained = 100 * untrained_accuracy(RESULTS, dataset, arm)
+        runs = trained_runs(RESULTS, dataset, arm.arm, arm.variant)
+        check_row(cells, runs, untrained, cpu_cell=6)
 
 
 def test_the_table_with_a_tool_is_the_study_of_its_records():

@@ -74,7 +74,6 @@ STUDIES = {
 }
 """The studies of docs/reasoning_gym.md: the three arms at equal CPU ("main"), and the same
 with the calculator tool for teamtr's arms, side by side in float32 on one machine ("tool")."""
-ARMS = tuple(arm.arm for arm in STUDIES["main"])
 
 
 def untrained_path(results: Path, dataset: str, arm: Arm) -> Path:
