@@ -32,6 +32,9 @@ def test_every_column_is_what_the_records_and_the_play_cost_say() -> None:
     pairs = [m["n"] for m in measured]
     assert row["pairs"] == pairs and len(pairs) == 4
     assert row["certified"] == [m["bound"] > 0 for m in measured]
+    gaining = [m for m in measured if m["mean"] >= 0.10]
+    assert row["gaining"] == len(gaining) == 3
+    assert row["gaining_certified"] == sum(m["bound"] > 0 for m in gaining)
     cpu = sum(s["cpu_seconds"] for s in stages)
     without = sum(s["cpu_seconds"] for s in plain)
     assert row["ratio"] == pytest.approx(cpu / without, rel=1e-12)
@@ -43,7 +46,7 @@ def test_every_column_is_what_the_records_and_the_play_cost_say() -> None:
     assert row["floor_dialogue_turns"] == 2 * pairs[0] + sum(pairs)
     assert row["floor_cpu_seconds"] == pytest.approx(per_turn * (2 * pairs[0] + sum(pairs)))
     assert row["floor_ratio"] == pytest.approx(1 + row["floor_cpu_seconds"] / without)
-    assert "| s0 | 48, 80c, 48c, 64c |" in table({"s0": row})
+    assert "| s0 | 48, 80c, 48c, 64c | 3 of 3 |" in table({"s0": row})
 
 
 def test_runs_that_do_not_compare_are_refused(tmp_path: Path, capsys) -> None:
