@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import math
 import os
 import socket
@@ -12,6 +13,7 @@ import time
 import urllib.request
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 import torch
@@ -47,6 +49,15 @@ def teamtr(
         text=True,
         timeout=timeout,
     )
+
+
+def load_bench(name: str) -> ModuleType:
+    """``bench/<name>.py`` as a module (bench/ is a folder of scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location(name, REPO / "bench" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def make_team(vocab_size: int, n_agents: int, seed: int = 0, rank: int = 4) -> LoraTeam:

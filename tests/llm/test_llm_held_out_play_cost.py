@@ -1,27 +1,14 @@
 """``bench/held_out_play_cost.py --quick``: the plays it times are the sizes asked for, and its
 line is the one through their medians."""
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def load_bench():
-    spec = importlib.util.spec_from_file_location(
-        "held_out_play_cost", ROOT / "bench" / "held_out_play_cost.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from llm_test_support import load_bench
 
 
 def test_the_bench_reports_each_size_and_the_line_through_their_medians(tmp_path):
-    bench = load_bench()
+    bench = load_bench("held_out_play_cost")
     out = tmp_path / "cost.json"
     argv = ["--quick", "--dtypes", "float32", "--rows", "2", "5", "--repeats", "2"]
     assert bench.main([*argv, "--json", str(out)]) == 0

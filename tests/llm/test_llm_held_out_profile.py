@@ -1,27 +1,14 @@
 """``bench/held_out_profile.py --quick``: a real tiny-model run measured by held-out pairs, its
 held-out plays told apart from its training draws, and its pairs those of its records."""
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def load_bench():
-    spec = importlib.util.spec_from_file_location(
-        "held_out_profile", ROOT / "bench" / "held_out_profile.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from llm_test_support import load_bench
 
 
 def test_the_held_out_plays_are_counted_apart_from_the_training_draws(tmp_path):
-    bench = load_bench()
+    bench = load_bench("held_out_profile")
     out = tmp_path / "profile.json"
     runs = tmp_path / "runs"
     train = ["--name", "p", "--output-dir", str(runs), "--set", "stage.certificate_batch=4"]
