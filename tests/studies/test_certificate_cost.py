@@ -1,4 +1,4 @@
-"""studies.llm.certificate_cost: the held-out pairs' cost and floor, from committed run records.
+"""studies.llm.certificate.cost: the held-out pairs' cost and floor, from committed run records.
 
 The relay's records (a run with sequential held-out draws and the same run without) and the
 play-cost report are real files of the repository; every column is recomputed here from them."""
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from llm.common.config import ConfigError
-from studies.llm.certificate_cost import main, run_cost, table
+from studies.llm.certificate.cost import main, run_cost, table
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDS = ROOT / "results" / "measured_certificate" / "run_records"

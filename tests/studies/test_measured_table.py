@@ -1,4 +1,4 @@
-"""studies.llm.measured_table: the measured certificate's table, from real run records.
+"""studies.llm.certificate.measured_table: the measured certificate's table, from real run records.
 
 A tiny-model run with held-out groups writes the metrics.jsonl the table reads; every column is
 checked against the records it summarises."""
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from studies.llm.measured_table import checkpoint_rows, main, read_stages, summary
+from studies.llm.certificate.measured_table import checkpoint_rows, main, read_stages, summary
 from teamtr.measured import pairs_to_certify
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -24,7 +24,7 @@ total, not one by one (docs/measured_certificate.md).
 
 Usage::
 
-    python -m studies.llm.certificate_cost \\
+    python -m studies.llm.certificate.cost \\
         --run s0=results/measured_certificate/run_records/batch-relay-g32-s0:\\
 results/measured_certificate/run_records/batch-relay-none-s0 ... \\
         --play-cost results/measured_certificate/held_out_play_cost.json --json out.json
@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from llm.common.config import ConfigError
-from studies.llm.measured_table import measured_updates, read_stages
+from studies.llm.certificate.measured_table import measured_updates, read_stages
 
 BAR = 1.5
 """The ratio the measured certificate should stay within (its issue's bar)."""
@@ -146,7 +146,7 @@ def table(rows: dict[str, dict[str, Any]]) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m studies.llm.certificate_cost", description=__doc__.split("\n\n")[0]
+        prog="python -m studies.llm.certificate.cost", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--run", type=parse_run, action="append", required=True)
     parser.add_argument("--play-cost", type=Path, required=True, help="held_out_play_cost's JSON")

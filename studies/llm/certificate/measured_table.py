@@ -16,7 +16,7 @@ certificate_groups`` > 0) it reports:
 
 Usage::
 
-    python -m studies.llm.measured_table \\
+    python -m studies.llm.certificate.measured_table \\
         --run relay-s0=results/certificate/relay-g64-s0:results/default/untrained_teamtr.json \\
         ... --json results/certificate/table.json
 """

@@ -11,7 +11,7 @@ their anytime bound there), and the CPU-seconds the pairs took.
 
 Usage::
 
-    OMP_NUM_THREADS=1 python -m studies.llm.coupled_pairs --config default --seed 0 \\
+    OMP_NUM_THREADS=1 python -m studies.llm.certificate.coupled_pairs --config default --seed 0 \\
         --pairs 256 --json results/measured_certificate/coupled_pairs-s0.json
 """
 
