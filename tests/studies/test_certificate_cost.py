@@ -6,13 +6,14 @@ play-cost report are real files of the repository; every column is recomputed he
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from pathlib import Path
 
 import pytest
 
 from llm.common.config import ConfigError
-from studies.llm.certificate.cost import main, run_cost, table
+from studies.llm.certificate.cost import information_limit, main, run_cost, table
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDS = ROOT / "results" / "measured_certificate" / "run_records"
@@ -63,3 +64,38 @@ def test_runs_that_do_not_compare_are_refused(tmp_path: Path, capsys) -> None:
     assert main(["--run", pair, "--play-cost", str(PLAY_COST)]) == 2
     error = capsys.readouterr().err
     assert "has 2 stages" in error and "shorter 1:" in error and len(error.splitlines()) == 1
+
+
+def test_the_information_limit_is_the_normal_pairs_for_the_gain_at_the_gaining_spread() -> None:
+    """n* = 2 log(1/alpha) sd^2 / gain^2 at the gaining updates' mean spread, and its floor:
+    the first update's old sides whole and a turn a pair, for every measured update."""
+    play_cost = json.loads(PLAY_COST.read_text())
+    rows = {
+        f"s{seed}": run_cost(
+            RECORDS / f"amx-relay-g16-s{seed}", RECORDS / f"amx-relay-none-s{seed}", play_cost
+        )
+        for seed in (0, 2)
+    }
+    spreads = [
+        u["measured"]["sd"]
+        for seed in (0, 2)
+        for s in stages_of(f"amx-relay-g16-s{seed}")
+        for u in s["updates"]
+        if u["measured"] and u["measured"]["mean"] >= 0.10
+    ]
+    limit = information_limit(rows)
+    assert limit is not None and limit["sd"] == pytest.approx(sum(spreads) / len(spreads))
+    pairs = math.ceil(2 * math.log(1 / 0.05) * limit["sd"] ** 2 / 0.10**2)
+    assert limit["pairs_per_update"] == pairs
+    run = limit["runs"]["s0"]
+    assert run["dialogue_turns"] == (2 + 4) * pairs
+    per_turn = play_cost["bfloat16"]["per_dialogue_seconds"] / 2
+    assert run["ratio"] == pytest.approx(
+        1 + per_turn * 6 * pairs / rows["s0"]["cpu_seconds_without"]
+    )
+    assert (
+        information_limit(
+            {"s1": run_cost(RECORDS / "amx-relay-g16-s1", RECORDS / "amx-relay-none-s1", play_cost)}
+        )
+        is None
+    )  # seed 1 gained +0.10 nowhere

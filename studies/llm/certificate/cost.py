@@ -16,7 +16,12 @@ and seed, run side by side) it reads the stages' process CPU time (``cpu_seconds
   dialogue-turns, each at slope / turns (the bench plays whole dialogues, so this is the
   average of their turns; a continuation's later turn reads a longer context and costs
   somewhat more). A play's fixed cost (its decoding steps, paid once per play whatever its
-  rows) is left out: the floor is what these pairs would cost at any batching.
+  rows) is left out: the floor is what these pairs would cost at any batching;
+- the floor at the information limit: were every measured update of the run to gain +0.10
+  with pairs spread as the gaining updates' of all runs given (their mean standard deviation
+  sigma), each would need n* = 2 log(1/alpha) sigma^2 / 0.10^2 pairs at the least (the
+  leading term of every bound here, to which their finite-n terms only add), and the floor
+  of those pairs.
 
 The two runs draw the same problems only until the first held-out draw, which moves the
 sampler's generator: after it they train on other batches, so their stages are compared in
@@ -34,6 +39,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import statistics
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -102,6 +109,7 @@ def run_cost(
     floor = per_turn * floor_turns
     held_out = cpu - cpu_without
     gaining = [u["measured"] for u in updates if u["measured"]["mean"] >= GAIN]
+    level = float(updates[0]["measured"]["level"])
     return {
         "pairs": pairs,
         "certified": [bool(u["measured"]["bound"] > 0) for u in updates],
@@ -120,7 +128,43 @@ def run_cost(
         "floor_cpu_seconds": floor,
         "floor_per_pair": floor / sum(pairs),
         "floor_ratio": (cpu_without + floor) / cpu_without,
+        "alpha": 1.0 - level,
+        "turns": turns,
+        "per_dialogue_turn_seconds": per_turn,
+        "gaining_sds": [float(m["sd"]) for m in gaining if m.get("sd") is not None],
     }
+
+
+def information_limit(rows: dict[str, dict[str, Any]], gain: float = GAIN) -> dict[str, Any] | None:
+    """The floor of every run were each of its measured updates to gain ``gain`` with pairs
+    spread as the gaining updates' of all ``rows`` (None where none gained ``gain``)."""
+    spreads = [sd for row in rows.values() for sd in row["gaining_sds"]]
+    if not spreads:
+        return None
+    sd = statistics.fmean(spreads)
+    alpha = max(row["alpha"] for row in rows.values())
+    pairs = math.ceil(2.0 * math.log(1.0 / alpha) * sd**2 / gain**2)
+    runs = {}
+    for name, row in rows.items():
+        updates = len(row["pairs"])
+        turns = (row["turns"] + updates) * pairs  # the first's old sides whole, a turn a pair
+        seconds = row["per_dialogue_turn_seconds"] * turns
+        runs[name] = {
+            "dialogue_turns": turns,
+            "cpu_seconds": seconds,
+            "ratio": (row["cpu_seconds_without"] + seconds) / row["cpu_seconds_without"],
+        }
+    return {"gain": gain, "sd": sd, "alpha": alpha, "pairs_per_update": pairs, "runs": runs}
+
+
+def limit_line(limit: dict[str, Any]) -> str:
+    """The information limit's floor in one line."""
+    ratios = [run["ratio"] for run in limit["runs"].values()]
+    return (
+        f"information limit: +{limit['gain']:.2f} at the gaining updates' mean spread "
+        f"{limit['sd']:.3f} needs {limit['pairs_per_update']} pairs an update; every update "
+        f"there, the floor is {min(ratios):.2f}x to {max(ratios):.2f}x"
+    )
 
 
 def table(rows: dict[str, dict[str, Any]]) -> str:
@@ -164,9 +208,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"certificate_cost: {error}", file=sys.stderr)
         return 2
     print(table(rows))
+    limit = information_limit(rows)
+    if limit is not None:
+        print(limit_line(limit))
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(rows, indent=1) + "\n")
+        report = {"runs": rows, "information_limit": limit}
+        args.json.write_text(json.dumps(report, indent=1) + "\n")
     return 0
 
 
