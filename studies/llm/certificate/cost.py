@@ -30,8 +30,8 @@ total, not one by one (docs/measured_certificate.md).
 Usage::
 
     python -m studies.llm.certificate.cost \\
-        --run s0=results/measured_certificate/run_records/batch-relay-g32-s0:\\
-results/measured_certificate/run_records/batch-relay-none-s0 ... \\
+        --run s0=results/measured_certificate/run_records/x-g32b32-s0:\\
+results/measured_certificate/run_records/x-none-s0 ... \\
         --play-cost results/measured_certificate/held_out_play_cost.json --json out.json
 """
 
@@ -50,7 +50,8 @@ from llm.common.config import ConfigError
 from studies.llm.certificate.measured_table import measured_updates, read_stages
 
 BAR = 1.5
-"""The ratio the measured certificate should stay within (its issue's bar)."""
+"""The ratio to the run without pairs that the measured certificate aims to stay within (the
+bar of docs/measured_certificate.md)."""
 
 GAIN = 0.10
 """The gain every update that reaches it should have certified (the bar's other half)."""
@@ -205,7 +206,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         play_cost = json.loads(args.play_cost.read_text())
         rows = {name: run_cost(w, wo, play_cost, args.bar) for name, w, wo in args.run}
     except (OSError, ValueError, KeyError, ConfigError) as error:
-        print(f"certificate_cost: {error}", file=sys.stderr)
+        print(f"studies.llm.certificate.cost: {error}", file=sys.stderr)
         return 2
     print(table(rows))
     limit = information_limit(rows)
