@@ -82,6 +82,13 @@ def turns_of(run_dir: Path) -> int:
     return int(config["sampler"]["turns"])
 
 
+def floor_turns(pairs: Sequence[int], turns: int) -> int:
+    """The dialogue-turns no held-out scheme can play fewer of for ``pairs`` (each update's, in
+    order): the first update's old sides played whole (no earlier draw of that team exists to
+    continue), and one continuation turn a pair."""
+    return turns * pairs[0] + sum(pairs)
+
+
 def run_cost(
     with_pairs: Path, without: Path, play_cost: dict[str, Any], bar: float = BAR
 ) -> dict[str, Any]:
@@ -105,9 +112,7 @@ def run_cost(
         raise ConfigError(f"the play-cost report has no {precision} line (--dtypes {precision})")
     turns = turns_of(with_pairs)
     per_turn = float(play_cost[precision]["per_dialogue_seconds"]) / turns
-    # The run's first measured update continues old sides that were played whole.
-    floor_turns = turns * pairs[0] + sum(pairs)
-    floor = per_turn * floor_turns
+    floor = per_turn * floor_turns(pairs, turns)
     held_out = cpu - cpu_without
     gaining = [u["measured"] for u in updates if u["measured"]["mean"] >= GAIN]
     level = float(updates[0]["measured"]["level"])
@@ -125,7 +130,7 @@ def run_cost(
         "bar": bar,
         "bar_budget_per_pair": (bar - 1.0) * cpu_without / sum(pairs),
         "precision": precision,
-        "floor_dialogue_turns": floor_turns,
+        "floor_dialogue_turns": floor_turns(pairs, turns),
         "floor_cpu_seconds": floor,
         "floor_per_pair": floor / sum(pairs),
         "floor_ratio": (cpu_without + floor) / cpu_without,
@@ -147,8 +152,7 @@ def information_limit(rows: dict[str, dict[str, Any]], gain: float = GAIN) -> di
     pairs = math.ceil(2.0 * math.log(1.0 / alpha) * sd**2 / gain**2)
     runs = {}
     for name, row in rows.items():
-        updates = len(row["pairs"])
-        turns = (row["turns"] + updates) * pairs  # the first's old sides whole, a turn a pair
+        turns = floor_turns([pairs] * len(row["pairs"]), row["turns"])
         seconds = row["per_dialogue_turn_seconds"] * turns
         runs[name] = {
             "dialogue_turns": turns,
