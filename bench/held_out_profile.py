@@ -25,6 +25,7 @@ from typing import Any
 
 from llm.common import profiling
 from llm.sampling.sampler import HELD_OUT
+from studies.llm.certificate.measured_table import measured_updates, read_stages
 from teamtr.cli import main as teamtr_main
 
 QUICK = ["--config", "smoke.toml", "--set", "stage.certificate_groups=4", "--no-progress"]
@@ -46,13 +47,7 @@ def summary(profile: dict[str, Any], metrics: Path) -> dict[str, Any]:
     parts = profile["parts"]
     held_out = turn_parts(parts, HELD_OUT)
     training = turn_parts(parts, "")
-    pairs = [
-        update["measured"]["n"]
-        for line in metrics.read_text().splitlines()
-        if line.strip()
-        for update in json.loads(line).get("updates", [])
-        if update.get("measured")
-    ]
+    pairs = [update["measured"]["n"] for update in measured_updates(read_stages(metrics))]
     held_out_cpu = sum(p["cpu_seconds"] for p in held_out.values())
     held_out_plays = sum(p["plays"] for p in held_out.values())
     return {
